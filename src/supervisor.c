@@ -1,0 +1,643 @@
+/*
+ * supervisor.c - child processes for daemons, without Lua.
+ *
+ * A daemon is started with fork + execvp (never a shell) as the leader of a
+ * process group of its own, so that stopping it can signal everything it
+ * started. Without keep_alive it also gets PR_SET_PDEATHSIG(SIGTERM): if
+ * mirza dies, even by SIGKILL, the kernel tells the daemon. Exec failures
+ * travel back through a CLOEXEC pipe, so a missing program is an error of
+ * mz_proc_spawn itself rather than a child that dies a moment later.
+ *
+ * Stopping is SIGTERM to the group, a grace period spent reaping, then
+ * SIGKILL; after the leader is gone the group gets one more SIGKILL so that
+ * no helper a daemon forked outlives it. Daemons we did not start (adopted
+ * through a pid file) are stopped the same way, but we cannot reap them, so
+ * "gone" also means "zombie waiting for someone else's wait()".
+ *
+ * The rest is small file plumbing: the tail of a log for error messages and
+ * the per-port pid files. mirza is single-threaded; nothing here is meant
+ * to be called from two threads at once (PDEATHSIG, for instance, fires
+ * when the *thread* that forked dies, not the process).
+ */
+#define _GNU_SOURCE
+#include "supervisor.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+struct mz_proc {
+  pid_t pid;       /* also the process group id */
+  int exited;      /* reaped: status is final */
+  int status;      /* raw wait status once exited */
+  int stopped;     /* mz_proc_stop has run to the end */
+  int stop_result; /* what it returned, for idempotent calls */
+};
+
+#define POLL_STEP_MS 10         /* sleep between checks while stopping */
+#define KILL_WAIT_MS 2000       /* how long SIGKILL may take to show */
+#define FD_CLOSE_LIMIT 65536    /* fallback close loop never goes past this */
+#define TAIL_MAX (64 * 1024)    /* mz_file_tail reads at most this much */
+
+/* ---- time --------------------------------------------------------------- */
+
+static int64_t now_ms(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Sleep ms milliseconds even when signals (SIGCHLD...) interrupt us. */
+static void sleep_ms(int ms)
+{
+  struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+  while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {}
+}
+
+/* ---- spawning: the child side ------------------------------------------- */
+
+/* What the child sends back through the pipe when it cannot exec. */
+enum { STEP_SETUP, STEP_STDIO, STEP_CHDIR, STEP_EXEC };
+struct child_err {
+  int step;
+  int err;
+};
+
+static _Noreturn void child_fail(int errfd, int step)
+{
+  struct child_err ce = { step, errno };
+  ssize_t n;
+  do n = write(errfd, &ce, sizeof ce); while (n < 0 && errno == EINTR);
+  _exit(127);
+}
+
+/* Dispositions set to SIG_IGN survive exec (SIGPIPE is a classic one), and
+ * so does the signal mask: a daemon must start with the defaults. */
+static void child_reset_signals(void)
+{
+  struct sigaction sa;
+  sigset_t none;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = SIG_DFL;
+  sigemptyset(&sa.sa_mask);
+  for (int s = 1; s < NSIG; s++) {
+    if (s != SIGKILL && s != SIGSTOP)
+      sigaction(s, &sa, NULL); /* EINVAL for libc-reserved ones: fine */
+  }
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, NULL);
+}
+
+/* dup2 to a standard descriptor. The parent made sure fd >= 3, so it can't
+ * be clobbered by an earlier dup2 and dup2 always clears FD_CLOEXEC. */
+static int child_stdio(int nullfd, int logfd)
+{
+  if (dup2(nullfd, STDIN_FILENO) < 0) return -1;
+  if (dup2(logfd, STDOUT_FILENO) < 0) return -1;
+  return dup2(logfd, STDERR_FILENO) < 0 ? -1 : 0;
+}
+
+/* Close every fd >= 3 except keep (the error pipe, CLOEXEC anyway): libcurl
+ * sockets and the like are not necessarily CLOEXEC and a daemon holding our
+ * connections open would keep them alive after we close them. */
+static void child_close_fds(int keep)
+{
+#ifdef SYS_close_range
+  int ok = 1;
+  if (keep > 3 && syscall(SYS_close_range, 3u, (unsigned)keep - 1, 0u) < 0) ok = 0;
+  if (ok && syscall(SYS_close_range, (unsigned)keep + 1, ~0u, 0u) == 0) return;
+#endif
+  long max = sysconf(_SC_OPEN_MAX);
+  if (max < 0 || max > FD_CLOSE_LIMIT) max = FD_CLOSE_LIMIT;
+  for (int fd = 3; fd < max; fd++) {
+    if (fd != keep) close(fd);
+  }
+}
+
+/* Runs in the forked child and never returns. Order matters: the group is
+ * created before anything can fail (so the parent's kill(-pid) is right),
+ * signals are reset before PDEATHSIG is armed, and the getppid() check
+ * closes the window where the parent died before prctl took effect. */
+static _Noreturn void child_run(const mz_spawn_opts *o, pid_t parent,
+                                int nullfd, int logfd, int errfd)
+{
+  if ((o->keep_alive ? setsid() : setpgid(0, 0)) < 0) child_fail(errfd, STEP_SETUP);
+  child_reset_signals();
+  if (!o->keep_alive) {
+    if (prctl(PR_SET_PDEATHSIG, SIGTERM) < 0) child_fail(errfd, STEP_SETUP);
+    if (getppid() != parent) _exit(127); /* orphaned already: nobody to serve */
+  }
+  if (child_stdio(nullfd, logfd) < 0) child_fail(errfd, STEP_STDIO);
+  if (o->cwd && chdir(o->cwd) < 0) child_fail(errfd, STEP_CHDIR);
+  for (const char *const *e = o->env; e && *e; e++)
+    putenv((char *)*e); /* our private copy of memory; exec copies environ */
+  child_close_fds(errfd);
+  execvp(o->argv[0], (char *const *)o->argv);
+  child_fail(errfd, STEP_EXEC);
+}
+
+/* ---- spawning: the parent side ------------------------------------------ */
+
+/* Move fd to >= 3 (keeping CLOEXEC) so the child's dup2 onto 0..2 never
+ * overwrites it: possible when mirza runs with a standard fd closed. */
+static int fd_high(int fd)
+{
+  if (fd < 0 || fd >= 3) return fd;
+  int hi = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+  int e = errno;
+  close(fd);
+  errno = e;
+  return hi;
+}
+
+static void spawn_error(char *err, size_t len, const char *prog, const char *what,
+                        const char *arg, int e)
+{
+  if (!err || len == 0) return;
+  if (what)
+    snprintf(err, len, "cannot run '%s': %s '%s': %s", prog, what, arg, strerror(e));
+  else
+    snprintf(err, len, "cannot run '%s': %s", prog, strerror(e));
+}
+
+/* The descriptors a spawn needs, all CLOEXEC and >= 3; -1 when unused. */
+struct spawn_fds {
+  int null, log, rd, wr;
+};
+
+static void close_fds(struct spawn_fds *f)
+{
+  if (f->log >= 0 && f->log != f->null) close(f->log);
+  if (f->null >= 0) close(f->null);
+  if (f->rd >= 0) close(f->rd);
+  if (f->wr >= 0) close(f->wr);
+  f->null = f->log = f->rd = f->wr = -1;
+}
+
+/* Report a failed open_fds step (errno still set by it) and undo. */
+static int open_fail(struct spawn_fds *f, char *err, size_t len, const char *prog,
+                     const char *what, const char *arg)
+{
+  int e = errno;
+  spawn_error(err, len, prog, what, arg, e);
+  close_fds(f);
+  errno = e;
+  return -1;
+}
+
+/* Open /dev/null, the log and the error pipe in the parent, where a failure
+ * is simple to report. Returns 0, or -1 with errno and the message in err. */
+static int open_fds(const mz_spawn_opts *o, struct spawn_fds *f, char *err, size_t len)
+{
+  int pfd[2];
+  const char *prog = o->argv[0];
+  f->null = f->log = f->rd = f->wr = -1;
+  f->null = fd_high(open("/dev/null", O_RDWR | O_CLOEXEC));
+  if (f->null < 0)
+    return open_fail(f, err, len, prog, "cannot open", "/dev/null");
+  f->log = o->log_path
+             ? fd_high(open(o->log_path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644))
+             : f->null;
+  if (f->log < 0)
+    return open_fail(f, err, len, prog, "cannot open log", o->log_path);
+  if (pipe2(pfd, O_CLOEXEC) < 0)
+    return open_fail(f, err, len, prog, "cannot create", "exec status pipe");
+  f->rd = fd_high(pfd[0]);
+  f->wr = fd_high(pfd[1]);
+  if (f->rd < 0 || f->wr < 0)
+    return open_fail(f, err, len, prog, "cannot create", "exec status pipe");
+  return 0;
+}
+
+/* Wait for the child's verdict: 0 bytes (EOF) means exec succeeded and
+ * closed the pipe; a struct means it failed and is exiting. */
+static int read_verdict(int fd, struct child_err *ce)
+{
+  ssize_t n;
+  do n = read(fd, ce, sizeof *ce); while (n < 0 && errno == EINTR);
+  if (n == 0) return 0;
+  if (n != (ssize_t)sizeof *ce) *ce = (struct child_err){ STEP_SETUP, n < 0 ? errno : EIO };
+  return -1;
+}
+
+static void verdict_error(const mz_spawn_opts *o, const struct child_err *ce,
+                          char *err, size_t len)
+{
+  const char *prog = o->argv[0];
+  switch (ce->step) {
+  case STEP_EXEC: spawn_error(err, len, prog, NULL, NULL, ce->err); break;
+  case STEP_CHDIR: spawn_error(err, len, prog, "cannot chdir to", o->cwd, ce->err); break;
+  case STEP_STDIO: spawn_error(err, len, prog, "cannot redirect", "stdio", ce->err); break;
+  default: spawn_error(err, len, prog, "cannot set up", "child", ce->err); break;
+  }
+}
+
+/* Block until pid exits (no WNOHANG), retrying on EINTR. */
+static pid_t wait_blocking(pid_t pid, int *status)
+{
+  pid_t r;
+  do r = waitpid(pid, status, 0); while (r < 0 && errno == EINTR);
+  return r;
+}
+
+/* Invariant on return 0: the child has exec'd and leads its own process
+ * group (setpgid/setsid ran before exec, and we waited for exec). On -1 no
+ * child exists any more: a failed one was reaped here. */
+int mz_proc_spawn(const mz_spawn_opts *o, mz_proc **out, char *err, size_t errlen)
+{
+  struct spawn_fds f;
+  struct child_err ce;
+  *out = NULL;
+  if (!o || !o->argv || !o->argv[0]) {
+    spawn_error(err, errlen, "(none)", NULL, NULL, EINVAL);
+    return errno = EINVAL, -1;
+  }
+  mz_proc *p = calloc(1, sizeof *p);
+  if (!p) return spawn_error(err, errlen, o->argv[0], NULL, NULL, ENOMEM), -1;
+  if (open_fds(o, &f, err, errlen) < 0) {
+    int e = errno;
+    free(p); /* free() may not touch errno, but C11 does not promise it */
+    return errno = e, -1;
+  }
+  pid_t parent = getpid();
+  pid_t pid = fork();
+  if (pid == 0) child_run(o, parent, f.null, f.log, f.wr);
+  int fork_errno = errno;
+  close(f.wr);
+  f.wr = -1;
+  if (pid < 0) {
+    spawn_error(err, errlen, o->argv[0], "cannot fork for", o->argv[0], fork_errno);
+    close_fds(&f);
+    free(p);
+    return errno = fork_errno, -1;
+  }
+  /* Same call as the child's: whichever runs first wins, the other fails
+   * harmlessly. Not for keep_alive: setsid() fails on a group leader. */
+  if (!o->keep_alive) setpgid(pid, pid);
+  int failed = read_verdict(f.rd, &ce) < 0;
+  close_fds(&f);
+  if (failed) {
+    wait_blocking(pid, NULL);
+    verdict_error(o, &ce, err, errlen);
+    free(p);
+    return errno = ce.err, -1;
+  }
+  p->pid = pid;
+  *out = p;
+  return 0;
+}
+
+/* ---- reaping and stopping our own children ------------------------------ */
+
+pid_t mz_proc_pid(const mz_proc *p)
+{
+  return p ? p->pid : -1;
+}
+
+/* One waitpid. ECHILD means somebody else reaped the child (SIGCHLD set to
+ * SIG_IGN, a stray waitpid(-1)): it is gone, its status unknown, so 0. */
+static void proc_reap(mz_proc *p, int flags)
+{
+  int st = 0;
+  pid_t r;
+  do r = waitpid(p->pid, &st, flags); while (r < 0 && errno == EINTR);
+  if (r == p->pid && (WIFEXITED(st) || WIFSIGNALED(st))) {
+    p->exited = 1;
+    p->status = st;
+  } else if (r < 0 && errno == ECHILD) {
+    p->exited = 1;
+    p->status = 0;
+  }
+}
+
+int mz_proc_poll(mz_proc *p, int *status)
+{
+  if (!p->exited) proc_reap(p, WNOHANG);
+  if (p->exited && status) *status = p->status;
+  return p->exited;
+}
+
+/* Signal the group; fall back to the pid if there is no such group. */
+static void signal_group(pid_t pid, int sig)
+{
+  if (kill(-pid, sig) < 0 && errno == ESRCH) kill(pid, sig);
+}
+
+/* Poll until the child exits or ms elapse; returns mz_proc_poll's answer. */
+static int proc_wait(mz_proc *p, int ms)
+{
+  int64_t deadline = now_ms() + (ms > 0 ? ms : 0);
+  while (!mz_proc_poll(p, NULL)) {
+    int64_t left = deadline - now_ms();
+    if (left <= 0) return 0;
+    sleep_ms(left < POLL_STEP_MS ? (int)left : POLL_STEP_MS);
+  }
+  return 1;
+}
+
+/* The group sweep at the end is once per handle: a group id, like a pid,
+ * is only reserved while a member lives, so signalling it again much later
+ * could hit an unrelated group that got the recycled number. The sweep
+ * right after reaping is safe while survivors exist (they pin the id). */
+int mz_proc_stop(mz_proc *p, int grace_ms)
+{
+  int killed = 0;
+  if (p->stopped) return p->stop_result;
+  if (!mz_proc_poll(p, NULL)) {
+    signal_group(p->pid, SIGTERM);
+    if (!proc_wait(p, grace_ms)) {
+      signal_group(p->pid, SIGKILL);
+      proc_reap(p, 0);
+      killed = 1;
+    }
+  }
+  kill(-p->pid, SIGKILL); /* the daemon's own children; ESRCH is the usual answer */
+  p->stopped = 1;
+  p->stop_result = killed;
+  return killed;
+}
+
+void mz_proc_free(mz_proc *p)
+{
+  free(p);
+}
+
+/* WCOREDUMP is not POSIX, but glibc has it under _DEFAULT_SOURCE. */
+char *mz_status_describe(int status, char *buf, size_t len)
+{
+  if (!buf || len == 0) return buf;
+  if (WIFEXITED(status))
+    snprintf(buf, len, "exited with status %d", WEXITSTATUS(status));
+  else if (WIFSIGNALED(status))
+    snprintf(buf, len, "killed by signal %d (%s)%s", WTERMSIG(status),
+             strsignal(WTERMSIG(status)), WCOREDUMP(status) ? ", core dumped" : "");
+  else if (WIFSTOPPED(status))
+    snprintf(buf, len, "stopped by signal %d (%s)", WSTOPSIG(status),
+             strsignal(WSTOPSIG(status)));
+  else
+    snprintf(buf, len, "unknown wait status 0x%x", (unsigned)status);
+  return buf;
+}
+
+/* ---- processes we did not start ----------------------------------------- */
+
+/* The state letter of /proc/<pid>/stat, or 0 when unreadable. The command
+ * name in parentheses may hold ')' and spaces: the state follows the last. */
+static char proc_state(pid_t pid)
+{
+  char path[64], text[512];
+  snprintf(path, sizeof path, "/proc/%ld/stat", (long)pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  ssize_t n = read(fd, text, sizeof text - 1);
+  close(fd);
+  if (n <= 0) return 0;
+  text[n] = '\0';
+  char *rp = strrchr(text, ')');
+  return rp && rp[1] == ' ' ? rp[2] : 0;
+}
+
+/* Gone = no such pid, or a zombie: a zombie of someone else's is dead and
+ * only waits for its parent's wait(), which we cannot do for it. */
+static int pid_gone(pid_t pid)
+{
+  if (kill(pid, 0) < 0 && errno == ESRCH) return 1;
+  char st = proc_state(pid);
+  return st == 'Z' || st == 'X';
+}
+
+static int pid_wait_gone(pid_t pid, int ms)
+{
+  int64_t deadline = now_ms() + (ms > 0 ? ms : 0);
+  while (!pid_gone(pid)) {
+    int64_t left = deadline - now_ms();
+    if (left <= 0) return 0;
+    sleep_ms(left < POLL_STEP_MS ? (int)left : POLL_STEP_MS);
+  }
+  return 1;
+}
+
+/* Whole group only when pid leads one, and never our own group. */
+static pid_t stop_target(pid_t pid)
+{
+  return getpgid(pid) == pid && pid != getpgrp() ? -pid : pid;
+}
+
+/* Besides the header's contract: pid <= 0 or our own pid is EINVAL (kill
+ * would read those as "every process"/"ourselves"), and a process still
+ * there KILL_WAIT_MS after SIGKILL (stuck in the kernel) is -1 ETIMEDOUT. */
+int mz_pid_stop(pid_t pid, int grace_ms)
+{
+  if (pid <= 0 || pid == getpid()) return errno = EINVAL, -1;
+  pid_t target = stop_target(pid);
+  if (kill(target, SIGTERM) < 0) return errno == ESRCH ? 0 : -1;
+  if (!pid_wait_gone(pid, grace_ms)) {
+    if (kill(target, SIGKILL) < 0 && errno != ESRCH) return -1;
+    if (!pid_wait_gone(pid, KILL_WAIT_MS)) return errno = ETIMEDOUT, -1;
+  }
+  if (target < 0) kill(target, SIGKILL); /* survivors pin the group id */
+  return 0;
+}
+
+int mz_pid_alive(pid_t pid)
+{
+  if (pid <= 0) return 0; /* kill(0 or -n, 0) asks about groups */
+  return kill(pid, 0) == 0 || errno == EPERM;
+}
+
+/* ---- log tail ------------------------------------------------------------ */
+
+/* Read the last (at most) max bytes of path into data; *partial tells
+ * whether the read started mid-file. Returns the byte count (0 on error). */
+static size_t read_tail(const char *path, char *data, size_t max, int *partial)
+{
+  struct stat sb;
+  size_t got = 0;
+  off_t off = 0;
+  *partial = 0;
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return 0;
+  if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size > (off_t)max) {
+    off = sb.st_size - (off_t)max;
+    *partial = 1;
+  }
+  while (got < max) {
+    ssize_t n = pread(fd, data + got, max - got, off + (off_t)got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    got += (size_t)n;
+  }
+  close(fd);
+  return got;
+}
+
+/* Start of the last n lines of data[0..len). The final line may lack its
+ * '\n'. A read that began mid-file drops its cut first line, unless that
+ * is all there is (one line longer than the window). */
+static const char *last_lines(const char *data, size_t len, int n, int partial)
+{
+  const char *start = data, *end = data + len, *p = end;
+  const char *nl = partial ? memchr(data, '\n', len) : NULL;
+  int seen = 0;
+  if (nl && nl + 1 < end) start = nl + 1;
+  if (p > start && p[-1] == '\n') p--;
+  while (p > start) {
+    if (p[-1] == '\n' && ++seen == n) break;
+    p--;
+  }
+  return p;
+}
+
+char *mz_file_tail(const char *path, int nlines, char *buf, size_t len)
+{
+  int partial;
+  if (!buf || len == 0) return buf;
+  buf[0] = '\0';
+  char *data = nlines > 0 ? malloc(TAIL_MAX) : NULL;
+  if (!data) return buf;
+  size_t n = read_tail(path, data, TAIL_MAX, &partial);
+  const char *s = last_lines(data, n, nlines, partial);
+  size_t keep = (size_t)(data + n - s);
+  if (keep > len - 1) { /* too long for buf: keep the end, whole UTF-8 chars */
+    s += keep - (len - 1);
+    while (s < data + n && ((unsigned char)*s & 0xC0) == 0x80) s++;
+    keep = (size_t)(data + n - s);
+  }
+  memcpy(buf, s, keep);
+  buf[keep] = '\0';
+  free(data);
+  return buf;
+}
+
+/* ---- pid files ------------------------------------------------------------ */
+
+/* The port is checked too (1..65535 are real ports; 0 is let through for
+ * tests of "any port"): a negative one would make a strange file name. */
+char *mz_pidfile_path(int port, char *buf, size_t len)
+{
+  const char *xdg = getenv("XDG_RUNTIME_DIR");
+  int n;
+  if (port < 0 || port > 65535) return errno = EINVAL, NULL;
+  if (xdg && xdg[0] == '/') /* the spec says: ignore a relative one */
+    n = snprintf(buf, len, "%s/mirza/daemon-%d.pid", xdg, port);
+  else
+    n = snprintf(buf, len, "/tmp/mirza-%u/daemon-%d.pid", (unsigned)getuid(), port);
+  if (n < 0 || (size_t)n >= len) return errno = ENAMETOOLONG, NULL;
+  return buf;
+}
+
+/* The directory part of path, in place (path is a private copy). */
+static char *dir_part(char *path)
+{
+  char *slash = strrchr(path, '/');
+  if (slash && slash != path) *slash = '\0';
+  return path;
+}
+
+/* A pid file is an order to kill that pid later, so its directory must be
+ * ours and not writable by others: /tmp/mirza-<uid> could have been made
+ * (or symlinked) by another user before us. */
+static int dir_is_safe(const char *dir)
+{
+  struct stat sb;
+  if (lstat(dir, &sb) < 0) return -1;
+  if (!S_ISDIR(sb.st_mode)) return errno = ENOTDIR, -1;
+  if (sb.st_uid != getuid() || (sb.st_mode & 022)) return errno = EPERM, -1;
+  return 0;
+}
+
+/* mkdir -p with mode 0700 for every missing component. */
+static int mkdir_p(char *dir)
+{
+  for (char *s = dir + 1; *s; s++) {
+    if (*s != '/') continue;
+    *s = '\0';
+    int r = mkdir(dir, 0700);
+    *s = '/';
+    if (r < 0 && errno != EEXIST) return -1;
+  }
+  return mkdir(dir, 0700) < 0 && errno != EEXIST ? -1 : 0;
+}
+
+static int write_all(int fd, const char *s, size_t n)
+{
+  while (n > 0) {
+    ssize_t w = write(fd, s, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) return -1;
+    s += w;
+    n -= (size_t)w;
+  }
+  return 0;
+}
+
+/* Written to a temporary name then renamed, so a reader sees either the
+ * old file or the whole new one, never a half-written pid. */
+int mz_pidfile_write(int port, pid_t pid)
+{
+  char path[PATH_MAX], dir[PATH_MAX], tmp[PATH_MAX + 32], line[32];
+  if (pid <= 0) return errno = EINVAL, -1;
+  if (!mz_pidfile_path(port, path, sizeof path)) return -1;
+  strcpy(dir, path);
+  if (mkdir_p(dir_part(dir)) < 0 || dir_is_safe(dir) < 0) return -1;
+  snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
+  int n = snprintf(line, sizeof line, "%ld\n", (long)pid);
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+  if (fd < 0) return -1;
+  int r = write_all(fd, line, (size_t)n);
+  if (close(fd) < 0) r = -1;
+  if (r == 0) r = rename(tmp, path);
+  if (r < 0) {
+    int e = errno;
+    unlink(tmp);
+    errno = e;
+  }
+  return r;
+}
+
+/* "<digits>" with an optional final '\n', 1..INT_MAX; anything else: 0. */
+static pid_t parse_pid(const char *text)
+{
+  char *end;
+  if (text[0] < '0' || text[0] > '9') return 0;
+  errno = 0;
+  long v = strtol(text, &end, 10);
+  if (errno || v <= 0 || v > INT_MAX) return 0;
+  if (*end == '\n') end++;
+  return *end ? 0 : (pid_t)v;
+}
+
+pid_t mz_pidfile_read(int port)
+{
+  char path[PATH_MAX], dir[PATH_MAX], text[32];
+  if (!mz_pidfile_path(port, path, sizeof path)) return 0;
+  strcpy(dir, path);
+  if (dir_is_safe(dir_part(dir)) < 0) return 0;
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return 0;
+  ssize_t n;
+  do n = read(fd, text, sizeof text - 1); while (n < 0 && errno == EINTR);
+  close(fd);
+  if (n <= 0) return 0;
+  text[n] = '\0';
+  return parse_pid(text);
+}
+
+int mz_pidfile_remove(int port)
+{
+  char path[PATH_MAX];
+  if (!mz_pidfile_path(port, path, sizeof path)) return -1;
+  return unlink(path) < 0 && errno != ENOENT ? -1 : 0;
+}
