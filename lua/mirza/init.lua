@@ -1,0 +1,59 @@
+--- mirza: the Lua facade over the C core (`mirza.core`).
+---
+--- Streams are pulled, never pushed: `mirza.open{...}` starts a request and
+--- returns a stream whose events are read with `s:next(timeout)` or
+--- `for ev in s:events() do ... end`. `mirza.wait` drives every open
+--- transfer at once; coroutines and timers are built on top in Lua.
+local core = require "mirza.core"
+
+local M = {
+  version = core.version,
+  json = core.json,
+  open = core.open,
+  wait = core.wait,
+  sleep = core.sleep,
+  now = core.now,
+  streams = core.streams,
+}
+
+---Perform a plain (non-streamed) HTTP request and wait for its answer.
+---@param opts mirza.RequestOptions same keys as `mirza.open` (`plain` is implied)
+---@return string|nil body the response body (status < 400)
+---@return integer|string status_or_message HTTP status, or the error message
+---@return string? code error code: "http", "refused", "timeout", ...
+---@return integer? status HTTP status of an "http" error
+function M.request(opts)
+  local req = {}
+  for k, v in pairs(opts) do req[k] = v end
+  req.plain = true
+  local s <close> = core.open(req)
+  local ev = s:next()
+  if ev.type == "response" then return ev.body, ev.status end
+  return nil, ev.message, ev.code, ev.status
+end
+
+---Run a streaming request to the end and collect it.
+---@param opts mirza.RequestOptions
+---@return mirza.Result|nil result `{text, think, finish_reason, usage, stats, timings, done}`
+---@return string? message error message
+---@return string? code error code
+---@return mirza.Result? partial what was received before the error
+function M.collect(opts)
+  local s <close> = core.open(opts)
+  local text, think, res = {}, {}, {}
+  for ev in s:events() do
+    if ev.type == "text" then text[#text + 1] = ev.text
+    elseif ev.type == "think" then think[#think + 1] = ev.text
+    elseif ev.type == "done" or ev.type == "error" then res.last = ev end
+  end
+  res.text, res.think = table.concat(text), table.concat(think)
+  local last = res.last
+  res.last = nil
+  if last and last.type == "done" then
+    res.finish_reason, res.usage, res.stats, res.timings = last.finish_reason, last.usage, last.stats, last.timings
+    return res
+  end
+  return nil, last and last.message or "stream ended", last and last.code or "closed", res
+end
+
+return M

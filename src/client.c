@@ -1,0 +1,739 @@
+/*
+ * client.c - libcurl multi driver: requests, the write callback feeding
+ * sse.c and decode.c, per-stream event queues, stall/deadline handling.
+ *
+ * Memory: each stream owns one byte arena (text of queued events) and one
+ * array of queue items; both are reset when the queue drains, so a steady
+ * stream does no allocation per token beyond cJSON's own parse. The
+ * terminal event (done/error/response) is kept apart from the queue in
+ * fixed storage, so a failure can always be reported, even out of memory.
+ */
+#include "client.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "decode.h"
+#include "mirza.h"
+#include "sse.h"
+
+#define ERRBODY_MAX (64u << 10)   /* error bodies: what we keep */
+#define PLAINBODY_MAX (64u << 20) /* plain responses */
+
+typedef struct mz_buf {
+  char *p;
+  size_t len, cap;
+} mz_buf;
+
+typedef struct item {
+  mz_evtype type;
+  int index;
+  size_t off, len; /* text in the arena */
+  cJSON *json;     /* owned until popped */
+} item;
+
+enum { MODE_UNKNOWN, MODE_SSE, MODE_JSON, MODE_ERRBODY, MODE_PLAIN };
+
+struct mz_stream {
+  mz_client *c;
+  mz_stream *prev, *next;
+  CURL *easy;
+  struct curl_slist *hdrs;
+  char *url;
+  int plain, mode, abort; /* abort: make the write callback fail */
+  long status;
+  mz_sse sse;
+  mz_buf arena, body;
+  item *q;
+  size_t qhead, qlen, qcap;
+  cJSON *popped_json;      /* json of the last popped event */
+  char carry[2][4];        /* held-back partial UTF-8: [0] think, [1] text */
+  size_t carry_len[2];
+  char finish_reason[32];
+  cJSON *usage, *timings, *stats, *extra;
+  double last_rx, stall_s;
+  /* the terminal event */
+  mz_evtype term;          /* 0 while none */
+  int term_popped;
+  const char *term_code;
+  char term_msg[512];
+  cJSON *term_json;
+  mz_event cur;            /* what next() handed out */
+  char errbuf[CURL_ERROR_SIZE];
+};
+
+struct mz_client {
+  CURLM *multi;
+  mz_stream *streams;
+  size_t nstreams;
+  volatile sig_atomic_t *intr;
+};
+
+double mz_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ---------------------------------------------------------------- buffers */
+
+static int buf_reserve(mz_buf *b, size_t extra) {
+  if (b->cap - b->len >= extra) return 0;
+  size_t cap = b->cap ? b->cap : 1024;
+  while (cap - b->len < extra) {
+    if (cap > SIZE_MAX / 2) return -1;
+    cap *= 2;
+  }
+  char *p = realloc(b->p, cap);
+  if (!p) return -1;
+  b->p = p;
+  b->cap = cap;
+  return 0;
+}
+
+static int buf_add(mz_buf *b, const char *p, size_t len) {
+  if (buf_reserve(b, len + 1)) return -1;
+  memcpy(b->p + b->len, p, len);
+  b->len += len;
+  b->p[b->len] = '\0';
+  return 0;
+}
+
+static void buf_free(mz_buf *b) {
+  free(b->p);
+  b->p = NULL;
+  b->len = b->cap = 0;
+}
+
+/* ------------------------------------------------------- terminal events */
+
+/* Record the terminal event once; later calls are ignored so the first
+ * cause wins (a protocol error is not overwritten by the abort it causes). */
+static void set_terminal(mz_stream *s, mz_evtype t, const char *code, const char *fmt, ...) {
+  if (s->term) return;
+  s->term = t;
+  s->term_code = code;
+  s->term_msg[0] = '\0';
+  if (fmt) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(s->term_msg, sizeof s->term_msg, fmt, ap);
+    va_end(ap);
+  }
+}
+
+static item *q_push(mz_stream *s, mz_evtype t, int index) {
+  if (s->qlen == s->qcap) {
+    size_t cap = s->qcap ? s->qcap * 2 : 64;
+    item *q = realloc(s->q, cap * sizeof *q);
+    if (!q) return NULL;
+    s->q = q;
+    s->qcap = cap;
+  }
+  item *it = &s->q[s->qlen++];
+  it->type = t;
+  it->index = index;
+  it->off = s->arena.len;
+  it->len = 0;
+  it->json = NULL;
+  return it;
+}
+
+static void out_of_memory(mz_stream *s) {
+  set_terminal(s, MZ_EV_ERROR, MZ_E_IO, "out of memory");
+  s->abort = 1;
+}
+
+/* Queue a json-carrying event, taking ownership of json. */
+static void push_json(mz_stream *s, mz_evtype t, int index, cJSON *json) {
+  item *it = json ? q_push(s, t, index) : NULL;
+  if (!it) {
+    cJSON_Delete(json);
+    out_of_memory(s);
+    return;
+  }
+  it->json = json;
+}
+
+/*
+ * Queue a text delta. For choice 0 a trailing incomplete UTF-8 sequence is
+ * held back (at most 3 bytes per channel) and put in front of the next
+ * delta of the same channel, so Lua only ever sees whole characters.
+ */
+static void push_text(mz_stream *s, mz_evtype t, int index, const char *p, size_t len) {
+  int ch = t == MZ_EV_THINK ? 0 : 1;
+  size_t held = index == 0 ? s->carry_len[ch] : 0;
+  if (buf_reserve(&s->arena, held + len + 1)) {
+    out_of_memory(s);
+    return;
+  }
+  size_t off = s->arena.len;
+  memcpy(s->arena.p + off, s->carry[ch], held);
+  memcpy(s->arena.p + off + held, p, len);
+  size_t total = held + len, keep = total;
+  if (index == 0) {
+    keep = mz_utf8_complete(s->arena.p + off, total);
+    s->carry_len[ch] = total - keep;
+    memcpy(s->carry[ch], s->arena.p + off + keep, total - keep);
+  }
+  if (keep == 0) return;
+  item *it = q_push(s, t, index);
+  if (!it) {
+    out_of_memory(s);
+    return;
+  }
+  it->off = off;
+  it->len = keep;
+  s->arena.len = off + keep;
+}
+
+/* Release held-back partial characters as they are (the stream is over:
+ * better a broken character than a lost byte). */
+static void flush_carry(mz_stream *s) {
+  for (int ch = 0; ch < 2; ch++) {
+    size_t n = s->carry_len[ch];
+    if (!n) continue;
+    char tmp[4];
+    memcpy(tmp, s->carry[ch], n);
+    s->carry_len[ch] = 0;
+    item *it = q_push(s, ch == 0 ? MZ_EV_THINK : MZ_EV_TEXT, 0);
+    if (!it || buf_add(&s->arena, tmp, n)) {
+      out_of_memory(s);
+      return;
+    }
+    it->len = n;
+  }
+}
+
+/* ------------------------------------------------------- frame handling */
+
+static void replace(cJSON **slot, cJSON *v) {
+  cJSON_Delete(*slot);
+  *slot = v;
+}
+
+/* Take a top-level item out of the frame's tree (NULL-safe). */
+static cJSON *take(mz_frame *f, const cJSON *it) {
+  return it ? cJSON_DetachItemViaPointer(f->root, (cJSON *)it) : NULL;
+}
+
+static int known_key(const char *k) {
+  static const char *const keys[] = {"id", "object", "created", "model", "system_fingerprint",
+                                     "choices", "usage", "timings", "mtplx_stats",
+                                     "mtplx_progress", "error", NULL};
+  for (int i = 0; keys[i]; i++)
+    if (strcmp(k, keys[i]) == 0) return 1;
+  return 0;
+}
+
+/* Unknown top-level fields are kept (last value wins) in done.extra. */
+static void keep_unknown(mz_stream *s, mz_frame *f) {
+  if (!s->extra && !(s->extra = cJSON_CreateObject())) return;
+  for (cJSON *it = f->root->child; it;) {
+    cJSON *nx = it->next;
+    if (it->string && !known_key(it->string)) {
+      const char *k = it->string;
+      cJSON_DeleteItemFromObjectCaseSensitive(s->extra, k);
+      cJSON *v = cJSON_DetachItemViaPointer(f->root, it);
+      cJSON_AddItemToObject(s->extra, v->string, v);
+    }
+    it = nx;
+  }
+}
+
+static cJSON *make_done(mz_stream *s) {
+  cJSON *d = cJSON_CreateObject();
+  if (!d) return NULL;
+  if (s->finish_reason[0]) cJSON_AddStringToObject(d, "finish_reason", s->finish_reason);
+  if (s->usage) cJSON_AddItemToObject(d, "usage", s->usage);
+  if (s->stats) cJSON_AddItemToObject(d, "stats", s->stats);
+  if (s->timings) cJSON_AddItemToObject(d, "timings", s->timings);
+  if (s->extra) cJSON_AddItemToObject(d, "extra", s->extra);
+  s->usage = s->stats = s->timings = s->extra = NULL;
+  return d;
+}
+
+static void finish_done(mz_stream *s) {
+  flush_carry(s);
+  set_terminal(s, MZ_EV_DONE, NULL, NULL);
+  s->term_json = make_done(s);
+}
+
+static void handle_choice(mz_stream *s, const mz_choice *c) {
+  if (c->reasoning_len) push_text(s, MZ_EV_THINK, c->index, c->reasoning, c->reasoning_len);
+  if (c->content_len) push_text(s, MZ_EV_TEXT, c->index, c->content, c->content_len);
+  if (c->tool_calls) push_json(s, MZ_EV_TOOL_CALL, c->index, cJSON_Duplicate(c->tool_calls, 1));
+  if (c->finish_reason && (c->index == 0 || !s->finish_reason[0]))
+    snprintf(s->finish_reason, sizeof s->finish_reason, "%s", c->finish_reason);
+}
+
+static void handle_error_value(mz_stream *s, mz_frame *f) {
+  const char *type = NULL;
+  char code[64] = "";
+  const char *msg = mz_error_message(f->error, &type, code, sizeof code);
+  flush_carry(s);
+  set_terminal(s, MZ_EV_ERROR, MZ_E_SERVER, "server error: %s", msg ? msg : "(no message)");
+  s->term_json = take(f, f->error);
+}
+
+/* One decoded payload: text first, then side data, then errors/end, so
+ * everything a frame carries is queued before the terminal event. */
+static void handle_frame(mz_stream *s, mz_frame *f) {
+  if (f->done) {
+    finish_done(s);
+    return;
+  }
+  mz_choice c;
+  for (int i = 0; i < f->nchoices; i++)
+    if (mz_frame_choice(f, i, &c) == 0) handle_choice(s, &c);
+  if (f->progress)
+    push_json(s, f->heartbeat ? MZ_EV_HEARTBEAT : MZ_EV_PROGRESS, 0, take(f, f->progress));
+  if (f->usage) replace(&s->usage, take(f, f->usage));
+  if (f->timings) replace(&s->timings, take(f, f->timings));
+  if (f->stats) replace(&s->stats, take(f, f->stats));
+  if (f->unknown) keep_unknown(s, f);
+  if (f->error) handle_error_value(s, f);
+}
+
+static int on_sse_event(void *ud, const mz_sse_event *e) {
+  mz_stream *s = ud;
+  char err[128];
+  mz_frame f;
+  if (s->term) return 1;
+  int is_error = e->type_len == 5 && memcmp(e->type, "error", 5) == 0;
+  if (!is_error && strcmp(e->type, "message") != 0) return 0; /* other event types: not ours */
+  if (mz_frame_decode(&f, e->data, e->data_len, err, sizeof err) != 0) {
+    flush_carry(s);
+    set_terminal(s, MZ_EV_ERROR, MZ_E_PROTOCOL, "malformed frame (%s): %.80s", err, e->data);
+    s->abort = 1;
+  } else if (is_error && !f.error) {
+    flush_carry(s);
+    set_terminal(s, MZ_EV_ERROR, MZ_E_SERVER, "server error: %.200s", e->data);
+  } else {
+    handle_frame(s, &f);
+  }
+  mz_frame_free(&f);
+  return s->term ? 1 : 0;
+}
+
+/* ------------------------------------------------------ curl callbacks */
+
+/* Decide how to read the body from the status and content type. */
+static void classify(mz_stream *s) {
+  char *ct = NULL;
+  curl_easy_getinfo(s->easy, CURLINFO_RESPONSE_CODE, &s->status);
+  curl_easy_getinfo(s->easy, CURLINFO_CONTENT_TYPE, &ct);
+  if (s->status >= 400) s->mode = MODE_ERRBODY;
+  else if (s->plain) s->mode = MODE_PLAIN;
+  else if (ct && strstr(ct, "json") && !strstr(ct, "event-stream")) s->mode = MODE_JSON;
+  else s->mode = MODE_SSE;
+}
+
+static size_t on_write(char *p, size_t size, size_t n, void *ud) {
+  mz_stream *s = ud;
+  size_t len = size * n;
+  s->last_rx = mz_now();
+  if (s->mode == MODE_UNKNOWN) classify(s);
+  if (s->abort) return 0;
+  if (s->term) return len; /* read to the end so the connection is reused */
+  if (s->mode == MODE_SSE) {
+    int rc = mz_sse_feed(&s->sse, p, len);
+    if (rc < 0) {
+      flush_carry(s);
+      set_terminal(s, MZ_EV_ERROR, MZ_E_PROTOCOL, "%s (limit %zu bytes)", mz_sse_strerror(rc), s->sse.max);
+      s->abort = 1;
+    }
+    return s->abort ? 0 : len;
+  }
+  size_t cap = s->mode == MODE_ERRBODY ? ERRBODY_MAX : PLAINBODY_MAX;
+  size_t room = s->body.len < cap ? cap - s->body.len : 0;
+  if (room && buf_add(&s->body, p, len < room ? len : room)) out_of_memory(s);
+  if (len > room && s->mode != MODE_ERRBODY) {
+    set_terminal(s, MZ_EV_ERROR, MZ_E_PROTOCOL, "response body over %u bytes", PLAINBODY_MAX);
+    return 0;
+  }
+  return s->abort ? 0 : len;
+}
+
+/* ------------------------------------------------------ completion */
+
+static void finish_http_error(mz_stream *s) {
+  char msg[sizeof s->term_msg];
+  mz_http_error_message(s->status, s->body.p, s->body.len, msg, sizeof msg);
+  set_terminal(s, MZ_EV_ERROR, MZ_E_HTTP, "%s", msg);
+  s->term_json = s->body.len ? cJSON_ParseWithLength(s->body.p, s->body.len) : NULL;
+}
+
+/* A 200 with a JSON body where a stream was asked for: a non-streamed
+ * chat.completion (some servers ignore "stream"). Same events as a stream. */
+static void finish_json_body(mz_stream *s) {
+  mz_frame f;
+  char err[128];
+  if (mz_frame_decode(&f, s->body.p ? s->body.p : "", s->body.len, err, sizeof err) != 0) {
+    set_terminal(s, MZ_EV_ERROR, MZ_E_PROTOCOL, "malformed response (%s)", err);
+  } else {
+    handle_frame(s, &f);
+    finish_done(s);
+  }
+  mz_frame_free(&f);
+}
+
+static void finish_transport_error(mz_stream *s, CURLcode rc) {
+  const char *code = MZ_E_IO;
+  int closed = 0;
+  switch (rc) {
+  case CURLE_COULDNT_CONNECT:
+  case CURLE_COULDNT_RESOLVE_HOST:
+    code = MZ_E_REFUSED;
+    break;
+  case CURLE_OPERATION_TIMEDOUT:
+    code = MZ_E_TIMEOUT;
+    break;
+  case CURLE_PARTIAL_FILE:
+  case CURLE_RECV_ERROR:
+  case CURLE_GOT_NOTHING:
+  case CURLE_SEND_ERROR:
+    code = MZ_E_CLOSED;
+    closed = 1;
+    break;
+  default:
+    break;
+  }
+  flush_carry(s);
+  const char *why = s->errbuf[0] ? s->errbuf : curl_easy_strerror(rc);
+  if (closed && s->status)
+    set_terminal(s, MZ_EV_ERROR, code, "connection closed mid-stream (%s)", why);
+  else
+    set_terminal(s, MZ_EV_ERROR, code, "%s: %s", s->url, why);
+}
+
+static void detach_easy(mz_stream *s) {
+  if (!s->easy) return;
+  curl_multi_remove_handle(s->c->multi, s->easy);
+  curl_easy_cleanup(s->easy);
+  s->easy = NULL;
+}
+
+static void on_complete(mz_stream *s, CURLcode rc) {
+  if (s->mode == MODE_UNKNOWN && rc == CURLE_OK) classify(s);
+  if (s->mode == MODE_ERRBODY && (rc == CURLE_OK || s->body.len)) finish_http_error(s);
+  else if (rc != CURLE_OK) finish_transport_error(s, rc);
+  else if (s->mode == MODE_PLAIN) set_terminal(s, MZ_EV_RESPONSE, NULL, NULL);
+  else if (s->mode == MODE_JSON) finish_json_body(s);
+  else if (!s->term) {
+    int partial = mz_sse_finish(&s->sse);
+    if (!s->term) {
+      flush_carry(s);
+      set_terminal(s, MZ_EV_ERROR, MZ_E_CLOSED, "stream ended without [DONE]%s",
+                   partial ? " (cut inside an event)" : "");
+    }
+  }
+  detach_easy(s);
+}
+
+/* ------------------------------------------------------ the driver */
+
+static void check_stalls(mz_client *c, double now) {
+  for (mz_stream *s = c->streams; s; s = s->next) {
+    if (!s->easy || s->term || s->stall_s <= 0 || now - s->last_rx < s->stall_s) continue;
+    flush_carry(s);
+    set_terminal(s, MZ_EV_ERROR, MZ_E_TIMEOUT, "no data from %s for %.1f s (stall timeout)", s->url,
+                 now - s->last_rx);
+    detach_easy(s); /* closes the connection: the daemon stops generating */
+  }
+}
+
+static void drive(mz_client *c) {
+  int running, left;
+  CURLMsg *m;
+  curl_multi_perform(c->multi, &running);
+  while ((m = curl_multi_info_read(c->multi, &left))) {
+    if (m->msg != CURLMSG_DONE) continue;
+    mz_stream *s = NULL;
+    curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&s);
+    if (s) on_complete(s, m->data.result);
+  }
+  check_stalls(c, mz_now());
+}
+
+static int ready(const mz_stream *s) {
+  return s->qhead < s->qlen || (s->term && !s->term_popped);
+}
+
+static int count_ready(const mz_client *c) {
+  int n = 0;
+  for (const mz_stream *s = c->streams; s; s = s->next) n += ready(s);
+  return n;
+}
+
+/* Seconds until the nearest stall deadline (or `cap`). */
+static double next_stall(const mz_client *c, double now, double cap) {
+  for (const mz_stream *s = c->streams; s; s = s->next)
+    if (s->easy && !s->term && s->stall_s > 0) {
+      double left = s->last_rx + s->stall_s - now;
+      if (left < cap) cap = left > 0 ? left : 0;
+    }
+  return cap;
+}
+
+static int any_running(const mz_client *c) {
+  for (const mz_stream *s = c->streams; s; s = s->next)
+    if (s->easy && !s->term) return 1;
+  return 0;
+}
+
+/*
+ * The one wait loop. Returns when `target` (or, with target NULL, any
+ * stream) has something to pop, at the deadline `end`, on interrupt, or
+ * when no transfer could make progress any more.
+ */
+static int wait_loop(mz_client *c, mz_stream *target, double end) {
+  for (;;) {
+    drive(c);
+    int n = target ? ready(target) : count_ready(c);
+    if (n) return n;
+    if (c->intr && *c->intr) return MZ_NEXT_INTERRUPTED;
+    if (target ? (!target->easy && target->term) : !any_running(c)) return 0;
+    double now = mz_now(), left = end - now;
+    if (left <= 0) return 0;
+    left = next_stall(c, now, left < 3600 ? left : 3600);
+    int ms = (int)ceil(left * 1000.0);
+    curl_multi_poll(c->multi, NULL, 0, ms, NULL);
+  }
+}
+
+static double deadline_from(long timeout_ms) {
+  return timeout_ms < 0 ? INFINITY : mz_now() + (double)timeout_ms / 1000.0;
+}
+
+int mz_client_wait(mz_client *c, long timeout_ms) {
+  return wait_loop(c, NULL, deadline_from(timeout_ms));
+}
+
+int mz_client_sleep(mz_client *c, long timeout_ms) {
+  double end = mz_now() + (double)timeout_ms / 1000.0;
+  for (;;) {
+    drive(c);
+    if (c->intr && *c->intr) return MZ_NEXT_INTERRUPTED;
+    double now = mz_now(), left = end - now;
+    if (left <= 0) return 0;
+    left = next_stall(c, now, left);
+    curl_multi_poll(c->multi, NULL, 0, (int)ceil(left * 1000.0), NULL);
+  }
+}
+
+/* Drop what the previous pop handed out, and reset the arena when the
+ * queue has drained: the caller has copied it by now (see client.h). */
+static void release_popped(mz_stream *s) {
+  cJSON_Delete(s->popped_json);
+  s->popped_json = NULL;
+  if (s->qhead == s->qlen && s->qlen) {
+    s->qhead = s->qlen = 0;
+    s->arena.len = 0;
+  }
+}
+
+static const mz_event *pop(mz_stream *s) {
+  mz_event *e = &s->cur;
+  memset(e, 0, sizeof *e);
+  if (s->qhead < s->qlen) {
+    item *it = &s->q[s->qhead++];
+    e->type = it->type;
+    e->index = it->index;
+    e->text = s->arena.p ? s->arena.p + it->off : "";
+    e->len = it->len;
+    e->json = s->popped_json = it->json;
+    return e;
+  }
+  s->term_popped = 1;
+  e->type = s->term;
+  e->code = s->term_code;
+  e->status = s->status;
+  e->json = s->term_json;
+  if (s->term == MZ_EV_RESPONSE) {
+    e->text = e->body = s->body.p ? s->body.p : "";
+    e->len = e->body_len = s->body.len;
+  } else {
+    e->text = s->term_msg;
+    e->len = strlen(s->term_msg);
+    e->body = s->body.p;
+    e->body_len = s->body.len;
+  }
+  return e;
+}
+
+int mz_stream_next(mz_stream *s, long timeout_ms, const mz_event **ev) {
+  release_popped(s);
+  if (s->term_popped) return MZ_NEXT_END;
+  if (!ready(s)) {
+    int rc = wait_loop(s->c, s, deadline_from(timeout_ms));
+    if (rc == MZ_NEXT_INTERRUPTED) return rc;
+    if (!ready(s)) return MZ_NEXT_TIMEOUT;
+  }
+  *ev = pop(s);
+  return MZ_NEXT_EVENT;
+}
+
+size_t mz_stream_pending(const mz_stream *s) {
+  return s->qlen - s->qhead + (s->term && !s->term_popped);
+}
+
+int mz_stream_finished(const mz_stream *s) {
+  return s->term != 0;
+}
+
+/* ------------------------------------------------------ open / close */
+
+static int has_header(const char *const *h, const char *name) {
+  size_t n = strlen(name);
+  for (; h && *h; h++)
+    if (strncasecmp(*h, name, n) == 0 && (*h)[n] == ':') return 1;
+  return 0;
+}
+
+static int add_header(mz_stream *s, const char *h) {
+  struct curl_slist *l = curl_slist_append(s->hdrs, h);
+  if (!l) return -1;
+  s->hdrs = l;
+  return 0;
+}
+
+static int build_headers(mz_stream *s, const mz_request *r) {
+  char auth[1024];
+  int rc = 0;
+  if (r->body && !has_header(r->headers, "Content-Type")) rc |= add_header(s, "Content-Type: application/json");
+  if (!has_header(r->headers, "Accept"))
+    rc |= add_header(s, r->plain ? "Accept: application/json" : "Accept: text/event-stream");
+  rc |= add_header(s, "Expect:"); /* no 100-continue round trip */
+  for (const char *const *h = r->headers; h && *h; h++) rc |= add_header(s, *h);
+  if (r->api_key && *r->api_key) {
+    if (snprintf(auth, sizeof auth, "Authorization: Bearer %s", r->api_key) >= (int)sizeof auth) return -1;
+    rc |= add_header(s, auth);
+    memset(auth, 0, sizeof auth);
+  }
+  return rc;
+}
+
+static int setup_easy(mz_stream *s, const mz_request *r) {
+  CURL *e = s->easy;
+  int rc = 0;
+  rc |= curl_easy_setopt(e, CURLOPT_URL, r->url);
+  rc |= curl_easy_setopt(e, CURLOPT_PRIVATE, (char *)s);
+  rc |= curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_write);
+  rc |= curl_easy_setopt(e, CURLOPT_WRITEDATA, s);
+  rc |= curl_easy_setopt(e, CURLOPT_ERRORBUFFER, s->errbuf);
+  rc |= curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+  rc |= curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
+  rc |= curl_easy_setopt(e, CURLOPT_USERAGENT, "mirza/" MIRZA_VERSION);
+  rc |= curl_easy_setopt(e, CURLOPT_HTTPHEADER, s->hdrs);
+  rc |= curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, r->connect_timeout_ms > 0 ? r->connect_timeout_ms : 10000L);
+  if (r->deadline_ms > 0) rc |= curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, r->deadline_ms);
+  if (r->body) {
+    rc |= curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)r->body_len);
+    rc |= curl_easy_setopt(e, CURLOPT_COPYPOSTFIELDS, r->body);
+  } else if (r->method && strcmp(r->method, "POST") == 0) {
+    rc |= curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE, 0L);
+    rc |= curl_easy_setopt(e, CURLOPT_COPYPOSTFIELDS, "");
+  }
+  if (r->method && strcmp(r->method, "GET") != 0 && strcmp(r->method, "POST") != 0)
+    rc |= curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, r->method);
+  return rc;
+}
+
+mz_stream *mz_stream_open(mz_client *c, const mz_request *r, char *err, size_t errlen) {
+  if (!r->url || !*r->url) {
+    snprintf(err, errlen, "missing url");
+    return NULL;
+  }
+  mz_stream *s = calloc(1, sizeof *s);
+  if (!s || !(s->url = strdup(r->url)) || !(s->easy = curl_easy_init())) goto oom;
+  s->c = c;
+  s->plain = r->plain;
+  s->stall_s = (double)r->stall_timeout_ms / 1000.0;
+  s->last_rx = mz_now();
+  mz_sse_init(&s->sse, r->max_event_bytes, on_sse_event, s);
+  if (build_headers(s, r)) goto oom;
+  if (setup_easy(s, r)) {
+    snprintf(err, errlen, "invalid request options");
+    goto fail;
+  }
+  if (curl_multi_add_handle(c->multi, s->easy) != CURLM_OK) goto oom;
+  s->next = c->streams;
+  if (c->streams) c->streams->prev = s;
+  c->streams = s;
+  c->nstreams++;
+  return s;
+oom:
+  snprintf(err, errlen, "out of memory");
+fail:
+  if (s) {
+    if (s->easy) curl_easy_cleanup(s->easy);
+    curl_slist_free_all(s->hdrs);
+    mz_sse_free(&s->sse);
+    free(s->url);
+    free(s);
+  }
+  return NULL;
+}
+
+void mz_stream_close(mz_stream *s) {
+  if (!s) return;
+  mz_client *c = s->c;
+  detach_easy(s);
+  if (s->prev) s->prev->next = s->next;
+  else c->streams = s->next;
+  if (s->next) s->next->prev = s->prev;
+  c->nstreams--;
+  for (size_t i = s->qhead; i < s->qlen; i++) cJSON_Delete(s->q[i].json);
+  cJSON_Delete(s->popped_json);
+  cJSON_Delete(s->term_json);
+  cJSON_Delete(s->usage);
+  cJSON_Delete(s->timings);
+  cJSON_Delete(s->stats);
+  cJSON_Delete(s->extra);
+  curl_slist_free_all(s->hdrs);
+  mz_sse_free(&s->sse);
+  buf_free(&s->arena);
+  buf_free(&s->body);
+  free(s->q);
+  free(s->url);
+  free(s);
+}
+
+/* curl_global_init/cleanup are reference-counted by libcurl: one pair per
+ * client keeps several Lua states (or tests) independent. */
+mz_client *mz_client_new(volatile sig_atomic_t *interrupt) {
+  if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) return NULL;
+  mz_client *c = calloc(1, sizeof *c);
+  if (!c || !(c->multi = curl_multi_init())) {
+    free(c);
+    curl_global_cleanup();
+    return NULL;
+  }
+  c->intr = interrupt;
+  return c;
+}
+
+void mz_client_free(mz_client *c) {
+  if (!c) return;
+  while (c->streams) mz_stream_close(c->streams);
+  curl_multi_cleanup(c->multi);
+  free(c);
+  curl_global_cleanup();
+}
+
+void mz_client_wakeup(mz_client *c) {
+  if (c) curl_multi_wakeup(c->multi);
+}
+
+size_t mz_client_streams(const mz_client *c) {
+  return c->nstreams;
+}

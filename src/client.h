@@ -1,0 +1,104 @@
+/*
+ * client.h - the libcurl *multi* driver: HTTP requests to an LLM daemon,
+ * streamed responses parsed (sse.c) and decoded (decode.c) into a queue of
+ * events per stream. Pure C: no Lua.
+ *
+ * Pull model: nothing happens between calls. mz_client_wait() drives every
+ * open transfer at once (one curl multi handle, connections reused across
+ * requests); mz_stream_next() pops one event of one stream, driving the
+ * others while it waits. No callback ever leaves C: bytes are buffered,
+ * parsed and queued inside curl's write callback, and handed out later.
+ *
+ * Every stream ends with exactly one terminal event, DONE or ERROR, after
+ * everything received before it (a failure never drops text: partial
+ * UTF-8 held back for joining is flushed before the error).
+ */
+#ifndef MIRZA_CLIENT_H
+#define MIRZA_CLIENT_H
+
+#include <signal.h>
+#include <stddef.h>
+#include <cJSON.h>
+
+typedef struct mz_client mz_client;
+typedef struct mz_stream mz_stream;
+
+typedef enum mz_evtype {
+  MZ_EV_THINK = 1,  /* reasoning delta: text */
+  MZ_EV_TEXT,       /* answer delta: text */
+  MZ_EV_TOOL_CALL,  /* json = delta.tool_calls array */
+  MZ_EV_PROGRESS,   /* json = mtplx_progress */
+  MZ_EV_HEARTBEAT,  /* json = mtplx_progress with heartbeat: true */
+  MZ_EV_DONE,       /* terminal; json = {finish_reason, usage, stats, timings, extra} */
+  MZ_EV_ERROR,      /* terminal; text = message, code, status; json = server error */
+  MZ_EV_RESPONSE    /* terminal, plain requests: text = body, status */
+} mz_evtype;
+
+/* Valid until the next call into the client for this client (next/wait/
+ * close): copy what you need at once. */
+typedef struct mz_event {
+  mz_evtype type;
+  int index;           /* choice index */
+  const char *text;    /* think/text delta, error message, response body */
+  size_t len;
+  cJSON *json;         /* see mz_evtype; may be NULL; owned by the stream */
+  const char *code;    /* error token (mirza.h MZ_E_*) for MZ_EV_ERROR */
+  long status;         /* HTTP status (0 if no response) */
+  const char *body;    /* error/response: raw body (may be NULL) */
+  size_t body_len;
+} mz_event;
+
+typedef struct mz_request {
+  const char *url;
+  const char *method;          /* NULL: POST if body, else GET */
+  const char *body;            /* copied */
+  size_t body_len;
+  const char *const *headers;  /* "Name: value", NULL-terminated, or NULL */
+  const char *api_key;         /* -> Authorization: Bearer (never logged) */
+  int plain;                   /* 1: not a stream: one MZ_EV_RESPONSE at the end */
+  long connect_timeout_ms;     /* 0: 10 s */
+  long stall_timeout_ms;       /* no byte for this long -> "timeout"; 0: none */
+  long deadline_ms;            /* whole request; 0: none */
+  size_t max_event_bytes;      /* SSE event cap; 0: MZ_SSE_DEFAULT_MAX */
+} mz_request;
+
+enum { MZ_NEXT_EVENT = 1, MZ_NEXT_TIMEOUT = 0, MZ_NEXT_END = -1, MZ_NEXT_INTERRUPTED = -2 };
+
+/* One client per Lua state (or test). NULL on failure. `interrupt`, when
+ * set non-zero (from a signal handler) makes waits return early. */
+mz_client *mz_client_new(volatile sig_atomic_t *interrupt);
+/* Closes every stream still open (cancelling transfers) and frees. */
+void mz_client_free(mz_client *c);
+/* Wake a wait in progress; async-signal-safe (a write to a socketpair). */
+void mz_client_wakeup(mz_client *c);
+
+/* Start a request. Returns the stream, or NULL with a message in err
+ * (invalid arguments or out of memory; network failures come later as an
+ * MZ_EV_ERROR event). The transfer starts on the next wait/next. */
+mz_stream *mz_stream_open(mz_client *c, const mz_request *r, char *err, size_t errlen);
+/* Pop the next event, waiting up to timeout_ms (<0: forever, 0: poll).
+ * Returns MZ_NEXT_EVENT (*ev set), MZ_NEXT_TIMEOUT, MZ_NEXT_END (the
+ * terminal event was already popped) or MZ_NEXT_INTERRUPTED. */
+int mz_stream_next(mz_stream *s, long timeout_ms, const mz_event **ev);
+/* Events queued and not yet popped. */
+size_t mz_stream_pending(const mz_stream *s);
+/* 1 once the terminal event is queued (the transfer is over). */
+int mz_stream_finished(const mz_stream *s);
+/* Cancel (closes the connection if the transfer is still running: the
+ * daemon stops generating) and free. NULL is fine. */
+void mz_stream_close(mz_stream *s);
+
+/* Drive all transfers: returns the number of streams with something to
+ * pop (>0 at once when events are already queued), 0 on timeout, or
+ * MZ_NEXT_INTERRUPTED. timeout_ms <0: until something is ready. */
+int mz_client_wait(mz_client *c, long timeout_ms);
+/* Keep every transfer flowing for timeout_ms whatever is ready (events
+ * pile up in their queues). Returns 0, or MZ_NEXT_INTERRUPTED. */
+int mz_client_sleep(mz_client *c, long timeout_ms);
+/* Number of open streams. */
+size_t mz_client_streams(const mz_client *c);
+
+/* Monotonic clock in seconds. */
+double mz_now(void);
+
+#endif

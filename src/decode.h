@@ -1,0 +1,78 @@
+/*
+ * decode.h - decoding of OpenAI-compatible streaming payloads
+ * (chat.completion.chunk frames as sent by MTPLX, llama-server, vLLM,
+ * Ollama) and of HTTP error bodies. Pure C over cJSON, no Lua, no I/O.
+ *
+ * A frame is decoded once into an mz_frame that owns the cJSON tree and
+ * points into it: the caller reads the fields it needs and may detach
+ * subtrees (cJSON_DetachItemViaPointer) to keep them past mz_frame_free.
+ * Every field is optional: servers ship often and omit what they like.
+ */
+#ifndef MIRZA_DECODE_H
+#define MIRZA_DECODE_H
+
+#include <stddef.h>
+#include <cJSON.h>
+
+typedef struct mz_frame {
+  cJSON *root;             /* owned parse tree; NULL for [DONE] */
+  int done;                /* the payload was the literal [DONE] */
+  const cJSON *choices;    /* the "choices" array, or NULL */
+  int nchoices;            /* 0 for usage-only frames (choices: []) */
+  const cJSON *usage;      /* top-level objects, NULL when absent or null */
+  const cJSON *timings;    /* llama.cpp */
+  const cJSON *stats;      /* MTPLX mtplx_stats */
+  const cJSON *progress;   /* MTPLX mtplx_progress */
+  const cJSON *error;      /* top-level "error" (object or string) */
+  int heartbeat;           /* mtplx_progress.heartbeat == true */
+  int unknown;             /* count of top-level keys not listed below */
+} mz_frame;
+
+/* Top-level keys mz_frame knows: id object created model system_fingerprint
+ * choices usage timings mtplx_stats mtplx_progress error. Any other key
+ * counts in `unknown` so a caller can keep the raw frame reachable. */
+
+typedef struct mz_choice {
+  int index;                 /* "index", default: position in the array */
+  const char *role;          /* delta.role or NULL */
+  const char *reasoning;     /* delta.reasoning_content, else delta.reasoning */
+  size_t reasoning_len;      /* 0 when absent, null or "" */
+  const char *content;       /* delta.content (null/absent -> NULL, len 0) */
+  size_t content_len;
+  const cJSON *tool_calls;   /* delta.tool_calls array, or NULL */
+  const char *finish_reason; /* NULL when null or absent */
+  const cJSON *message;      /* non-streamed: choices[i].message, or NULL */
+} mz_choice;
+
+/* Decode one SSE data payload (not necessarily NUL-terminated). "[DONE]"
+ * (surrounding whitespace allowed) sets done. Returns 0, or -1 with a short
+ * message in err when the payload is not JSON or not a JSON object. The
+ * frame must be freed with mz_frame_free in both cases. */
+int mz_frame_decode(mz_frame *f, const char *data, size_t len, char *err, size_t errlen);
+void mz_frame_free(mz_frame *f);
+
+/* Fill *c from choices[i] (delta for streamed chunks, message for a
+ * non-streamed chat.completion). Returns 0, or -1 if i is out of range or
+ * the element is not an object. */
+int mz_frame_choice(const mz_frame *f, int i, mz_choice *c);
+
+/* The message of an error value: {"message": "..."} -> message, a plain
+ * string -> itself, anything else -> NULL. Also reports "type" and "code"
+ * (code may be a string or a number, rendered into code_buf). */
+const char *mz_error_message(const cJSON *error, const char **type,
+                             char *code_buf, size_t code_len);
+
+/* Render the message for an HTTP error response into out (always
+ * NUL-terminated): "HTTP <status>: <server's error.message>" when the body
+ * is a JSON error object, else "HTTP <status>: \"<body, control chars
+ * escaped, truncated to ~200 bytes with ...>\"", else "HTTP <status>" for
+ * an empty body. Returns out. */
+char *mz_http_error_message(long status, const char *body, size_t len, char *out, size_t outlen);
+
+/* Length of the longest prefix of s[0..len) that does not end inside an
+ * incomplete UTF-8 sequence: the caller holds back s[ret..len) (at most 3
+ * bytes) and prepends it to the next piece of the same channel. Invalid
+ * bytes are not held back (they pass through as they are). */
+size_t mz_utf8_complete(const char *s, size_t len);
+
+#endif

@@ -1,0 +1,118 @@
+/*
+ * l_core.c - `mirza.core`: the per-state context (the curl multi client,
+ * kept in the registry and freed by its __gc), wait/sleep/now, and the
+ * interrupt flag a signal handler raises.
+ *
+ * File-scope state is limited to what a signal handler must reach: the
+ * flag and the client of the first (main) state to wake it.
+ */
+#include "l_core.h"
+
+#include <lauxlib.h>
+
+#include "l_util.h"
+#include "mirza.h"
+
+#define CTX_KEY "mirza.ctx"
+
+static volatile sig_atomic_t interrupt_pending, interrupt_seen;
+static mz_client *volatile signal_client;
+
+void mz_l_signal(void) {
+  interrupt_pending = 1;
+  interrupt_seen = 1;
+  mz_client *c = signal_client;
+  if (c) mz_client_wakeup(c);
+}
+
+int mz_l_was_interrupted(void) {
+  return interrupt_seen;
+}
+
+int mz_l_raise_interrupt(lua_State *L) {
+  interrupt_pending = 0;
+  return luaL_error(L, "interrupted");
+}
+
+static int ctx_gc(lua_State *L) {
+  mz_ctx *ctx = lua_touserdata(L, 1);
+  if (ctx->client) {
+    if (signal_client == ctx->client) signal_client = NULL;
+    mz_client_free(ctx->client); /* cancels every transfer still open */
+    ctx->client = NULL;
+  }
+  return 0;
+}
+
+void mz_l_pushctx(lua_State *L) {
+  if (lua_getfield(L, LUA_REGISTRYINDEX, CTX_KEY) == LUA_TUSERDATA) return;
+  lua_pop(L, 1);
+  mz_ctx *ctx = lua_newuserdatauv(L, sizeof *ctx, 0);
+  ctx->client = NULL;
+  lua_createtable(L, 0, 1);
+  lua_pushcfunction(L, ctx_gc);
+  lua_setfield(L, -2, "__gc");
+  lua_setmetatable(L, -2);
+  if (!(ctx->client = mz_client_new(&interrupt_pending))) luaL_error(L, "mirza: cannot initialise libcurl");
+  if (!signal_client) signal_client = ctx->client;
+  lua_pushvalue(L, -1);
+  lua_setfield(L, LUA_REGISTRYINDEX, CTX_KEY);
+}
+
+mz_ctx *mz_l_ctx(lua_State *L) {
+  mz_l_pushctx(L);
+  mz_ctx *ctx = lua_touserdata(L, -1);
+  lua_pop(L, 1);
+  if (!ctx->client) luaL_error(L, "mirza: the state is closing");
+  return ctx;
+}
+
+static long opt_ms(lua_State *L, int idx) {
+  if (lua_isnoneornil(L, idx)) return -1;
+  lua_Number s = luaL_checknumber(L, idx);
+  luaL_argcheck(L, s >= 0, idx, "negative timeout");
+  return s > 1e9 ? -1 : (long)(s * 1000.0 + 0.5);
+}
+
+/* mirza.wait([timeout]) -> number of streams with events ready (0 on
+ * timeout). Drives every open transfer; never yields. */
+static int l_wait(lua_State *L) {
+  mz_ctx *ctx = mz_l_ctx(L);
+  int n = mz_client_wait(ctx->client, opt_ms(L, 1));
+  if (n == MZ_NEXT_INTERRUPTED) return mz_l_raise_interrupt(L);
+  lua_pushinteger(L, n);
+  return 1;
+}
+
+/* mirza.sleep(seconds): transfers keep flowing meanwhile. */
+static int l_sleep(lua_State *L) {
+  mz_ctx *ctx = mz_l_ctx(L);
+  long ms = opt_ms(L, 1);
+  luaL_argcheck(L, ms >= 0, 1, "number expected");
+  if (mz_client_sleep(ctx->client, ms) == MZ_NEXT_INTERRUPTED) return mz_l_raise_interrupt(L);
+  return 0;
+}
+
+static int l_now(lua_State *L) {
+  lua_pushnumber(L, mz_now());
+  return 1;
+}
+
+static int l_streams(lua_State *L) {
+  lua_pushinteger(L, (lua_Integer)mz_client_streams(mz_l_ctx(L)->client));
+  return 1;
+}
+
+int luaopen_mirza_core(lua_State *L) {
+  static const luaL_Reg funcs[] = {{"wait", l_wait},       {"sleep", l_sleep}, {"now", l_now},
+                                   {"streams", l_streams}, {NULL, NULL}};
+  mz_l_ctx(L);
+  luaL_newlib(L, funcs); /* [core] */
+  luaopen_mirza_stream(L); /* [core, open] */
+  lua_setfield(L, -2, "open");
+  luaopen_mirza_json(L);
+  lua_setfield(L, -2, "json");
+  lua_pushliteral(L, MIRZA_VERSION);
+  lua_setfield(L, -2, "version");
+  return 1;
+}

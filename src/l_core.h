@@ -1,0 +1,33 @@
+/*
+ * l_core.h - the per-lua_State context (one curl multi client) and the
+ * interrupt plumbing shared by the bindings and the host.
+ */
+#ifndef MIRZA_L_CORE_H
+#define MIRZA_L_CORE_H
+
+#include <lua.h>
+#include <signal.h>
+
+#include "client.h"
+
+typedef struct mz_ctx {
+  mz_client *client; /* NULL once the state is closing */
+} mz_ctx;
+
+/* The context of L's main state, created on first use. Pushes nothing. */
+mz_ctx *mz_l_ctx(lua_State *L);
+/* Push the context userdata (to anchor it in a uservalue). */
+void mz_l_pushctx(lua_State *L);
+
+/* Async-signal-safe: flag an interrupt and wake any wait in progress. */
+void mz_l_signal(void);
+/* 1 if an interrupt was signalled since start (the host's exit code). */
+int mz_l_was_interrupted(void);
+/* Raise the "interrupted" error (clears the pending flag first). */
+int mz_l_raise_interrupt(lua_State *L);
+
+int luaopen_mirza_core(lua_State *L);
+int luaopen_mirza_stream(lua_State *L); /* registers the Stream metatable */
+int luaopen_mirza_json(lua_State *L);
+
+#endif

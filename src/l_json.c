@@ -1,0 +1,242 @@
+/*
+ * l_json.c - mirza.json: encode/decode with cJSON, plus the conversion of
+ * decoded frames into Lua tables used by l_stream.c.
+ *
+ * Every cJSON tree or printed buffer that is alive while Lua may raise
+ * (allocation errors, bad values met half-way through a table) is owned by
+ * a "box" userdata marked to-be-closed, so an error frees it (STYLE 7).
+ *
+ * Conventions: null <-> mirza.json.null (light userdata NULL); a table is
+ * an array when its keys are exactly 1..n (n > 0) or it was marked with
+ * json.array(t); an empty unmarked table is an object, "{}".
+ */
+#include "l_json.h"
+
+#include <lauxlib.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "l_util.h"
+#include "mirza.h"
+
+#define MAX_DEPTH 200
+#define ARRAY_MT "mirza.json.array"
+#define OBJECT_MT "mirza.json.object"
+
+typedef struct box {
+  cJSON *tree;
+  char *text;
+} box;
+
+static int box_close(lua_State *L) {
+  box *b = luaL_checkudata(L, 1, MZ_BOX_MT);
+  cJSON_Delete(b->tree);
+  free(b->text);
+  b->tree = NULL;
+  b->text = NULL;
+  return 0;
+}
+
+/* Push a new empty box, registered to be closed when the calling C
+ * function returns or raises. */
+static box *push_box(lua_State *L) {
+  box *b = lua_newuserdatauv(L, sizeof *b, 0);
+  b->tree = NULL;
+  b->text = NULL;
+  if (luaL_newmetatable(L, MZ_BOX_MT)) {
+    lua_pushcfunction(L, box_close);
+    lua_setfield(L, -2, "__gc");
+    lua_pushcfunction(L, box_close);
+    lua_setfield(L, -2, "__close");
+  }
+  lua_setmetatable(L, -2);
+  lua_toclose(L, -1);
+  return b;
+}
+
+/* ------------------------------------------------------------ decoding */
+
+static void push_number(lua_State *L, double d) {
+  if (d >= -9007199254740992.0 && d <= 9007199254740992.0 && d == floor(d))
+    lua_pushinteger(L, (lua_Integer)d);
+  else
+    lua_pushnumber(L, d);
+}
+
+void mz_l_pushjson(lua_State *L, const cJSON *v, int skip_null) {
+  luaL_checkstack(L, 4, "json too deep");
+  if (!v || cJSON_IsNull(v)) {
+    if (skip_null) lua_pushnil(L);
+    else lua_pushlightuserdata(L, NULL);
+  } else if (cJSON_IsBool(v)) {
+    lua_pushboolean(L, cJSON_IsTrue(v));
+  } else if (cJSON_IsNumber(v)) {
+    push_number(L, v->valuedouble);
+  } else if (cJSON_IsString(v)) {
+    lua_pushstring(L, v->valuestring);
+  } else if (cJSON_IsArray(v)) {
+    lua_createtable(L, cJSON_GetArraySize(v), 0);
+    lua_Integer i = 1;
+    for (const cJSON *it = v->child; it; it = it->next, i++) {
+      mz_l_pushjson(L, it, skip_null);
+      lua_rawseti(L, -2, i);
+    }
+  } else {
+    lua_createtable(L, 0, 4);
+    for (const cJSON *it = v->child; it; it = it->next) {
+      if (skip_null && cJSON_IsNull(it)) continue;
+      mz_l_pushjson(L, it, skip_null);
+      lua_setfield(L, -2, it->string);
+    }
+  }
+}
+
+/* json.decode(s) -> value | nil, message, "json" */
+static int json_decode(lua_State *L) {
+  size_t len;
+  const char *s = luaL_checklstring(L, 1, &len);
+  box *b = push_box(L);
+  const char *end = NULL;
+  b->tree = cJSON_ParseWithLengthOpts(s, len, &end, 0);
+  if (!b->tree) {
+    const char *at = cJSON_GetErrorPtr();
+    size_t off = at && at >= s && at <= s + len ? (size_t)(at - s) : len;
+    return mz_l_failf(L, "json", "invalid JSON at byte %d near '%.20s'", (int)off + 1, s + off);
+  }
+  mz_l_pushjson(L, b->tree, 0);
+  return 1;
+}
+
+/* ------------------------------------------------------------ encoding */
+
+static int add_value(lua_State *L, int idx, cJSON *parent, const char *key, int depth);
+
+/* 0: object, 1: array (keys exactly 1..n, or marked by json.array). */
+static int is_array(lua_State *L, int idx) {
+  if (luaL_getmetafield(L, idx, "__name") != LUA_TNIL) {
+    const char *name = lua_tostring(L, -1);
+    int marked = !name ? -1 : strcmp(name, ARRAY_MT) == 0 ? 1 : strcmp(name, OBJECT_MT) == 0 ? 0 : -1;
+    lua_pop(L, 1);
+    if (marked >= 0) return marked;
+  }
+  lua_Integer n = (lua_Integer)lua_rawlen(L, idx), count = 0;
+  if (n == 0) return 0;
+  lua_pushnil(L);
+  while (lua_next(L, idx)) { /* [key, value] */
+    lua_pop(L, 1);
+    lua_Integer k = lua_isinteger(L, -1) ? lua_tointeger(L, -1) : 0;
+    if (k < 1 || k > n) {
+      lua_pop(L, 1);
+      return 0;
+    }
+    count++;
+  }
+  return count == n;
+}
+
+static void add_table(lua_State *L, int idx, cJSON *node, int depth) {
+  if (cJSON_IsArray(node)) {
+    lua_Integer n = (lua_Integer)lua_rawlen(L, idx);
+    for (lua_Integer i = 1; i <= n; i++) {
+      lua_rawgeti(L, idx, i);
+      add_value(L, lua_gettop(L), node, NULL, depth + 1);
+      lua_pop(L, 1);
+    }
+    return;
+  }
+  lua_pushnil(L);
+  while (lua_next(L, idx)) { /* [key, value] */
+    int top = lua_gettop(L);
+    const char *k = NULL;
+    if (lua_type(L, top - 1) == LUA_TSTRING) /* number keys: a copy, lua_next needs the original */
+      k = lua_tostring(L, top - 1);
+    else if (lua_isinteger(L, top - 1))
+      k = lua_pushfstring(L, "%I", (LUAI_UACINT)lua_tointeger(L, top - 1));
+    else
+      luaL_error(L, "json: cannot encode a table key of type %s", luaL_typename(L, top - 1));
+    add_value(L, top, node, k, depth + 1);
+    lua_settop(L, top - 1); /* [key] */
+  }
+}
+
+static cJSON *new_node(lua_State *L, int idx, int depth) {
+  switch (lua_type(L, idx)) {
+  case LUA_TNIL: return cJSON_CreateNull();
+  case LUA_TBOOLEAN: return cJSON_CreateBool(lua_toboolean(L, idx));
+  case LUA_TSTRING: return cJSON_CreateString(lua_tostring(L, idx));
+  case LUA_TLIGHTUSERDATA:
+    if (lua_touserdata(L, idx) == NULL) return cJSON_CreateNull();
+    break;
+  case LUA_TNUMBER: {
+    double d = lua_tonumber(L, idx);
+    if (!isfinite(d)) luaL_error(L, "json: cannot encode %s", isnan(d) ? "NaN" : "infinity");
+    return cJSON_CreateNumber(d);
+  }
+  case LUA_TTABLE:
+    if (depth > MAX_DEPTH) luaL_error(L, "json: nesting deeper than %d (a cycle?)", MAX_DEPTH);
+    return is_array(L, idx) ? cJSON_CreateArray() : cJSON_CreateObject();
+  default:
+    break;
+  }
+  luaL_error(L, "json: cannot encode a value of type %s", luaL_typename(L, idx));
+  return NULL;
+}
+
+/* Create the node for the value at idx, attach it to parent at once (so
+ * the box owns it before anything can raise), then fill tables. */
+static int add_value(lua_State *L, int idx, cJSON *parent, const char *key, int depth) {
+  luaL_checkstack(L, 6, "json: nesting too deep");
+  cJSON *node = new_node(L, idx, depth);
+  if (!node) return luaL_error(L, "not enough memory");
+  if (key ? !cJSON_AddItemToObject(parent, key, node) : !cJSON_AddItemToArray(parent, node)) {
+    cJSON_Delete(node);
+    return luaL_error(L, "not enough memory");
+  }
+  if (lua_type(L, idx) == LUA_TTABLE) add_table(L, idx, node, depth);
+  return 0;
+}
+
+const char *mz_l_encode(lua_State *L, int idx, size_t *len) {
+  idx = lua_absindex(L, idx);
+  lua_pushnil(L); /* [slot] receives the text */
+  int slot = lua_gettop(L);
+  box *b = push_box(L); /* [slot, box] */
+  if (!(b->tree = cJSON_CreateArray())) luaL_error(L, "not enough memory");
+  add_value(L, idx, b->tree, NULL, 0);
+  if (!(b->text = cJSON_PrintUnformatted(b->tree->child))) luaL_error(L, "not enough memory");
+  lua_pushstring(L, b->text); /* [slot, box, text] */
+  lua_copy(L, -1, slot);
+  lua_settop(L, slot); /* closes the box (a to-be-closed slot is never lua_remove'd) */
+  return lua_tolstring(L, -1, len);
+}
+
+static int json_encode(lua_State *L) {
+  luaL_checkany(L, 1);
+  mz_l_encode(L, 1, NULL);
+  return 1;
+}
+
+static int mark(lua_State *L, const char *mt) {
+  if (lua_isnoneornil(L, 1)) lua_newtable(L);
+  luaL_checktype(L, 1, LUA_TTABLE);
+  lua_settop(L, 1);
+  luaL_setmetatable(L, mt);
+  return 1;
+}
+
+static int json_array(lua_State *L) { return mark(L, ARRAY_MT); }
+static int json_object(lua_State *L) { return mark(L, OBJECT_MT); }
+
+int luaopen_mirza_json(lua_State *L) {
+  static const luaL_Reg funcs[] = {{"encode", json_encode}, {"decode", json_decode},
+                                   {"array", json_array},   {"object", json_object},
+                                   {NULL, NULL}};
+  luaL_newmetatable(L, ARRAY_MT);
+  luaL_newmetatable(L, OBJECT_MT);
+  lua_pop(L, 2);
+  luaL_newlib(L, funcs);
+  lua_pushlightuserdata(L, NULL);
+  lua_setfield(L, -2, "null");
+  return 1;
+}

@@ -1,0 +1,22 @@
+/*
+ * l_json.h - Lua <-> JSON (cJSON), shared by the bindings.
+ */
+#ifndef MIRZA_L_JSON_H
+#define MIRZA_L_JSON_H
+
+#include <cJSON.h>
+#include <lua.h>
+
+/* Push v as a Lua value. null becomes mirza.json.null (a light userdata
+ * NULL), or is left out of objects/arrays-as-holes when skip_null is set
+ * (then a top-level null pushes nil). Numbers that are integral and in
+ * range become Lua integers. */
+void mz_l_pushjson(lua_State *L, const cJSON *v, int skip_null);
+
+/* Encode the value at idx; pushes the JSON text (a Lua string) and
+ * returns it. Raises on values JSON cannot hold (functions, NaN, cycles). */
+const char *mz_l_encode(lua_State *L, int idx, size_t *len);
+
+int luaopen_mirza_json(lua_State *L);
+
+#endif

@@ -1,0 +1,320 @@
+/*
+ * l_stream.c - the mirza.Stream userdata: one HTTP request to a daemon and
+ * its events, pulled with s:next(timeout) or `for ev in s:events() do`.
+ *
+ * Built like liolib's files: the userdata is created closed, then the
+ * request is opened; close(), __close and __gc are one idempotent
+ * function, and closing a running transfer cancels it (the connection is
+ * dropped, so the daemon stops generating). The events() iterator returns
+ * the stream as its closing value: `break` or an error in the loop body
+ * tears the transfer down.
+ */
+#include <lauxlib.h>
+#include <string.h>
+
+#include "client.h"
+#include "l_core.h"
+#include "l_json.h"
+#include "l_util.h"
+#include "mirza.h"
+
+typedef struct lstream {
+  mz_stream *s;  /* NULL when closed */
+  mz_ctx *ctx;   /* kept alive by uservalue 1 */
+} lstream;
+
+static lstream *to_stream(lua_State *L, int idx) {
+  return luaL_checkudata(L, idx, MZ_STREAM_MT);
+}
+
+static lstream *check_stream(lua_State *L, int idx) {
+  lstream *u = to_stream(L, idx);
+  if (!u->s) luaL_error(L, "attempt to use a closed stream");
+  return u;
+}
+
+/* ------------------------------------------------------------ events */
+
+static const char *const type_names[] = {
+    [MZ_EV_THINK] = "think",        [MZ_EV_TEXT] = "text",  [MZ_EV_TOOL_CALL] = "tool_call",
+    [MZ_EV_PROGRESS] = "progress",  [MZ_EV_HEARTBEAT] = "heartbeat",
+    [MZ_EV_DONE] = "done",          [MZ_EV_ERROR] = "error", [MZ_EV_RESPONSE] = "response"};
+
+/* Copy the fields of a JSON object into the table on top (nulls left out). */
+static void merge_fields(lua_State *L, const cJSON *obj) {
+  for (const cJSON *it = obj ? obj->child : NULL; it; it = it->next) {
+    if (!it->string || cJSON_IsNull(it)) continue;
+    mz_l_pushjson(L, it, 1);
+    lua_setfield(L, -2, it->string);
+  }
+}
+
+static void set_string(lua_State *L, const char *k, const char *v, size_t len) {
+  lua_pushlstring(L, v, len);
+  lua_setfield(L, -2, k);
+}
+
+static void push_error(lua_State *L, const mz_event *e) {
+  set_string(L, "message", e->text, e->len);
+  lua_pushstring(L, e->code);
+  lua_setfield(L, -2, "code");
+  if (e->status) {
+    lua_pushinteger(L, e->status);
+    lua_setfield(L, -2, "status");
+  }
+  if (e->json) { /* the server's error object (or whole error body) */
+    mz_l_pushjson(L, e->json, 1);
+    lua_setfield(L, -2, "error");
+  }
+  if (e->body && e->body_len && e->code && strcmp(e->code, MZ_E_HTTP) == 0)
+    set_string(L, "body", e->body, e->body_len);
+}
+
+/* The event as a plain table: {type = ..., ...}. */
+static void push_event(lua_State *L, const mz_event *e) {
+  lua_createtable(L, 0, 3);
+  switch (e->type) {
+  case MZ_EV_THINK:
+  case MZ_EV_TEXT:
+    set_string(L, "text", e->text, e->len);
+    break;
+  case MZ_EV_TOOL_CALL:
+    mz_l_pushjson(L, e->json, 1);
+    lua_setfield(L, -2, "calls");
+    break;
+  case MZ_EV_PROGRESS:
+  case MZ_EV_HEARTBEAT:
+  case MZ_EV_DONE:
+    merge_fields(L, e->json);
+    break;
+  case MZ_EV_ERROR:
+    push_error(L, e);
+    break;
+  case MZ_EV_RESPONSE:
+    set_string(L, "body", e->text, e->len);
+    lua_pushinteger(L, e->status);
+    lua_setfield(L, -2, "status");
+    break;
+  }
+  if (e->index) {
+    lua_pushinteger(L, e->index);
+    lua_setfield(L, -2, "index");
+  }
+  lua_pushstring(L, type_names[e->type]); /* last: a server field "type" must not win */
+  lua_setfield(L, -2, "type");
+}
+
+/* ------------------------------------------------------------ methods */
+
+static long timeout_ms(lua_State *L, int idx) {
+  if (lua_isnoneornil(L, idx)) return -1;
+  lua_Number t = luaL_checknumber(L, idx);
+  luaL_argcheck(L, t >= 0, idx, "negative timeout");
+  return t > 1e9 ? -1 : (long)(t * 1000.0 + 0.5);
+}
+
+/* Shared by next() and the events() iterator. Returns the number of Lua
+ * results. */
+static int pull(lua_State *L, lstream *u, long ms) {
+  const mz_event *e;
+  switch (mz_stream_next(u->s, ms, &e)) {
+  case MZ_NEXT_EVENT:
+    push_event(L, e);
+    return 1;
+  case MZ_NEXT_TIMEOUT:
+    return mz_l_fail(L, "timeout", MZ_E_TIMEOUT);
+  case MZ_NEXT_INTERRUPTED:
+    return mz_l_raise_interrupt(L);
+  default: /* MZ_NEXT_END */
+    lua_pushnil(L);
+    return 1;
+  }
+}
+
+/* s:next([timeout]) -> event | nil (ended) | nil, "timeout", "timeout" */
+static int s_next(lua_State *L) {
+  lstream *u = check_stream(L, 1);
+  return pull(L, u, timeout_ms(L, 2));
+}
+
+static int events_iter(lua_State *L) {
+  lstream *u = check_stream(L, 1);
+  return pull(L, u, -1);
+}
+
+/* for ev in s:events() do ... end (four values: the stream closes the loop) */
+static int s_events(lua_State *L) {
+  check_stream(L, 1);
+  lua_pushcfunction(L, events_iter);
+  lua_pushvalue(L, 1);
+  lua_pushnil(L);
+  lua_pushvalue(L, 1);
+  return 4;
+}
+
+static int s_close(lua_State *L) {
+  lstream *u = to_stream(L, 1);
+  if (u->s) {
+    if (u->ctx->client) mz_stream_close(u->s); /* else freed with the client */
+    u->s = NULL;
+  }
+  return 0;
+}
+
+static int s_pending(lua_State *L) {
+  lstream *u = check_stream(L, 1);
+  lua_pushinteger(L, (lua_Integer)mz_stream_pending(u->s));
+  return 1;
+}
+
+static int s_finished(lua_State *L) {
+  lstream *u = check_stream(L, 1);
+  lua_pushboolean(L, mz_stream_finished(u->s));
+  return 1;
+}
+
+static int s_closed(lua_State *L) {
+  lua_pushboolean(L, to_stream(L, 1)->s == NULL);
+  return 1;
+}
+
+static int s_tostring(lua_State *L) {
+  lstream *u = to_stream(L, 1);
+  if (u->s) lua_pushfstring(L, "mirza.Stream (%p)", (void *)u);
+  else lua_pushliteral(L, "mirza.Stream (closed)");
+  return 1;
+}
+
+/* ------------------------------------------------------------ open */
+
+static const char *const request_keys[] = {"url",      "body",          "headers",  "api_key",
+                                           "timeout",  "stall_timeout", "deadline", "max_event_bytes",
+                                           "method",   "plain",         NULL};
+
+static void check_keys(lua_State *L, int idx) {
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {
+    lua_pop(L, 1);
+    const char *k = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
+    int ok = 0;
+    for (int i = 0; k && request_keys[i]; i++) ok |= strcmp(k, request_keys[i]) == 0;
+    if (!ok) luaL_error(L, "mirza.open: unknown option '%s'", k ? k : luaL_typename(L, -1));
+  }
+}
+
+static long field_ms(lua_State *L, int idx, const char *k) {
+  long ms = 0;
+  if (lua_getfield(L, idx, k) != LUA_TNIL) {
+    lua_Number t = lua_tonumber(L, -1);
+    if (!lua_isnumber(L, -1) || t < 0) luaL_error(L, "mirza.open: '%s' must be a non-negative number of seconds", k);
+    ms = (long)(t * 1000.0 + 0.5);
+    if (t > 0 && ms == 0) ms = 1;
+  }
+  lua_pop(L, 1);
+  return ms;
+}
+
+static const char *field_str(lua_State *L, int idx, const char *k, size_t *len) {
+  int t = lua_getfield(L, idx, k);
+  if (t != LUA_TNIL && t != LUA_TSTRING) luaL_error(L, "mirza.open: '%s' must be a string", k);
+  const char *s = lua_tolstring(L, -1, len);
+  lua_pop(L, 1); /* still referenced by the request table */
+  return s;
+}
+
+static void check_header_text(lua_State *L, const char *h) {
+  if (strpbrk(h, "\r\n")) luaL_error(L, "mirza.open: header contains a line break: %s", h);
+}
+
+/* headers = {["X-Name"] = "v", "Other: v"} -> a NULL-terminated array in a
+ * userdata (GC-owned), the strings anchored in a table; both pushed. */
+static const char **build_headers(lua_State *L, int idx) {
+  if (lua_getfield(L, idx, "headers") == LUA_TNIL) return NULL;
+  luaL_argexpected(L, lua_istable(L, -1), 1, "table for 'headers'");
+  int src = lua_gettop(L), n = 0;
+  lua_newtable(L); /* [headers, anchors] */
+  lua_pushnil(L);
+  while (lua_next(L, src)) { /* [headers, anchors, key, value] */
+    if (lua_type(L, -1) != LUA_TSTRING) luaL_error(L, "mirza.open: header values must be strings");
+    if (lua_type(L, -2) == LUA_TSTRING) lua_pushfstring(L, "%s: %s", lua_tostring(L, -2), lua_tostring(L, -1));
+    else lua_pushvalue(L, -1);
+    check_header_text(L, lua_tostring(L, -1));
+    lua_rawseti(L, src + 1, ++n);
+    lua_pop(L, 1);
+  }
+  const char **arr = lua_newuserdatauv(L, sizeof(char *) * (size_t)(n + 1), 0);
+  for (int i = 0; i < n; i++) {
+    lua_rawgeti(L, src + 1, i + 1);
+    arr[i] = lua_tostring(L, -1);
+    lua_pop(L, 1);
+  }
+  arr[n] = NULL;
+  return arr; /* [headers, anchors, array] */
+}
+
+/* The body: a string as is, a table encoded to JSON (pushed). */
+static const char *get_body(lua_State *L, int idx, size_t *len) {
+  int t = lua_getfield(L, idx, "body");
+  if (t == LUA_TNIL) return NULL;
+  if (t == LUA_TSTRING) return lua_tolstring(L, -1, len);
+  luaL_argexpected(L, t == LUA_TTABLE, 1, "string or table for 'body'");
+  return mz_l_encode(L, -1, len);
+}
+
+/*
+ * mirza.open{url=..., body=..., headers=..., ...} -> stream
+ * Network failures are not raised: they arrive as the stream's final
+ * {type="error"} event. Bad arguments raise.
+ */
+static int l_open(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  lua_settop(L, 1);
+  check_keys(L, 1);
+  mz_ctx *ctx = mz_l_ctx(L);
+  lstream *u = lua_newuserdatauv(L, sizeof *u, 1); /* [req, u] created closed */
+  u->s = NULL;
+  u->ctx = ctx;
+  luaL_setmetatable(L, MZ_STREAM_MT);
+  mz_l_pushctx(L);
+  lua_setiuservalue(L, 2, 1);
+
+  mz_request r = {0};
+  r.url = field_str(L, 1, "url", NULL);
+  if (!r.url) luaL_error(L, "mirza.open: 'url' is required");
+  r.method = field_str(L, 1, "method", NULL);
+  r.api_key = field_str(L, 1, "api_key", NULL);
+  r.connect_timeout_ms = field_ms(L, 1, "timeout");
+  r.stall_timeout_ms = field_ms(L, 1, "stall_timeout");
+  r.deadline_ms = field_ms(L, 1, "deadline");
+  lua_getfield(L, 1, "plain");
+  r.plain = lua_toboolean(L, -1);
+  lua_getfield(L, 1, "max_event_bytes");
+  r.max_event_bytes = (size_t)luaL_optinteger(L, -1, 0);
+  lua_pop(L, 2);
+  r.body = get_body(L, 1, &r.body_len); /* stays on the stack */
+  r.headers = build_headers(L, 1);      /* stays on the stack */
+
+  char err[128];
+  if (!(u->s = mz_stream_open(ctx->client, &r, err, sizeof err))) luaL_error(L, "mirza.open: %s", err);
+  lua_settop(L, 2);
+  return 1;
+}
+
+int luaopen_mirza_stream(lua_State *L) {
+  static const luaL_Reg methods[] = {{"next", s_next},         {"events", s_events}, {"close", s_close},
+                                     {"pending", s_pending},   {"finished", s_finished},
+                                     {"closed", s_closed},     {NULL, NULL}};
+  static const luaL_Reg meta[] = {{"__gc", s_close},
+                                  {"__close", s_close},
+                                  {"__tostring", s_tostring},
+                                  {"__index", NULL},
+                                  {NULL, NULL}};
+  if (luaL_newmetatable(L, MZ_STREAM_MT)) {
+    luaL_setfuncs(L, meta, 0);
+    luaL_newlib(L, methods);
+    lua_setfield(L, -2, "__index");
+  }
+  lua_pop(L, 1);
+  lua_pushcfunction(L, l_open);
+  return 1;
+}

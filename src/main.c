@@ -1,0 +1,235 @@
+/*
+ * main.c - the `mirza` host, shaped like lua.c: everything runs in pmain
+ * under lua_pcall with a traceback handler; `arg` is built like lua's;
+ * SIGINT/SIGTERM raise "interrupted" at the next Lua instruction or wake a
+ * wait in progress, the state is closed (closing every stream, which
+ * cancels its transfer, and stopping started daemons), and the exit code
+ * is 130 (SIGINT) or 143 (SIGTERM).
+ *
+ *   mirza [options] [script [args]]
+ */
+#include <lauxlib.h>
+#include <lualib.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "host.h"
+#include "l_core.h"
+#include "mirza.h"
+
+static lua_State *globalL; /* for the signal handler only, as in lua.c */
+static volatile sig_atomic_t signal_number;
+
+static const char usage_text[] =
+    "usage: mirza [options] [script [args]]\n"
+    "Run a Lua 5.4 script with the mirza library (require \"mirza\") built in.\n"
+    "Options:\n"
+    "  -e CODE        execute the string CODE\n"
+    "  -l NAME        require library NAME into global NAME\n"
+    "  -              execute standard input (stop handling options)\n"
+    "  --             stop handling options\n"
+    "  --lua-dir DIR  load the mirza.* Lua modules from DIR/mirza/ instead of the\n"
+    "                 copies compiled into the binary (also: MIRZA_LUA_DIR=DIR)\n"
+    "  -v, --version  print the version and exit\n"
+    "  -h, --help     print this help and exit\n"
+    "Exit status: 0 on success, 1 on an uncaught error (traceback on stderr),\n"
+    "130 when interrupted by SIGINT, 143 by SIGTERM.\n";
+
+/* Hook set by the signal handler: raise at the next Lua instruction. */
+static void stop_hook(lua_State *L, lua_Debug *ar) {
+  (void)ar;
+  lua_sethook(L, NULL, 0, 0);
+  mz_l_raise_interrupt(L);
+}
+
+static void on_signal(int sig) {
+  int flag = LUA_MASKCALL | LUA_MASKRET | LUA_MASKLINE | LUA_MASKCOUNT;
+  signal_number = sig;
+  signal(sig, SIG_DFL); /* a second Ctrl-C kills at once */
+  if (globalL) lua_sethook(globalL, stop_hook, flag, 1);
+  mz_l_signal(); /* wake a wait inside the client */
+}
+
+static int msghandler(lua_State *L) {
+  const char *msg = lua_tostring(L, 1);
+  if (msg == NULL) {
+    if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING) return 1;
+    msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
+  }
+  luaL_traceback(L, L, msg, 1);
+  return 1;
+}
+
+/* Call the function under the traceback handler; report errors. */
+static int docall(lua_State *L, int narg, int nres) {
+  int base = lua_gettop(L) - narg;
+  lua_pushcfunction(L, msghandler);
+  lua_insert(L, base);
+  int status = lua_pcall(L, narg, nres, base);
+  lua_remove(L, base);
+  return status;
+}
+
+static int report(lua_State *L, int status) {
+  if (status != LUA_OK) {
+    const char *msg = lua_tostring(L, -1);
+    fprintf(stderr, "mirza: %s\n", msg ? msg : "(error object is not a string)");
+    fflush(stderr);
+    lua_pop(L, 1);
+  }
+  return status;
+}
+
+/* arg = {[-n..-1] = interpreter and options, [0] = script, [1..] = args} */
+static void create_arg_table(lua_State *L, char **argv, int argc, int script) {
+  int narg = argc - script - 1;
+  lua_createtable(L, narg > 0 ? narg : 0, script + 1);
+  for (int i = 0; i < argc; i++) {
+    lua_pushstring(L, argv[i]);
+    lua_rawseti(L, -2, i - script);
+  }
+  lua_setglobal(L, "arg");
+}
+
+/* The script's directory goes first on package.path (and cpath). */
+static void script_dir_first(lua_State *L, const char *script) {
+  const char *slash = strrchr(script, '/');
+  lua_getglobal(L, "package");
+  if (slash) lua_pushlstring(L, script, (size_t)(slash - script));
+  else lua_pushliteral(L, ".");
+  const char *dir = lua_tostring(L, -1);
+  lua_getfield(L, -2, "path");
+  lua_pushfstring(L, "%s/?.lua;%s/?/init.lua;%s", dir, dir, lua_tostring(L, -1));
+  lua_setfield(L, -4, "path");
+  lua_pop(L, 3);
+}
+
+static int run_chunk(lua_State *L, int status, int nargs) {
+  if (status == LUA_OK) { /* [chunk, args...] */
+    status = docall(L, nargs, 0);
+  } else {
+    lua_pop(L, nargs);
+  }
+  return report(L, status);
+}
+
+static int run_script(lua_State *L, char **argv, int argc, int script) {
+  const char *fname = argv[script];
+  if (strcmp(fname, "-") == 0) fname = NULL;
+  else script_dir_first(L, fname);
+  int status = luaL_loadfile(L, fname);
+  int n = 0;
+  for (int i = script + 1; i < argc; i++, n++) {
+    luaL_checkstack(L, 1, "too many arguments to script");
+    lua_pushstring(L, argv[i]);
+  }
+  return run_chunk(L, status, n);
+}
+
+static int dolibrary(lua_State *L, const char *name) {
+  lua_getglobal(L, "require");
+  lua_pushstring(L, name);
+  int status = docall(L, 1, 1);
+  if (status == LUA_OK) lua_setglobal(L, name);
+  return report(L, status);
+}
+
+typedef struct opts {
+  const char *dev_dir;
+  int script; /* index of the script in argv, or 0 */
+  int has_e;
+} opts;
+
+/* First pass over argv: validate and find the script. Returns -1 on a
+ * usage error, 1 for --help/--version (handled), 0 to run. */
+static int parse_args(int argc, char **argv, opts *o) {
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (a[0] != '-' || strcmp(a, "-") == 0) {
+      o->script = i;
+      return 0;
+    }
+    if (strcmp(a, "--") == 0) {
+      o->script = i + 1 < argc ? i + 1 : 0;
+      return 0;
+    }
+    if (!strcmp(a, "-h") || !strcmp(a, "--help")) return fputs(usage_text, stdout), 1;
+    if (!strcmp(a, "-v") || !strcmp(a, "--version")) return printf("mirza %s (%s)\n", MIRZA_VERSION, LUA_RELEASE), 1;
+    if (!strcmp(a, "-e") || !strcmp(a, "-l") || !strcmp(a, "--lua-dir")) {
+      if (++i >= argc) return fprintf(stderr, "mirza: '%s' needs an argument\n%s", a, usage_text), -1;
+      if (a[1] == 'e') o->has_e = 1;
+      if (a[1] == '-') o->dev_dir = argv[i];
+      continue;
+    }
+    return fprintf(stderr, "mirza: unrecognized option '%s'\n%s", a, usage_text), -1;
+  }
+  return 0;
+}
+
+/* Second pass: run -e and -l in order. */
+static int run_options(lua_State *L, char **argv, int last) {
+  for (int i = 1; i < last; i++) {
+    int status = LUA_OK;
+    if (!strcmp(argv[i], "-e")) {
+      status = luaL_loadbuffer(L, argv[i + 1], strlen(argv[i + 1]), "=(command line)");
+      status = run_chunk(L, status, 0);
+      i++;
+    } else if (!strcmp(argv[i], "-l")) {
+      status = dolibrary(L, argv[++i]);
+    } else if (!strcmp(argv[i], "--lua-dir")) {
+      i++;
+    }
+    if (status != LUA_OK) return status;
+  }
+  return LUA_OK;
+}
+
+static int pmain(lua_State *L) {
+  int argc = (int)lua_tointeger(L, 1);
+  char **argv = lua_touserdata(L, 2);
+  opts *o = lua_touserdata(L, 3);
+  luaL_openlibs(L);
+  mz_host_preload(L, o->dev_dir);
+  create_arg_table(L, argv, argc, o->script ? o->script : argc);
+  int last = o->script ? o->script : argc;
+  if (run_options(L, argv, last) != LUA_OK) return 0;
+  if (o->script && run_script(L, argv, argc, o->script) != LUA_OK) return 0;
+  if (!o->script && !o->has_e) {
+    if (isatty(0)) {
+      fputs(usage_text, stderr);
+      return 0;
+    }
+    if (run_script(L, (char *[]){"-"}, 1, 0) != LUA_OK) return 0;
+  }
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+int main(int argc, char **argv) {
+  opts o = {0};
+  int rc = parse_args(argc, argv, &o);
+  if (rc) return rc < 0 ? 1 : 0;
+  lua_State *L = luaL_newstate();
+  if (!L) {
+    fprintf(stderr, "mirza: cannot create state: not enough memory\n");
+    return 1;
+  }
+  globalL = L;
+  signal(SIGINT, on_signal);
+  signal(SIGTERM, on_signal);
+  signal(SIGPIPE, SIG_IGN);
+  lua_pushcfunction(L, pmain);
+  lua_pushinteger(L, argc);
+  lua_pushlightuserdata(L, argv);
+  lua_pushlightuserdata(L, &o);
+  int status = lua_pcall(L, 3, 1, 0);
+  int ok = status == LUA_OK && lua_toboolean(L, -1);
+  report(L, status);
+  globalL = NULL;
+  lua_close(L); /* closes streams (cancelling transfers) and daemons */
+  if (signal_number || mz_l_was_interrupted()) return 128 + (signal_number ? signal_number : SIGINT);
+  return ok ? 0 : 1;
+}

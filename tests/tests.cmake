@@ -1,0 +1,41 @@
+# tests.cmake - every test tier behind ctest:
+#   c/            cmocka, one executable per engine file (Lua-free)
+#   lua/          busted unit specs, run with build/mirza as the interpreter
+#   integration/  busted specs against mirza-sim over real loopback HTTP
+set(TEST_ENV
+  "MIRZA_BIN=$<TARGET_FILE:mirza>"
+  "MIRZA_SIM=$<$<TARGET_EXISTS:mirza-sim>:$<TARGET_FILE:mirza-sim>>"
+  "MIRZA_SOURCE_DIR=${CMAKE_SOURCE_DIR}"
+  "MIRZA_FIXTURES=${CMAKE_SOURCE_DIR}/tests/fixtures"
+  "MIRZA_TRACES=${CMAKE_SOURCE_DIR}/tests/fixtures/traces"
+  "MIRZA_BUILD_DIR=${CMAKE_BINARY_DIR}"
+  "XDG_RUNTIME_DIR=${CMAKE_BINARY_DIR}/runtime")
+file(MAKE_DIRECTORY ${CMAKE_BINARY_DIR}/runtime)
+
+if(CMOCKA_FOUND)
+  file(GLOB C_TESTS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/c/test_*.c)
+  foreach(src ${C_TESTS})
+    get_filename_component(name ${src} NAME_WE)
+    add_executable(${name} ${src})
+    target_link_libraries(${name} PRIVATE mirza_core PkgConfig::CMOCKA)
+    add_test(NAME c.${name} COMMAND ${name})
+    set_tests_properties(c.${name} PROPERTIES ENVIRONMENT "${TEST_ENV}" LABELS c TIMEOUT 300)
+  endforeach()
+endif()
+
+find_program(BUSTED busted)
+if(BUSTED)
+  foreach(tier lua integration)
+    file(GLOB specs CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/${tier}/*_spec.lua)
+    foreach(spec ${specs})
+      get_filename_component(name ${spec} NAME_WE)
+      add_test(NAME ${tier}.${name}
+        COMMAND $<TARGET_FILE:mirza> ${BUSTED} --helper=${CMAKE_SOURCE_DIR}/tests/helper.lua
+                -o utfTerminal ${spec}
+        WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+      set_tests_properties(${tier}.${name} PROPERTIES ENVIRONMENT "${TEST_ENV}" LABELS ${tier} TIMEOUT 300)
+    endforeach()
+  endforeach()
+else()
+  message(WARNING "busted not found: Lua spec tiers are not registered")
+endif()
