@@ -69,7 +69,7 @@ static void sleep_ms(int ms)
 /* ---- spawning: the child side ------------------------------------------- */
 
 /* What the child sends back through the pipe when it cannot exec. */
-enum { STEP_SETUP, STEP_STDIO, STEP_CHDIR, STEP_EXEC };
+enum { STEP_FORK, STEP_SETUP, STEP_STDIO, STEP_CHDIR, STEP_EXEC };
 struct child_err {
   int step;
   int err;
@@ -166,8 +166,10 @@ static void spawn_error(char *err, size_t len, const char *prog, const char *wha
                         const char *arg, int e)
 {
   if (!err || len == 0) return;
-  if (what)
+  if (what && arg)
     snprintf(err, len, "cannot run '%s': %s '%s': %s", prog, what, arg, strerror(e));
+  else if (what)
+    snprintf(err, len, "cannot run '%s': %s: %s", prog, what, strerror(e));
   else
     snprintf(err, len, "cannot run '%s': %s", prog, strerror(e));
 }
@@ -213,11 +215,11 @@ static int open_fds(const mz_spawn_opts *o, struct spawn_fds *f, char *err, size
   if (f->log < 0)
     return open_fail(f, err, len, prog, "cannot open log", o->log_path);
   if (pipe2(pfd, O_CLOEXEC) < 0)
-    return open_fail(f, err, len, prog, "cannot create", "exec status pipe");
+    return open_fail(f, err, len, prog, "pipe", NULL);
   f->rd = fd_high(pfd[0]);
   f->wr = fd_high(pfd[1]);
   if (f->rd < 0 || f->wr < 0)
-    return open_fail(f, err, len, prog, "cannot create", "exec status pipe");
+    return open_fail(f, err, len, prog, "pipe", NULL);
   return 0;
 }
 
@@ -239,60 +241,63 @@ static void verdict_error(const mz_spawn_opts *o, const struct child_err *ce,
   switch (ce->step) {
   case STEP_EXEC: spawn_error(err, len, prog, NULL, NULL, ce->err); break;
   case STEP_CHDIR: spawn_error(err, len, prog, "cannot chdir to", o->cwd, ce->err); break;
-  case STEP_STDIO: spawn_error(err, len, prog, "cannot redirect", "stdio", ce->err); break;
-  default: spawn_error(err, len, prog, "cannot set up", "child", ce->err); break;
+  case STEP_STDIO: spawn_error(err, len, prog, "redirecting stdio", NULL, ce->err); break;
+  case STEP_FORK: spawn_error(err, len, prog, "fork", NULL, ce->err); break;
+  default: spawn_error(err, len, prog, "child setup", NULL, ce->err); break;
   }
 }
 
-/* Block until pid exits (no WNOHANG), retrying on EINTR. */
-static pid_t wait_blocking(pid_t pid, int *status)
+/* Reap a child that is known to be exiting, retrying on EINTR. */
+static void reap_blocking(pid_t pid)
 {
-  pid_t r;
-  do r = waitpid(pid, status, 0); while (r < 0 && errno == EINTR);
-  return r;
+  while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {}
+}
+
+/* Fork and wait for the child's verdict; closes every fd in f. Returns the
+ * pid of a child that has exec'd, or -1 (errno, message in err) with the
+ * failed child already reaped. */
+static pid_t fork_exec(const mz_spawn_opts *o, struct spawn_fds *f, char *err, size_t len)
+{
+  struct child_err ce = { STEP_FORK, 0 };
+  pid_t parent = getpid();
+  pid_t pid = fork();
+  if (pid == 0) child_run(o, parent, f->null, f->log, f->wr);
+  ce.err = errno;
+  close(f->wr);
+  f->wr = -1;
+  /* Same call as the child's, so whichever runs first wins and the other
+   * fails harmlessly. Not for keep_alive: setsid() fails on a leader. */
+  if (pid > 0 && !o->keep_alive) setpgid(pid, pid);
+  int failed = pid < 0 || read_verdict(f->rd, &ce) < 0;
+  close_fds(f);
+  if (!failed) return pid;
+  if (pid > 0) reap_blocking(pid);
+  verdict_error(o, &ce, err, len);
+  errno = ce.err;
+  return -1;
 }
 
 /* Invariant on return 0: the child has exec'd and leads its own process
  * group (setpgid/setsid ran before exec, and we waited for exec). On -1 no
- * child exists any more: a failed one was reaped here. */
+ * child exists any more. The handle is allocated after the fork so that a
+ * failed child has nothing of ours to leak (valgrind checks it at _exit). */
 int mz_proc_spawn(const mz_spawn_opts *o, mz_proc **out, char *err, size_t errlen)
 {
   struct spawn_fds f;
-  struct child_err ce;
   *out = NULL;
   if (!o || !o->argv || !o->argv[0]) {
     spawn_error(err, errlen, "(none)", NULL, NULL, EINVAL);
     return errno = EINVAL, -1;
   }
+  pid_t pid = open_fds(o, &f, err, errlen) < 0 ? -1 : fork_exec(o, &f, err, errlen);
+  if (pid < 0) return -1;
   mz_proc *p = calloc(1, sizeof *p);
-  if (!p) return spawn_error(err, errlen, o->argv[0], NULL, NULL, ENOMEM), -1;
-  if (open_fds(o, &f, err, errlen) < 0) {
-    int e = errno;
-    free(p); /* free() may not touch errno, but C11 does not promise it */
-    return errno = e, -1;
-  }
-  pid_t parent = getpid();
-  pid_t pid = fork();
-  if (pid == 0) child_run(o, parent, f.null, f.log, f.wr);
-  int fork_errno = errno;
-  close(f.wr);
-  f.wr = -1;
-  if (pid < 0) {
-    spawn_error(err, errlen, o->argv[0], "cannot fork for", o->argv[0], fork_errno);
-    close_fds(&f);
-    free(p);
-    return errno = fork_errno, -1;
-  }
-  /* Same call as the child's: whichever runs first wins, the other fails
-   * harmlessly. Not for keep_alive: setsid() fails on a group leader. */
-  if (!o->keep_alive) setpgid(pid, pid);
-  int failed = read_verdict(f.rd, &ce) < 0;
-  close_fds(&f);
-  if (failed) {
-    wait_blocking(pid, NULL);
-    verdict_error(o, &ce, err, errlen);
-    free(p);
-    return errno = ce.err, -1;
+  if (!p) { /* nobody could ever stop it: don't leave it running */
+    kill(-pid, SIGKILL);
+    kill(pid, SIGKILL);
+    reap_blocking(pid);
+    spawn_error(err, errlen, o->argv[0], NULL, NULL, ENOMEM);
+    return errno = ENOMEM, -1;
   }
   p->pid = pid;
   *out = p;

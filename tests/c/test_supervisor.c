@@ -31,7 +31,7 @@
 
 #include "supervisor.h"
 
-static char tmpdir[PATH_MAX];
+static char tmpdir[64]; /* "/tmp/mz-supervisor-XXXXXX" */
 static char *saved_xdg;
 
 /* ---- helpers ------------------------------------------------------------- */
