@@ -126,8 +126,8 @@ static void child_close_fds(int keep)
   }
 }
 
-/* Runs in the forked child and never returns. Order matters: the group is
- * created before anything can fail (so the parent's kill(-pid) is right),
+/* Runs in the forked child and never returns. Order matters: the group
+ * comes first (once the parent hears back, kill(-pid) must reach us),
  * signals are reset before PDEATHSIG is armed, and the getppid() check
  * closes the window where the parent died before prctl took effect. */
 static _Noreturn void child_run(const mz_spawn_opts *o, pid_t parent,
