@@ -14,6 +14,7 @@
 
 #include <lauxlib.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -102,7 +103,9 @@ static int json_decode(lua_State *L) {
   if (!b->tree) {
     const char *at = cJSON_GetErrorPtr();
     size_t off = at && at >= s && at <= s + len ? (size_t)(at - s) : len;
-    return mz_l_failf(L, "json", "invalid JSON at byte %d near '%.20s'", (int)off + 1, s + off);
+    char near[24];
+    snprintf(near, sizeof near, "%.20s", s + off);
+    return mz_l_failf(L, "json", "invalid JSON at byte %d near '%s'", (int)off + 1, near);
   }
   mz_l_pushjson(L, b->tree, 0);
   return 1;

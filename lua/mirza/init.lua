@@ -56,4 +56,11 @@ function M.collect(opts)
   return nil, last and last.message or "stream ended", last and last.code or "closed", res
 end
 
+---Supervise a daemon (start, adopt, health, stop): see lua/mirza/daemon.lua.
+---@param opts table
+---@return mirza.Daemon
+function M.daemon(opts)
+  return require("mirza.daemon").new(opts)
+end
+
 return M

@@ -1,0 +1,117 @@
+---@meta
+--- LuaCATS descriptions of everything mirza implements in C (`mirza.core`,
+--- re-exported by `require "mirza"`). Not loaded at run time.
+
+---@class mirza.RequestOptions
+---@field url string                 full URL, e.g. "http://127.0.0.1:8766/v1/chat/completions"
+---@field body? string|table         request body; a table is encoded to JSON
+---@field method? string             default: POST with a body, GET without
+---@field headers? table<string,string>|string[]  extra headers: {["X-MTPLX-Session-Id"]="s1"} or {"Name: value"}
+---@field api_key? string            sent as `Authorization: Bearer <key>` (never logged)
+---@field timeout? number            connect timeout in seconds (default 10)
+---@field stall_timeout? number      seconds without any received byte (heartbeats count) before the stream fails with code "timeout"; default none
+---@field deadline? number           whole-request limit in seconds; default none
+---@field max_event_bytes? integer   cap on one SSE event (default 4 MiB); over it: error code "protocol"
+---@field plain? boolean             not a stream: one {type="response"} event with the body
+
+---@class mirza.Event
+---@field type "think"|"text"|"tool_call"|"progress"|"heartbeat"|"done"|"error"|"response"
+---@field text? string        think/text: the delta (whole UTF-8 characters)
+---@field index? integer      choice index when not 0
+---@field calls? table        tool_call: the delta's tool_calls array
+---@field finish_reason? string  done: "stop", "length", "tool_calls", ...
+---@field usage? table        done: prompt_tokens, completion_tokens, total_tokens, prompt_tokens_details.cached_tokens
+---@field stats? table        done: MTPLX mtplx_stats (ttft_s, decode_tok_s, accepted_by_depth, ...)
+---@field timings? table      done: llama.cpp timings (prompt_ms, predicted_per_second, cache_n, ...)
+---@field extra? table        done: top-level frame fields mirza does not know (last value of each)
+---@field message? string     error: what went wrong
+---@field code? string        error: "refused", "timeout", "http", "closed", "protocol", "server", "io"
+---@field status? integer     error/response: HTTP status
+---@field error? table        error: the server's error object
+---@field body? string        response: the body; http error: the raw body
+--- progress/heartbeat events carry the fields of `mtplx_progress`
+--- (completion_tokens, decode_tok_s, decode_elapsed_s, phase, elapsed_s, ...).
+
+---@class mirza.Stream
+local Stream = {}
+
+---Next event, waiting up to `timeout` seconds (nil: until one comes; 0: poll).
+---While waiting, every other open transfer makes progress too.
+---@param timeout? number
+---@return mirza.Event|nil event nil once the final done/error event was returned
+---@return string? message "timeout" when nothing came in time
+---@return string? code "timeout"
+function Stream:next(timeout) end
+
+---Iterator over the remaining events, for a generic `for`; the stream is the
+---loop's closing value, so `break` or an error in the body cancels the transfer.
+---@return fun(s: mirza.Stream): mirza.Event|nil
+---@return mirza.Stream
+---@return nil
+---@return mirza.Stream
+function Stream:events() end
+
+---Cancel the transfer if still running (the daemon stops generating) and free
+---everything. Idempotent; also run by `<close>` and the garbage collector.
+function Stream:close() end
+
+---@return integer n events received and not yet read
+function Stream:pending() end
+
+---@return boolean finished the final event has been received
+function Stream:finished() end
+
+---@return boolean closed
+function Stream:closed() end
+
+---@class mirza
+local mirza = {}
+
+---@type string
+mirza.version = "0.1.0"
+
+---Start a request. Network and HTTP failures are not raised: they are the
+---stream's final `{type="error"}` event, after everything received before.
+---Bad arguments (unknown option, missing url) raise.
+---@param opts mirza.RequestOptions
+---@return mirza.Stream
+function mirza.open(opts) end
+
+---Drive every open transfer until some stream has an event ready.
+---@param timeout? number seconds; nil waits until something is ready
+---@return integer ready number of streams with events to read (0: timeout or nothing running)
+function mirza.wait(timeout) end
+
+---Sleep while every open transfer keeps making progress.
+---@param seconds number
+function mirza.sleep(seconds) end
+
+---@return number seconds monotonic clock
+function mirza.now() end
+
+---@return integer n open streams of this Lua state
+function mirza.streams() end
+
+---@class mirza.json
+---@field null lightuserdata  JSON null (decode produces it; encode accepts it)
+mirza.json = {}
+
+---@param value any tables with keys 1..n are arrays, others objects ({} is an object)
+---@return string json
+function mirza.json.encode(value) end
+
+---@param text string
+---@return any|nil value
+---@return string? message parse error with its byte offset
+---@return string? code "json"
+function mirza.json.decode(text) end
+
+---Mark a table to encode as a JSON array (even when empty).
+---@param t? table
+---@return table t
+function mirza.json.array(t) end
+
+---Mark a table to encode as a JSON object.
+---@param t? table
+---@return table t
+function mirza.json.object(t) end

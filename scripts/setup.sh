@@ -1,0 +1,27 @@
+#!/bin/sh
+# setup.sh - install what is missing (Debian packages) and build mirza.
+#   scripts/setup.sh [build-dir] [extra cmake args...]
+# Sourced by scripts/demo and scripts/test; safe to run again (no-op when
+# everything is installed and the build is up to date).
+set -eu
+cd "$(dirname "$0")/.."
+BUILD=${1:-build}
+[ $# -gt 0 ] && shift
+
+PACKAGES="build-essential cmake pkg-config liblua5.4-dev lua5.4 libcurl4-openssl-dev libcjson-dev libcmocka-dev lua-busted procps"
+missing=""
+for p in $PACKAGES; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+  echo "setup: installing$missing" >&2
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  # shellcheck disable=SC2086
+  $SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null
+fi
+
+cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
+cmake --build "$BUILD" -j"$(nproc)" >/dev/null

@@ -1,0 +1,245 @@
+-- Streaming over real loopback HTTP against mirza-sim: a normal stream with
+-- thinking, every fault the simulator can inject (a clear error, partial
+-- text kept), cancellation by break, refused connections, HTTP errors.
+local mirza = require "mirza"
+local H = require "tests.helper"
+
+local function open(sim, prompt, ctl, extra)
+  local body = H.chat_body(prompt, extra)
+  body.mirza_sim = ctl
+  return mirza.open { url = sim.url, body = body, stall_timeout = 10 }
+end
+
+local function types(events)
+  local seen, order = {}, {}
+  for _, ev in ipairs(events) do
+    if not seen[ev.type] then
+      seen[ev.type] = true
+      order[#order + 1] = ev.type
+    end
+  end
+  return order
+end
+
+describe("streaming from mirza-sim (mtplx dialect)", function()
+  local sim
+  setup(function() sim = H.start_sim { "--tok-rate", "0", "--ttft-ms", "0" } end)
+  teardown(function() sim.stop() end)
+  after_each(function() collectgarbage("collect") end)
+
+  it("streams reasoning, then the answer, then done with usage and stats", function()
+    local s <close> = open(sim, "Quel temps fait-il ?", { text = "Il fait beau à Lyon.", reasoning = "Je réfléchis.\nC'est simple." },
+      { enable_thinking = true })
+    local r = H.drain(s)
+    assert.equal("Il fait beau à Lyon.", r.text)
+    assert.equal("Je réfléchis.\nC'est simple.", r.think)
+    assert.same({ "think", "text", "done" }, (function()
+      local t = {}
+      for _, ty in ipairs(types(r.events)) do if ty ~= "progress" and ty ~= "heartbeat" then t[#t + 1] = ty end end
+      return t
+    end)())
+    local done = r.last
+    assert.equal("done", done.type)
+    assert.equal("stop", done.finish_reason)
+    assert.is_true(done.usage.completion_tokens > 0)
+    assert.is_number(done.usage.prompt_tokens)
+    assert.is_table(done.stats)
+    assert.is_number(done.stats.decode_tok_s)
+    assert.is_nil(s:next()) -- ended
+  end)
+
+  it("reads the same text with the for-loop iterator", function()
+    local text = {}
+    for ev in open(sim, "hello", { text = "One two three." }):events() do
+      if ev.type == "text" then text[#text + 1] = ev.text end
+    end
+    assert.equal("One two three.", table.concat(text))
+  end)
+
+  it("keeps a UTF-8 character split across frames whole", function()
+    local s <close> = open(sim, "utf8", { fault = "utf8-split" })
+    local r = H.drain(s)
+    assert.equal("done", r.last.type)
+    for _, ev in ipairs(r.events) do
+      if ev.type == "text" then assert.truthy(utf8.len(ev.text), "broken UTF-8 in one event: " .. ev.text) end
+    end
+    assert.truthy(utf8.len(r.text))
+    assert.truthy(r.text:find("[\xC2-\xF4]"), "the answer has multi-byte characters")
+  end)
+
+  it("reports a mid-stream error frame after the partial text", function()
+    local s <close> = open(sim, "x", { text = "a b c d e f g h", fault = "error-after=3" })
+    local r = H.drain(s)
+    assert.equal("error", r.last.type)
+    assert.equal("server", r.last.code)
+    assert.matches("simulated failure", r.last.message)
+    assert.equal("a b c ", r.text)
+  end)
+
+  it("reports a connection cut without [DONE] as closed, text kept", function()
+    local s <close> = open(sim, "x", { text = "a b c d e f g h", fault = "cut-after=4" })
+    local r = H.drain(s)
+    assert.equal("error", r.last.type)
+    assert.equal("closed", r.last.code)
+    assert.equal("a b c d ", r.text)
+  end)
+
+  it("fails a stalled stream with a timeout, text kept", function()
+    local body = H.chat_body("x")
+    body.mirza_sim = { text = "a b c d e f", fault = "stall-after=2" }
+    local s <close> = mirza.open { url = sim.url, body = body, stall_timeout = 0.3 }
+    local t0 = mirza.now()
+    local r = H.drain(s)
+    assert.equal("timeout", r.last.code)
+    assert.matches("stall", r.last.message)
+    assert.equal("a b ", r.text)
+    assert.is_true(mirza.now() - t0 < 5)
+  end)
+
+  it("reports a malformed JSON frame as a protocol error, text kept", function()
+    local s <close> = open(sim, "x", { text = "a b c d e f", fault = "malformed-after=2" })
+    local r = H.drain(s)
+    assert.equal("protocol", r.last.code)
+    assert.matches("malformed frame", r.last.message)
+    assert.equal("a b ", r.text)
+  end)
+
+  it("turns an oversized frame into a protocol error instead of memory growth", function()
+    local body = H.chat_body("x")
+    body.mirza_sim = { text = "a b c d", fault = "oversized=300000" }
+    local s <close> = mirza.open { url = sim.url, body = body, max_event_bytes = 65536 }
+    local r = H.drain(s)
+    assert.equal("protocol", r.last.code)
+    assert.matches("65536", r.last.message)
+  end)
+
+  it("passes a degenerate reasoning loop through as think events", function()
+    local s <close> = open(sim, "x", { fault = "loop" }, { enable_thinking = true, max_tokens = 60 })
+    local r = H.drain(s)
+    assert.equal("done", r.last.type)
+    assert.equal("length", r.last.finish_reason)
+    local _, n = r.think:gsub("Wait, let me reconsider", "")
+    assert.is_true(n >= 5)
+  end)
+
+  it("replays a recorded capture over HTTP", function()
+    local s <close> = open(sim, "x", { fault = "replay=" .. H.traces .. "/mtplx.reconstructed.thinking_stream.sse" })
+    local r = H.drain(s)
+    assert.equal("done", r.last.type)
+    assert.equal("L'utilisateur demande la météo à Lyon.\nJe réponds brièvement.", r.think)
+    assert.is_true(#r.text > 0)
+    assert.is_table(r.last.stats)
+    local hb = 0
+    for _, ev in ipairs(r.events) do if ev.type == "heartbeat" then hb = hb + 1 end end
+    assert.equal(1, hb)
+  end)
+
+  it("cancels the request on break (the connection is closed)", function()
+    local body = H.chat_body("long")
+    body.mirza_sim = { answer_tokens = 100000, tok_rate = 200 }
+    local s = mirza.open { url = sim.url, body = body }
+    local got = 0
+    for ev in s:events() do
+      if ev.type == "text" then
+        got = got + 1
+        if got == 3 then break end
+      end
+    end
+    assert.is_true(s:closed())
+    assert.equal(0, mirza.streams())
+    -- the daemon is free again: a new request is served at once
+    local s2 <close> = open(sim, "after", { text = "ok" })
+    assert.equal("ok", H.drain(s2).text)
+  end)
+
+  it("returns an HTTP 400 with the server's JSON error message", function()
+    local s <close> = mirza.open { url = sim.url, body = { model = "x", stream = true, messages = {} } }
+    local ev = s:next()
+    assert.equal("error", ev.type)
+    assert.equal("http", ev.code)
+    assert.equal(400, ev.status)
+    assert.matches("messages", ev.message)
+    assert.is_table(ev.error)
+    assert.is_nil(s:next())
+  end)
+
+  it("quotes a non-JSON error body", function()
+    local s <close> = open(sim, "x", { fault = "http-text=502" })
+    local ev = s:next()
+    assert.equal("http", ev.code)
+    assert.equal(502, ev.status)
+    assert.matches('HTTP 502: "', ev.message, 1, true)
+  end)
+
+  it("mirza.request returns nil, message, 'http', status for HTTP errors", function()
+    local body, msg, code, status = mirza.request { url = sim.url, body = { messages = {} } }
+    assert.is_nil(body)
+    assert.equal("http", code)
+    assert.equal(400, status)
+    assert.matches("messages", msg)
+    local health, st = mirza.request { url = sim.base .. "/health" }
+    assert.equal(200, st)
+    assert.is_true(mirza.json.decode(health).ok)
+  end)
+
+  it("sends the session header and reports cached tokens on a repeated prefix", function()
+    local function turn()
+      local body = H.chat_body("Bonjour, comment vas-tu aujourd'hui ?")
+      table.insert(body.messages, 1, { role = "system", content = string.rep("You are a helpful voice assistant. ", 20) })
+      local s <close> = mirza.open { url = sim.url, body = body, headers = { ["X-MTPLX-Session-Id"] = "spec-cache" } }
+      return H.drain(s).last
+    end
+    turn()
+    local done = turn()
+    assert.is_true(done.usage.prompt_tokens_details.cached_tokens > 100)
+    assert.is_true(done.stats.session_cache_hit)
+  end)
+
+  it("keeps unknown top-level fields reachable", function()
+    local s <close> = open(sim, "x", { fault = "replay=" .. H.fixtures .. "/unknown_fields.sse" })
+    local r = H.drain(s)
+    assert.equal("done", r.last.type)
+    assert.equal("yes", r.last.extra.x_vendor_flag)
+  end)
+end)
+
+describe("streaming from mirza-sim (llama dialect)", function()
+  local sim
+  setup(function() sim = H.start_sim { "--dialect", "llama", "--tok-rate", "0", "--ttft-ms", "0" } end)
+  teardown(function() sim.stop() end)
+
+  it("reports timings and a usage-only frame", function()
+    local s <close> = open(sim, "x", { text = "a b c" }, { stream_options = { include_usage = true } })
+    local r = H.drain(s)
+    assert.equal("a b c", r.text)
+    assert.equal("done", r.last.type)
+    assert.is_number(r.last.timings.predicted_per_second)
+    assert.is_number(r.last.usage.completion_tokens)
+  end)
+
+  it("reports a llama mid-stream error (no [DONE]) as a server error", function()
+    local s <close> = open(sim, "x", { text = "a b c d e", fault = "error-after=2" })
+    local r = H.drain(s)
+    assert.equal("server", r.last.code)
+    assert.equal("a b ", r.text)
+  end)
+end)
+
+describe("transport failures", function()
+  it("reports a refused connection", function()
+    local s <close> = mirza.open { url = "http://127.0.0.1:9/v1/chat/completions", body = H.chat_body("x") }
+    local ev = s:next()
+    assert.equal("refused", ev.code)
+    assert.matches("127.0.0.1:9", ev.message)
+    assert.is_nil(s:next())
+  end)
+
+  it("raises on programmer errors", function()
+    assert.has_error(function() mirza.open { url = "http://x", bogus = 1 } end, "mirza.open: unknown option 'bogus'")
+    assert.has_error(function() mirza.open { body = "{}" } end, "mirza.open: 'url' is required")
+    local s = mirza.open { url = "http://127.0.0.1:9/" }
+    s:close()
+    s:close() -- idempotent
+    assert.has_error(function() s:next() end, "attempt to use a closed stream")
+  end)
+end)
