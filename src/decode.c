@@ -1,0 +1,264 @@
+/*
+ * decode.c - chat.completion.chunk frames and HTTP error bodies (decode.h).
+ *
+ * Servers differ and change often (MTPLX adds mtplx_progress/mtplx_stats,
+ * llama.cpp adds timings and usage-only frames, errors come as objects or
+ * plain strings), so nothing here is required: a missing, null or mistyped
+ * field reads as absent and never fails the frame. The only failures are a
+ * payload that is not JSON or not an object. The top level is walked once,
+ * keys matched by first letter, so a frame costs one cJSON parse plus a few
+ * string compares.
+ */
+#include "decode.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static int is_space(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
+
+/* "[DONE]" with optional surrounding whitespace. */
+static int is_done(const char *s, size_t len) {
+  while (len && is_space(*s)) s++, len--;
+  while (len && is_space(s[len - 1])) len--;
+  return len == 6 && memcmp(s, "[DONE]", 6) == 0;
+}
+
+/* cJSON_ParseWithLength stops after the first value; a payload with
+ * anything but whitespace after it is not one JSON value, so refuse it
+ * rather than silently dropping the rest. *at is where parsing failed. */
+static cJSON *parse_exact(const char *data, size_t len, size_t *at) {
+  const char *end = NULL;
+  cJSON *root = cJSON_ParseWithLengthOpts(data, len, &end, 0);
+  if (!root) {
+    end = cJSON_GetErrorPtr(); /* set by this failure, into data */
+    *at = end && end >= data && end <= data + len ? (size_t)(end - data) : 0;
+    return NULL;
+  }
+  while (end < data + len && is_space(*end)) end++;
+  if (end == data + len) return root;
+  *at = (size_t)(end - data);
+  cJSON_Delete(root);
+  return NULL;
+}
+
+static const cJSON *object_or_null(const cJSON *item) {
+  return cJSON_IsObject(item) ? item : NULL;
+}
+
+/* One top-level member. Returns 0 if the key is known, 1 if not; a known
+ * key with a value of the wrong type is known but stays NULL. */
+static int take_member(mz_frame *f, const cJSON *item) {
+  const char *k = item->string;
+  switch (k[0]) {
+  case 'c':
+    if (strcmp(k, "choices") == 0) {
+      f->choices = cJSON_IsArray(item) ? item : NULL;
+      f->nchoices = f->choices ? cJSON_GetArraySize(item) : 0;
+      return 0;
+    }
+    return strcmp(k, "created") != 0;
+  case 'u':
+    if (strcmp(k, "usage") != 0) return 1;
+    f->usage = object_or_null(item);
+    return 0;
+  case 't':
+    if (strcmp(k, "timings") != 0) return 1;
+    f->timings = object_or_null(item);
+    return 0;
+  case 'm':
+    if (strcmp(k, "mtplx_stats") == 0) f->stats = object_or_null(item);
+    else if (strcmp(k, "mtplx_progress") == 0) f->progress = object_or_null(item);
+    else return strcmp(k, "model") != 0;
+    return 0;
+  case 'e':
+    if (strcmp(k, "error") != 0) return 1;
+    f->error = cJSON_IsNull(item) ? NULL : item;
+    return 0;
+  case 'i': return strcmp(k, "id") != 0;
+  case 'o': return strcmp(k, "object") != 0;
+  case 's': return strcmp(k, "system_fingerprint") != 0;
+  default: return 1;
+  }
+}
+
+static void set_err(char *err, size_t errlen, const char *msg) {
+  if (err && errlen) snprintf(err, errlen, "%s", msg);
+}
+
+int mz_frame_decode(mz_frame *f, const char *data, size_t len, char *err, size_t errlen) {
+  const cJSON *item;
+  size_t at = 0;
+  char msg[64];
+  memset(f, 0, sizeof *f);
+  if (err && errlen) err[0] = '\0';
+  if (is_done(data, len)) {
+    f->done = 1;
+    return 0;
+  }
+  f->root = parse_exact(data, len, &at);
+  if (!f->root) {
+    snprintf(msg, sizeof msg, "malformed JSON in SSE data at byte %zu", at);
+    set_err(err, errlen, msg);
+    return -1;
+  }
+  if (!cJSON_IsObject(f->root)) {
+    set_err(err, errlen, "SSE data is JSON but not an object");
+    return -1;
+  }
+  for (item = f->root->child; item; item = item->next)
+    f->unknown += take_member(f, item);
+  if (f->progress) f->heartbeat = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(f->progress, "heartbeat"));
+  return 0;
+}
+
+void mz_frame_free(mz_frame *f) {
+  cJSON_Delete(f->root);
+  memset(f, 0, sizeof *f);
+}
+
+/* A string member, or NULL (absent, null or not a string). */
+static const char *str_of(const cJSON *obj, const char *key, size_t *len) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+  const char *s = cJSON_IsString(v) ? v->valuestring : NULL;
+  if (len) *len = s ? strlen(s) : 0;
+  return s;
+}
+
+/* Reasoning is "reasoning_content" (llama.cpp, MTPLX), else "reasoning"
+ * (vLLM, Ollama). An empty one reads as absent so the fallback applies. */
+static void read_reasoning(const cJSON *src, mz_choice *c) {
+  c->reasoning = str_of(src, "reasoning_content", &c->reasoning_len);
+  if (!c->reasoning_len) c->reasoning = str_of(src, "reasoning", &c->reasoning_len);
+  if (!c->reasoning_len) c->reasoning = NULL;
+}
+
+int mz_frame_choice(const mz_frame *f, int i, mz_choice *c) {
+  const cJSON *ch, *idx, *src, *tc;
+  memset(c, 0, sizeof *c);
+  if (!f->choices || i < 0 || i >= f->nchoices) return -1;
+  ch = cJSON_GetArrayItem(f->choices, i);
+  if (!cJSON_IsObject(ch)) return -1;
+  idx = cJSON_GetObjectItemCaseSensitive(ch, "index");
+  c->index = cJSON_IsNumber(idx) ? (int)idx->valuedouble : i;
+  c->finish_reason = str_of(ch, "finish_reason", NULL);
+  c->message = object_or_null(cJSON_GetObjectItemCaseSensitive(ch, "message"));
+  src = object_or_null(cJSON_GetObjectItemCaseSensitive(ch, "delta"));
+  if (!src) src = c->message;
+  if (!src) return 0;
+  c->role = str_of(src, "role", NULL);
+  c->content = str_of(src, "content", &c->content_len);
+  read_reasoning(src, c);
+  tc = cJSON_GetObjectItemCaseSensitive(src, "tool_calls");
+  c->tool_calls = cJSON_IsArray(tc) ? tc : NULL;
+  return 0;
+}
+
+/* A numeric code is rendered as an integer when it is one (llama.cpp's
+ * 400, 503), else with %g. */
+static void render_code(const cJSON *code, char *buf, size_t len) {
+  double d;
+  if (cJSON_IsString(code)) {
+    snprintf(buf, len, "%s", code->valuestring);
+  } else if (cJSON_IsNumber(code)) {
+    d = code->valuedouble;
+    if (d == (double)(long long)d && d > -1e15 && d < 1e15) snprintf(buf, len, "%lld", (long long)d);
+    else snprintf(buf, len, "%g", d);
+  }
+}
+
+const char *mz_error_message(const cJSON *error, const char **type, char *code_buf, size_t code_len) {
+  if (type) *type = NULL;
+  if (code_buf && code_len) code_buf[0] = '\0';
+  if (cJSON_IsString(error)) return error->valuestring;
+  if (!cJSON_IsObject(error)) return NULL;
+  if (type) *type = str_of(error, "type", NULL);
+  if (code_buf && code_len) render_code(cJSON_GetObjectItemCaseSensitive(error, "code"), code_buf, code_len);
+  return str_of(error, "message", NULL);
+}
+
+/* One body byte as it appears inside the quotes; returns its length. */
+static size_t escape_byte(unsigned char c, char *esc) {
+  static const char hex[] = "0123456789abcdef";
+  const char *named = c == '"' ? "\\\"" : c == '\\' ? "\\\\" : c == '\n' ? "\\n"
+                    : c == '\r' ? "\\r" : c == '\t' ? "\\t" : NULL;
+  if (named) return (size_t)snprintf(esc, 8, "%s", named);
+  if (c >= 0x20 && c != 0x7f) return esc[0] = (char)c, 1;
+  esc[0] = '\\', esc[1] = 'x', esc[2] = hex[c >> 4], esc[3] = hex[c & 15];
+  return 4;
+}
+
+/* Append s to out as a quoted, escaped string of at most max body bytes
+ * (cut on a UTF-8 boundary) ending in ... when anything was left out,
+ * whether by max or by the size of out. */
+static void quote_body(const char *s, size_t len, size_t max, char *out, size_t outlen) {
+  size_t o = strlen(out), i, n = len > max ? mz_utf8_complete(s, max) : len;
+  char esc[8];
+  if (o + 1 < outlen) out[o++] = '"';
+  for (i = 0; i < n; i++) {
+    size_t k = escape_byte((unsigned char)s[i], esc);
+    if (o + k + 5 > outlen) break; /* room for ..." and the NUL */
+    memcpy(out + o, esc, k);
+    o += k;
+  }
+  out[o] = '\0';
+  snprintf(out + o, outlen - o, "%s", i < len ? "...\"" : "\"");
+}
+
+char *mz_http_error_message(long status, const char *body, size_t len, char *out, size_t outlen) {
+  cJSON *root;
+  const char *msg = NULL;
+  if (!out || !outlen) return out;
+  while (len && is_space(*body)) body++, len--;
+  while (len && is_space(body[len - 1])) len--;
+  snprintf(out, outlen, "HTTP %ld", status);
+  if (!len) return out;
+  root = cJSON_ParseWithLength(body, len);
+  if (cJSON_IsObject(root)) msg = mz_error_message(cJSON_GetObjectItemCaseSensitive(root, "error"), NULL, NULL, 0);
+  if (msg) {
+    snprintf(out, outlen, "HTTP %ld: %s", status, msg);
+  } else {
+    snprintf(out, outlen, "HTTP %ld: ", status);
+    quote_body(body, len, 200, out, outlen);
+  }
+  cJSON_Delete(root);
+  return out;
+}
+
+/* Length of the sequence a lead byte starts, 0 for ASCII, a continuation
+ * byte or a byte that can never start one (C0, C1, F5..FF). */
+static int seq_len(unsigned char b) {
+  if (b >= 0xC2 && b <= 0xDF) return 2;
+  if (b >= 0xE0 && b <= 0xEF) return 3;
+  if (b >= 0xF0 && b <= 0xF4) return 4;
+  return 0;
+}
+
+/* The second byte's range depends on the lead (no overlongs, no
+ * surrogates, nothing past U+10FFFF); later ones are 80..BF. */
+static int second_ok(unsigned char lead, unsigned char b) {
+  unsigned char lo = 0x80, hi = 0xBF;
+  if (lead == 0xE0) lo = 0xA0;
+  else if (lead == 0xED) hi = 0x9F;
+  else if (lead == 0xF0) lo = 0x90;
+  else if (lead == 0xF4) hi = 0x8F;
+  return b >= lo && b <= hi;
+}
+
+/* Only the last (at most 4) bytes matter: find where the last sequence
+ * starts, and hold it back only if it is a valid prefix still missing
+ * bytes. Anything that cannot become valid passes through. */
+size_t mz_utf8_complete(const char *s, size_t len) {
+  const unsigned char *u = (const unsigned char *)s;
+  size_t i = len, k = 0, have;
+  int need;
+  while (i > 0 && k < 3 && (u[i - 1] & 0xC0) == 0x80) i--, k++;
+  if (i == 0) return len;
+  i--;
+  need = seq_len(u[i]);
+  have = len - i;
+  if (need == 0 || have >= (size_t)need) return len;
+  if (have >= 2 && !second_ok(u[i], u[i + 1])) return len;
+  return i;
+}

@@ -1,0 +1,774 @@
+/*
+ * test_decode.c - behaviour of the frame decoder (src/decode.h).
+ *
+ * Frames come from the real captures (tests/fixtures/traces, cut into
+ * events by the SSE parser) and from the hand-written fixtures, so every
+ * frame kind of both dialects is decoded as a server actually sends it:
+ * role, reasoning, content, finish with timings, usage-only, heartbeat and
+ * progress, the final MTPLX frame, and both shapes of mid-stream error.
+ * Then the edges: [DONE], malformed and non-object JSON, unknown keys,
+ * nulls, HTTP error bodies (JSON and not), and mz_utf8_complete at every
+ * split of every sequence length.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "decode.h"
+#include "sse.h"
+
+/* ---- fixtures ---- */
+
+static const char *fixture_dir(int traces) {
+  static char buf[2][1024];
+  const char *env = getenv(traces ? "MIRZA_TRACES" : "MIRZA_FIXTURES");
+  char *slash;
+  if (env && *env) return env;
+  snprintf(buf[traces], sizeof buf[traces], "%s", __FILE__);
+  slash = strrchr(buf[traces], '/');
+  if (slash) *slash = '\0';
+  else snprintf(buf[traces], sizeof buf[traces], ".");
+  strncat(buf[traces], traces ? "/../fixtures/traces" : "/../fixtures", sizeof buf[traces] - strlen(buf[traces]) - 1);
+  return buf[traces];
+}
+
+static char *slurp(int traces, const char *name, size_t *len) {
+  char path[1200];
+  FILE *f;
+  char *b;
+  long n;
+  snprintf(path, sizeof path, "%s/%s", fixture_dir(traces), name);
+  f = fopen(path, "rb");
+  if (!f) fail_msg("cannot open %s", path);
+  fseek(f, 0, SEEK_END);
+  n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  b = malloc((size_t)n + 1);
+  assert_non_null(b);
+  assert_int_equal(fread(b, 1, (size_t)n, f), (size_t)n);
+  b[n] = '\0';
+  fclose(f);
+  *len = (size_t)n;
+  return b;
+}
+
+/* The data payloads of a recorded stream, in order. */
+typedef struct {
+  char *data[64];
+  size_t len[64];
+  int n;
+} events;
+
+static int collect(void *ud, const mz_sse_event *ev) {
+  events *e = ud;
+  assert_true(e->n < 64);
+  e->data[e->n] = malloc(ev->data_len + 1);
+  memcpy(e->data[e->n], ev->data, ev->data_len + 1);
+  e->len[e->n++] = ev->data_len;
+  return 0;
+}
+
+static void load_events(int traces, const char *name, events *e) {
+  size_t len;
+  char *buf = slurp(traces, name, &len);
+  mz_sse p;
+  memset(e, 0, sizeof *e);
+  mz_sse_init(&p, 0, collect, e);
+  assert_int_equal(mz_sse_feed(&p, buf, len), MZ_SSE_OK);
+  mz_sse_finish(&p);
+  mz_sse_free(&p);
+  free(buf);
+}
+
+static void free_events(events *e) {
+  int i;
+  for (i = 0; i < e->n; i++) free(e->data[i]);
+  e->n = 0;
+}
+
+/* Decode event i of a stream, asserting it is a JSON object frame. */
+static void decode_ok(const events *e, int i, mz_frame *f) {
+  char err[128];
+  assert_true(i < e->n);
+  if (mz_frame_decode(f, e->data[i], e->len[i], err, sizeof err) != 0)
+    fail_msg("event %d: %s", i, err);
+  assert_false(f->done);
+  assert_non_null(f->root);
+}
+
+static void decode_str(const char *s, mz_frame *f) {
+  char err[128];
+  if (mz_frame_decode(f, s, strlen(s), err, sizeof err) != 0) fail_msg("%s: %s", s, err);
+}
+
+static double num(const cJSON *obj, const char *key) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+  assert_true(cJSON_IsNumber(v));
+  return v->valuedouble;
+}
+
+/* Body and status of a recorded HTTP response (headers, CRLF CRLF, body). */
+static char *http_body(const char *name, long *status, size_t *len) {
+  size_t n;
+  char *raw = slurp(1, name, &n), *body = strstr(raw, "\r\n\r\n"), *out;
+  assert_non_null(body);
+  assert_int_equal(sscanf(raw, "HTTP/1.1 %ld", status), 1);
+  body += 4;
+  *len = n - (size_t)(body - raw);
+  out = malloc(*len + 1);
+  memcpy(out, body, *len + 1);
+  free(raw);
+  return out;
+}
+
+/* ---- frames ---- */
+
+static void test_done(void **state) {
+  static const char *ok[] = {"[DONE]", "  [DONE]", "[DONE]\n", "\t [DONE] \r\n"};
+  static const char *bad[] = {"[DONE]x", "[done]", "[DONE", ""};
+  mz_frame f;
+  char err[64];
+  size_t i;
+  (void)state;
+  for (i = 0; i < 4; i++) {
+    assert_int_equal(mz_frame_decode(&f, ok[i], strlen(ok[i]), err, sizeof err), 0);
+    assert_true(f.done);
+    assert_null(f.root);
+    assert_null(f.choices);
+    mz_frame_free(&f);
+  }
+  for (i = 0; i < 4; i++) {
+    assert_int_equal(mz_frame_decode(&f, bad[i], strlen(bad[i]), err, sizeof err), -1);
+    assert_false(f.done);
+    assert_true(strlen(err) > 0);
+    mz_frame_free(&f);
+  }
+  /* not NUL-terminated: only len bytes count */
+  assert_int_equal(mz_frame_decode(&f, "[DONE]garbage", 6, NULL, 0), 0);
+  assert_true(f.done);
+  mz_frame_free(&f);
+}
+
+static void test_role_frames(void **state) {
+  events e;
+  mz_frame f;
+  mz_choice c;
+  (void)state;
+  load_events(1, "mtplx.reconstructed.thinking_stream.sse", &e);
+  decode_ok(&e, 0, &f);
+  assert_int_equal(f.nchoices, 1);
+  assert_int_equal(f.unknown, 0);
+  assert_int_equal(mz_frame_choice(&f, 0, &c), 0);
+  assert_int_equal(c.index, 0);
+  assert_string_equal(c.role, "assistant");
+  assert_null(c.content);
+  assert_null(c.reasoning);
+  assert_null(c.finish_reason);
+  assert_null(c.tool_calls);
+  assert_null(c.message);
+  assert_null(f.usage);
+  assert_null(f.error);
+  mz_frame_free(&f);
+  free_events(&e);
+  /* llama.cpp sends "content": null with the role */
+  load_events(1, "llama-server.chat_stream_usage.sse", &e);
+  decode_ok(&e, 0, &f);
+  assert_int_equal(mz_frame_choice(&f, 0, &c), 0);
+  assert_string_equal(c.role, "assistant");
+  assert_null(c.content);
+  assert_int_equal(c.content_len, 0);
+  assert_int_equal(f.unknown, 0);
+  mz_frame_free(&f);
+  free_events(&e);
+}
+
+static void test_reasoning_frames(void **state) {
+  events e;
+  mz_frame f;
+  mz_choice c;
+  (void)state;
+  load_events(1, "llama-server.reasoning_grammar_stream.sse", &e);
+  decode_ok(&e, 1, &f);
+  assert_int_equal(mz_frame_choice(&f, 0, &c), 0);
+  assert_string_equal(c.reasoning, "ultz");
+  assert_int_equal(c.reasoning_len, 4);
+  assert_null(c.content);
+  assert_null(c.role);
+  mz_frame_free(&f);
+  free_events(&e);
+  load_events(1, "mtplx.reconstructed.thinking_stream.sse", &e);
+  decode_ok(&e, 5, &f);
+  assert_int_equal(mz_frame_choice(&f, 0, &c), 0);
+  assert_string_equal(c.reasoning, "la m\xC3\xA9t\xC3\xA9o ");
+  assert_int_equal(c.reasoning_len, strlen("la m\xC3\xA9t\xC3\xA9o "));
+  mz_frame_free(&f);
+  free_events(&e);
+  /* vLLM/Ollama name it "reasoning"; an empty reasoning_content falls back */
+  decode_str("{\"choices\":[{\"delta\":{\"reasoning\":\"hmm\"}}]}", &f);
+  assert_int_equal(mz_frame_choice(&f, 0, &c), 0);
+  assert_string_equal(c.reasoning, "hmm");
+  assert_int_equal(c.reasoning_len, 3);
+  mz_frame_free(&f);
+  decode_str("{\"choices\":[{\"delta\":{\"reasoning_content\":\"\",\"reasoning\":\"r\"}}]}", &f);
+  assert_int_equal(mz_frame_choice(&f, 0, &c), 0);
+  assert_string_equal(c.reasoning, "r");
+  mz_frame_free(&f);
+  decode_str("{\"choices\":[{\"delta\":{\"reasoning_content\":null,\"content\":\"\"}}]}", &f);
+  assert_int_equal(mz_frame_choice(&f, 0, &c), 0);
+  assert_null(c.reasoning);
+  assert_int_equal(c.reasoning_len, 0);
+  assert_non_null(c.content); /* "" is present, unlike null */
+  assert_int_equal(c.content_len, 0);
+  mz_frame_free(&f);
+}
+
+static void test_content_frames(void **state) {
+  events e;
+  mz_frame f;
+  mz_choice c;
+  (void)state;
+  load_events(1, "llama-server.chat_stream_usage.sse", &e);
+  decode_ok(&e, 5, &f);
+  assert_int_equal(mz_frame_choice(&f, 0, &c), 0);
+  assert_string_equal(c.content, "\xE6\x8B\x9B\xE8\x82\xA1\xE4\xB9\xA6");
+  assert_int_equal(c.content_len, 9);
+  assert_null(c.finish_reason);
+  mz_frame_free(&f);
+  free_events(&e);
+  load_events(1, "mtplx.reconstructed.thinking_stream.sse", &e);
+  decode_ok(&e, 11, &f);
+  assert_int_equal(mz_frame_choice(&f, 0, &c), 0);
+  assert_string_equal(c.content, "beau \xC3\xA0 Lyon ");
+  assert_null(f.progress);
+  mz_frame_free(&f);
+  free_events(&e);
+}
+
+static void test_finish_with_timings(void **state) {
+  events e;
+  mz_frame f;
+  mz_choice c;
+  (void)state;
+  load_events(1, "llama-server.chat_stream_no_usage.sse", &e);
+  assert_int_equal(e.n, 7);
+  decode_ok(&e, 5, &f);
+  assert_int_equal(mz_frame_choice(&f, 0, &c), 0);
+  assert_string_equal(c.finish_reason, "length");
+  assert_null(c.content);
+  assert_null(c.role);
+  assert_non_null(f.timings);
+  assert_null(f.usage);
+  assert_true(num(f.timings, "cache_n") == 10);
+  assert_true(num(f.timings, "predicted_n") == 4);
+  assert_int_equal(f.unknown, 0);
+  mz_frame_free(&f);
+  assert_int_equal(mz_frame_decode(&f, e.data[6], e.len[6], NULL, 0), 0);
+  assert_true(f.done);
+  mz_frame_free(&f);
+  free_events(&e);
+}
+
+static void test_usage_only_frame(void **state) {
+  events e;
+  mz_frame f;
+  mz_choice c;
+  (void)state;
+  load_events(1, "llama-server.chat_stream_usage.sse", &e);
+  decode_ok(&e, 10, &f);
+  assert_non_null(f.choices);
+  assert_int_equal(f.nchoices, 0);
+  assert_int_equal(mz_frame_choice(&f, 0, &c), -1);
+  assert_non_null(f.usage);
+  assert_non_null(f.timings);
+  assert_true(num(f.usage, "completion_tokens") == 8);
+  assert_true(num(cJSON_GetObjectItemCaseSensitive(f.usage, "prompt_tokens_details"), "cached_tokens") == 0);
+  mz_frame_free(&f);
+  free_events(&e);
+  load_events(0, "usage_only.sse", &e);
+  decode_ok(&e, 3, &f);
+  assert_int_equal(f.nchoices, 0);
+  assert_true(num(f.timings, "cache_n") == 8);
+  mz_frame_free(&f);
+  free_events(&e);
+}
+
+static void test_mtplx_heartbeat_and_progress(void **state) {
+  events e;
+  mz_frame f;
+  mz_choice c;
+  (void)state;
+  load_events(1, "mtplx.reconstructed.thinking_stream.sse", &e);
+  decode_ok(&e, 1, &f);
+  assert_true(f.heartbeat);
+  assert_non_null(f.progress);
+  assert_int_equal(mz_frame_choice(&f, 0, &c), 0);
+  assert_null(c.content);
+  assert_null(c.reasoning);
+  assert_null(c.finish_reason);
+  assert_int_equal(f.unknown, 0);
+  mz_frame_free(&f);
+  decode_ok(&e, 2, &f); /* progress: not a heartbeat, decode_tok_s null */
+  assert_false(f.heartbeat);
+  assert_non_null(f.progress);
+  assert_true(num(f.progress, "completion_tokens") == 1);
+  assert_true(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(f.progress, "decode_tok_s")));
+  mz_frame_free(&f);
+  free_events(&e);
+  load_events(0, "heartbeat.sse", &e);
+  decode_ok(&e, 4, &f);
+  assert_true(f.heartbeat);
+  mz_frame_free(&f);
+  free_events(&e);
+  /* heartbeat must be exactly true */
+  decode_str("{\"choices\":[],\"mtplx_progress\":{\"heartbeat\":1}}", &f);
+  assert_false(f.heartbeat);
+  mz_frame_free(&f);
+}
+
+static void test_mtplx_final_frame(void **state) {
+  events e;
+  mz_frame f;
+  mz_choice c;
+  const cJSON *hit;
+  (void)state;
+  load_events(1, "mtplx.reconstructed.thinking_stream.sse", &e);
+  decode_ok(&e, e.n - 2, &f);
+  assert_int_equal(mz_frame_choice(&f, 0, &c), 0);
+  assert_string_equal(c.finish_reason, "stop");
+  assert_non_null(f.usage);
+  assert_non_null(f.stats);
+  assert_null(f.timings);
+  assert_null(f.progress);
+  assert_true(num(cJSON_GetObjectItemCaseSensitive(f.usage, "prompt_tokens_details"), "cached_tokens") == 2048);
+  assert_true(num(f.stats, "reasoning_tokens") == 30);
+  hit = cJSON_GetObjectItemCaseSensitive(f.stats, "session_cache_hit");
+  assert_true(cJSON_IsTrue(hit));
+  assert_int_equal(f.unknown, 0);
+  mz_frame_free(&f);
+  free_events(&e);
+}
+
+static void test_midstream_error_mtplx(void **state) {
+  events e;
+  mz_frame f;
+  mz_choice c;
+  const char *type;
+  char code[32];
+  (void)state;
+  load_events(1, "mtplx.reconstructed.midstream_error.sse", &e);
+  decode_ok(&e, 2, &f);
+  assert_int_equal(mz_frame_choice(&f, 0, &c), 0);
+  assert_string_equal(c.finish_reason, "error");
+  assert_non_null(f.error);
+  assert_string_equal(mz_error_message(f.error, &type, code, sizeof code),
+                      "model owner made no progress for 300s; request aborted by the stream stall "
+                      "watchdog (MTPLX_STREAM_STALL_DEADLINE_S)");
+  assert_string_equal(type, "server_error");
+  assert_string_equal(code, "TimeoutError");
+  mz_frame_free(&f);
+  free_events(&e);
+}
+
+static void test_midstream_error_llama(void **state) {
+  events e;
+  mz_frame f;
+  const char *type;
+  char code[32];
+  (void)state;
+  load_events(0, "llama_midstream_error.sse", &e);
+  decode_ok(&e, e.n - 1, &f);
+  assert_null(f.choices);
+  assert_int_equal(f.nchoices, 0);
+  assert_non_null(f.error);
+  assert_string_equal(mz_error_message(f.error, &type, code, sizeof code), "Failed to decode the batch");
+  assert_string_equal(type, "server_error");
+  assert_string_equal(code, "500");
+  mz_frame_free(&f);
+  free_events(&e);
+}
+
+static void test_error_shapes(void **state) {
+  mz_frame f;
+  const char *type = "x";
+  char code[8];
+  cJSON *n;
+  (void)state;
+  decode_str("{\"error\":\"boom\"}", &f);
+  assert_string_equal(mz_error_message(f.error, &type, code, sizeof code), "boom");
+  assert_null(type);
+  assert_string_equal(code, "");
+  mz_frame_free(&f);
+  decode_str("{\"error\":null,\"usage\":null,\"timings\":null,\"mtplx_stats\":null,"
+             "\"mtplx_progress\":null,\"choices\":null}", &f);
+  assert_null(f.error);
+  assert_null(f.usage);
+  assert_null(f.timings);
+  assert_null(f.stats);
+  assert_null(f.progress);
+  assert_null(f.choices);
+  assert_int_equal(f.unknown, 0);
+  mz_frame_free(&f);
+  /* numeric codes, a code too long for the buffer, no message */
+  decode_str("{\"error\":{\"code\":1.5,\"type\":7}}", &f);
+  assert_null(mz_error_message(f.error, &type, code, sizeof code));
+  assert_null(type);
+  assert_string_equal(code, "1.5");
+  mz_frame_free(&f);
+  decode_str("{\"error\":{\"message\":\"m\",\"code\":\"VeryLongCodeName\"}}", &f);
+  assert_string_equal(mz_error_message(f.error, NULL, code, sizeof code), "m");
+  assert_string_equal(code, "VeryLon");
+  assert_string_equal(mz_error_message(f.error, NULL, NULL, 0), "m");
+  mz_frame_free(&f);
+  assert_null(mz_error_message(NULL, &type, code, sizeof code));
+  n = cJSON_CreateNumber(3);
+  assert_null(mz_error_message(n, NULL, NULL, 0));
+  cJSON_Delete(n);
+}
+
+static void test_malformed(void **state) {
+  events e;
+  mz_frame f;
+  char err[128];
+  (void)state;
+  load_events(0, "malformed_json.sse", &e);
+  assert_int_equal(mz_frame_decode(&f, e.data[2], e.len[2], err, sizeof err), -1);
+  assert_non_null(strstr(err, "malformed JSON"));
+  assert_null(f.choices);
+  mz_frame_free(&f);
+  assert_int_equal(mz_frame_decode(&f, e.data[3], e.len[3], err, sizeof err), -1);
+  assert_non_null(strstr(err, "not an object"));
+  mz_frame_free(&f);
+  assert_int_equal(mz_frame_decode(&f, e.data[4], e.len[4], err, sizeof err), -1);
+  assert_non_null(strstr(err, "not an object"));
+  mz_frame_free(&f);
+  decode_ok(&e, 5, &f); /* the stream carries on after a bad frame */
+  mz_frame_free(&f);
+  free_events(&e);
+  assert_int_equal(mz_frame_decode(&f, "{\"a\":1} trailing", 16, err, sizeof err), -1);
+  assert_string_equal(err, "malformed JSON in SSE data at byte 8"); /* one value only */
+  mz_frame_free(&f);
+  assert_int_equal(mz_frame_decode(&f, "{\"a\":1}{\"b\":2}", 14, err, sizeof err), -1);
+  mz_frame_free(&f);
+  assert_int_equal(mz_frame_decode(&f, " {\"a\":1}\r\n", 10, err, sizeof err), 0);
+  mz_frame_free(&f);
+  assert_int_equal(mz_frame_decode(&f, "null", 4, err, sizeof err), -1);
+  mz_frame_free(&f);
+  /* the length is honoured: a valid object cut short is malformed */
+  assert_int_equal(mz_frame_decode(&f, "{\"a\":1}", 5, err, 8), -1);
+  assert_true(strlen(err) < 8);
+  mz_frame_free(&f);
+  mz_frame_free(&f); /* idempotent */
+}
+
+static void test_unknown_keys(void **state) {
+  static const char *streams[] = {"llama-server.chat_stream_usage.sse", "llama-server.chat_stream_no_usage.sse",
+                                  "llama-server.reasoning_grammar_stream.sse",
+                                  "mtplx.reconstructed.thinking_stream.sse",
+                                  "mtplx.reconstructed.midstream_error.sse"};
+  events e;
+  mz_frame f;
+  size_t s;
+  int i;
+  (void)state;
+  for (s = 0; s < 5; s++) { /* every key the servers send today is known */
+    load_events(1, streams[s], &e);
+    for (i = 0; i < e.n; i++) {
+      assert_int_equal(mz_frame_decode(&f, e.data[i], e.len[i], NULL, 0), 0);
+      assert_int_equal(f.unknown, 0);
+      mz_frame_free(&f);
+    }
+    free_events(&e);
+  }
+  decode_str("{\"id\":\"x\",\"service_tier\":\"a\",\"choices\":[],\"prompt_filter_results\":[],"
+             "\"c\":1,\"\":2,\"usage\":{}}", &f);
+  assert_int_equal(f.unknown, 4);
+  assert_non_null(f.usage);
+  mz_frame_free(&f);
+}
+
+static void test_tool_calls(void **state) {
+  events e;
+  mz_frame f;
+  mz_choice c;
+  const cJSON *fn;
+  (void)state;
+  load_events(0, "tool_calls.sse", &e);
+  decode_ok(&e, 1, &f);
+  assert_int_equal(mz_frame_choice(&f, 0, &c), 0);
+  assert_non_null(c.tool_calls);
+  assert_int_equal(cJSON_GetArraySize(c.tool_calls), 1);
+  fn = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(c.tool_calls, 0), "function");
+  assert_string_equal(cJSON_GetObjectItemCaseSensitive(fn, "name")->valuestring, "get_weather");
+  assert_null(c.content);
+  mz_frame_free(&f);
+  decode_ok(&e, e.n - 2, &f);
+  assert_int_equal(mz_frame_choice(&f, 0, &c), 0);
+  assert_string_equal(c.finish_reason, "tool_calls");
+  assert_null(c.tool_calls);
+  mz_frame_free(&f);
+  free_events(&e);
+  decode_str("{\"choices\":[{\"delta\":{\"tool_calls\":{}}}]}", &f); /* not an array */
+  assert_int_equal(mz_frame_choice(&f, 0, &c), 0);
+  assert_null(c.tool_calls);
+  mz_frame_free(&f);
+}
+
+static void test_n2_choices(void **state) {
+  events e;
+  mz_frame f;
+  mz_choice c;
+  (void)state;
+  load_events(0, "n2_choices.sse", &e);
+  decode_ok(&e, 3, &f);
+  assert_int_equal(f.nchoices, 1);
+  assert_int_equal(mz_frame_choice(&f, 0, &c), 0);
+  assert_int_equal(c.index, 1);
+  assert_string_equal(c.content, "Bon");
+  assert_int_equal(mz_frame_choice(&f, 1, &c), -1);
+  assert_int_equal(mz_frame_choice(&f, -1, &c), -1);
+  mz_frame_free(&f);
+  free_events(&e);
+  /* two choices in one frame; index defaults to the position */
+  decode_str("{\"choices\":[{\"delta\":{\"content\":\"a\"}},{\"index\":1,\"delta\":{\"content\":\"b\"}},"
+             "7,{\"delta\":null,\"finish_reason\":\"stop\"}]}", &f);
+  assert_int_equal(f.nchoices, 4);
+  assert_int_equal(mz_frame_choice(&f, 0, &c), 0);
+  assert_int_equal(c.index, 0);
+  assert_string_equal(c.content, "a");
+  assert_int_equal(mz_frame_choice(&f, 1, &c), 0);
+  assert_int_equal(c.index, 1);
+  assert_string_equal(c.content, "b");
+  assert_int_equal(mz_frame_choice(&f, 2, &c), -1); /* not an object */
+  assert_int_equal(mz_frame_choice(&f, 3, &c), 0);
+  assert_int_equal(c.index, 3);
+  assert_string_equal(c.finish_reason, "stop");
+  assert_null(c.content);
+  mz_frame_free(&f);
+}
+
+static void test_nonstream_message(void **state) {
+  long status;
+  size_t len;
+  char *body = http_body("llama-server.chat_nonstream.txt", &status, &len);
+  mz_frame f;
+  mz_choice c;
+  char err[64];
+  (void)state;
+  assert_int_equal(status, 200);
+  assert_int_equal(mz_frame_decode(&f, body, len, err, sizeof err), 0);
+  assert_int_equal(mz_frame_choice(&f, 0, &c), 0);
+  assert_non_null(c.message);
+  assert_string_equal(c.role, "assistant");
+  assert_true(c.content_len > 10 && strncmp(c.content, "Programmer", 10) == 0);
+  assert_string_equal(c.finish_reason, "length");
+  assert_non_null(f.usage);
+  assert_non_null(f.timings);
+  assert_int_equal(f.unknown, 0);
+  mz_frame_free(&f);
+  free(body);
+}
+
+/* The caller may keep a subtree past mz_frame_free. */
+static void test_detach(void **state) {
+  mz_frame f;
+  cJSON *usage;
+  (void)state;
+  decode_str("{\"choices\":[],\"usage\":{\"total_tokens\":5}}", &f);
+  usage = cJSON_DetachItemViaPointer(f.root, (cJSON *)f.usage);
+  mz_frame_free(&f);
+  assert_true(num(usage, "total_tokens") == 5);
+  cJSON_Delete(usage);
+}
+
+/* ---- HTTP error bodies ---- */
+
+static void check_http(const char *name, long want_status, const char *want) {
+  long status;
+  size_t len;
+  char *body = http_body(name, &status, &len), out[512];
+  assert_int_equal(status, want_status);
+  assert_ptr_equal(mz_http_error_message(status, body, len, out, sizeof out), out);
+  assert_string_equal(out, want);
+  free(body);
+}
+
+static void test_http_error_json(void **state) {
+  char out[256];
+  (void)state;
+  check_http("llama-server.err_ctx_exceeded_stream.txt", 400,
+             "HTTP 400: request (298 tokens) exceeds the available context size (256 tokens), try increasing it");
+  check_http("llama-server.err_invalid_json.txt", 500,
+             "HTTP 500: [json.exception.parse_error.101] parse error at line 1, column 44: syntax error while "
+             "parsing array - unexpected end of input; expected ']'");
+  check_http("llama-server.err_missing_messages_stream.txt", 400, "HTTP 400: 'messages' is required");
+  check_http("mtplx.reconstructed.err_context.txt", 400,
+             "HTTP 400: Prompt contains 33000 tokens, but the served context window is 32768 tokens. The prompt "
+             "must be shorter than the context window to leave room for at least one generated token.");
+  /* the health endpoint while llama-server loads; a plain string error */
+  mz_http_error_message(503, "{\"error\":{\"message\":\"Loading model\",\"type\":\"unavailable_error\",\"code\":503}}",
+                        76, out, sizeof out);
+  assert_string_equal(out, "HTTP 503: Loading model");
+  mz_http_error_message(429, "{\"error\":\"slow down\"}\n", 22, out, sizeof out);
+  assert_string_equal(out, "HTTP 429: slow down");
+}
+
+static void test_http_error_not_json(void **state) {
+  char body[400], out[512], tiny[12];
+  size_t i;
+  (void)state;
+  mz_http_error_message(404, "Not Found\n", 10, out, sizeof out);
+  assert_string_equal(out, "HTTP 404: \"Not Found\"");
+  mz_http_error_message(503, "", 0, out, sizeof out);
+  assert_string_equal(out, "HTTP 503");
+  mz_http_error_message(502, " \r\n", 3, out, sizeof out);
+  assert_string_equal(out, "HTTP 502");
+  mz_http_error_message(500, NULL, 0, out, sizeof out);
+  assert_string_equal(out, "HTTP 500");
+  mz_http_error_message(200, "{\"status\":\"ok\"}", 15, out, sizeof out);
+  assert_string_equal(out, "HTTP 200: \"{\\\"status\\\":\\\"ok\\\"}\"");
+  mz_http_error_message(500, "a\tb\x01\x7f\\c\r\nd", 10, out, sizeof out);
+  assert_string_equal(out, "HTTP 500: \"a\\tb\\x01\\x7f\\\\c\\r\\nd\"");
+  /* a long HTML page: quoted, cut near 200 bytes, "..." at the end */
+  snprintf(body, sizeof body, "<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>");
+  for (i = strlen(body); i < sizeof body - 1; i++) body[i] = (char)('a' + i % 26);
+  body[sizeof body - 1] = '\0';
+  mz_http_error_message(502, body, strlen(body), out, sizeof out);
+  assert_true(strncmp(out, "HTTP 502: \"<html>\\r\\n<head><title>502", 37) == 0);
+  assert_string_equal(out + strlen(out) - 4, "...\"");
+  assert_true(strlen(out) < 10 + 2 + 200 + 4 + 8 + 4);
+  for (i = 0; out[i]; i++) assert_true((unsigned char)out[i] >= 0x20);
+  /* the cut never splits a UTF-8 character */
+  memset(body, 'a', 199);
+  memcpy(body + 199, "\xC3\xA9tail", 7);
+  mz_http_error_message(500, body, 206, out, sizeof out);
+  assert_string_equal(out + strlen(out) - 5, "a...\"");
+  assert_null(strchr(out, '\xC3'));
+  /* a tiny output buffer: still terminated, still marked as cut */
+  mz_http_error_message(500, "0123456789", 10, tiny, sizeof tiny);
+  assert_int_equal(strlen(tiny), sizeof tiny - 1);
+  assert_string_equal(tiny, "HTTP 500: \"");
+  mz_http_error_message(500, "0123456789", 10, out, 20);
+  assert_string_equal(out, "HTTP 500: \"0123...\"");
+  assert_null(mz_http_error_message(500, "x", 1, NULL, 0));
+}
+
+/* ---- UTF-8 ---- */
+
+static void test_utf8_complete_splits(void **state) {
+  static const char *seqs[] = {"\xC3\xA9", "\xE2\x82\xAC", "\xED\x9F\xBF", "\xF0\x9F\x98\x80", "\xF4\x8F\xBF\xBF"};
+  char buf[16];
+  size_t s, k;
+  (void)state;
+  for (s = 0; s < 5; s++) {
+    size_t n = strlen(seqs[s]);
+    for (k = 1; k < n; k++) { /* "ab" + the first k bytes: hold the k back */
+      memcpy(buf, "ab", 2);
+      memcpy(buf + 2, seqs[s], k);
+      assert_int_equal(mz_utf8_complete(buf, 2 + k), 2);
+      assert_int_equal(mz_utf8_complete(buf + 2, k), 0);
+    }
+    memcpy(buf, "ab", 2);
+    memcpy(buf + 2, seqs[s], n);
+    assert_int_equal(mz_utf8_complete(buf, 2 + n), 2 + n);
+    buf[2 + n] = 'z';
+    assert_int_equal(mz_utf8_complete(buf, 3 + n), 3 + n);
+  }
+  assert_int_equal(mz_utf8_complete("", 0), 0);
+  assert_int_equal(mz_utf8_complete("hello", 5), 5);
+}
+
+static void test_utf8_complete_invalid(void **state) {
+  static const struct {
+    const char *s;
+    size_t want;
+  } cases[] = {
+      {"\x80", 1},             /* lone continuation */
+      {"a\x80\x80\x80\x80", 5},
+      {"a\xFF", 2},           /* never valid */
+      {"a\xC0", 2},           /* overlong lead */
+      {"a\xC1", 2},
+      {"a\xF5", 2},           /* past U+10FFFF */
+      {"a\xE0\x80", 3},       /* overlong 3-byte */
+      {"a\xED\xA0", 3},       /* surrogate */
+      {"a\xF0\x80", 3},       /* overlong 4-byte */
+      {"a\xF4\x90", 3},       /* past U+10FFFF */
+      {"a\xC3\xA9\xA9", 4},   /* an extra continuation */
+      {"a\xE2\x82\xAC\x82", 5},
+      {"a\xE0\xA0", 1},       /* valid prefixes are still held */
+      {"a\xF0\x90\x80", 1},
+  };
+  size_t i;
+  (void)state;
+  for (i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    if (mz_utf8_complete(cases[i].s, strlen(cases[i].s)) != cases[i].want)
+      fail_msg("case %zu: got %zu, want %zu", i, mz_utf8_complete(cases[i].s, strlen(cases[i].s)), cases[i].want);
+}
+
+/* The use the helper is for: content frames whose characters are split
+ * across frames come out whole when each channel holds back the tail. */
+static void test_utf8_split_fixture(void **state) {
+  events e;
+  mz_frame f;
+  mz_choice c;
+  char text[256], held[4];
+  size_t tn = 0, hn = 0;
+  int i;
+  (void)state;
+  load_events(0, "utf8_split.sse", &e);
+  for (i = 0; i < e.n; i++) {
+    char piece[128];
+    size_t pn, ok;
+    assert_int_equal(mz_frame_decode(&f, e.data[i], e.len[i], NULL, 0), 0);
+    if (!f.done && mz_frame_choice(&f, 0, &c) == 0 && c.content_len) {
+      memcpy(piece, held, hn);
+      memcpy(piece + hn, c.content, c.content_len);
+      pn = hn + c.content_len;
+      ok = mz_utf8_complete(piece, pn);
+      assert_true(pn - ok <= 3);
+      assert_int_equal(mz_utf8_complete(piece, ok), ok); /* what goes out is whole */
+      memcpy(text + tn, piece, ok);
+      tn += ok;
+      hn = pn - ok;
+      memcpy(held, piece + ok, hn);
+    }
+    mz_frame_free(&f);
+  }
+  assert_int_equal(hn, 0);
+  text[tn] = '\0';
+  assert_string_equal(text, "caf\xC3\xA9 co\xC3\xBBte 2\xE2\x82\xAC \xF0\x9F\x98\x80!\xE6\x97\xA5\xE6\x9C\xAC");
+  free_events(&e);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_done),
+      cmocka_unit_test(test_role_frames),
+      cmocka_unit_test(test_reasoning_frames),
+      cmocka_unit_test(test_content_frames),
+      cmocka_unit_test(test_finish_with_timings),
+      cmocka_unit_test(test_usage_only_frame),
+      cmocka_unit_test(test_mtplx_heartbeat_and_progress),
+      cmocka_unit_test(test_mtplx_final_frame),
+      cmocka_unit_test(test_midstream_error_mtplx),
+      cmocka_unit_test(test_midstream_error_llama),
+      cmocka_unit_test(test_error_shapes),
+      cmocka_unit_test(test_malformed),
+      cmocka_unit_test(test_unknown_keys),
+      cmocka_unit_test(test_tool_calls),
+      cmocka_unit_test(test_n2_choices),
+      cmocka_unit_test(test_nonstream_message),
+      cmocka_unit_test(test_detach),
+      cmocka_unit_test(test_http_error_json),
+      cmocka_unit_test(test_http_error_not_json),
+      cmocka_unit_test(test_utf8_complete_splits),
+      cmocka_unit_test(test_utf8_complete_invalid),
+      cmocka_unit_test(test_utf8_split_fixture),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
