@@ -1,0 +1,280 @@
+/*
+ * main.c - mirza-sim's command line, startup behaviour and accept loop.
+ *
+ * Startup mimics the two real daemons so the supervisor can be tested:
+ * MTPLX binds only once the model is loaded (--load-delay-ms: connection
+ * refused until then) and may fail to load (--fail-start); llama-server binds
+ * at once and answers 503 while loading (--health-delay-ms). Once bound, one
+ * line "mirza-sim listening on http://HOST:PORT" goes to stdout; tests parse
+ * the port from it (or from --port-file).
+ *
+ * SIGTERM/SIGINT end the process at once with status 0: _exit() is
+ * async-signal-safe and the kernel closes every connection, which is what a
+ * client sees when a real daemon is stopped.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <getopt.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "sim.h"
+
+static const struct option long_opts[] = {
+    {"host", 1, 0, 'H'},          {"port", 1, 0, 'p'},           {"port-file", 1, 0, 'P'},
+    {"dialect", 1, 0, 'd'},       {"model-id", 1, 0, 'm'},       {"context-window", 1, 0, 'c'},
+    {"api-key", 1, 0, 'k'},       {"parallel", 1, 0, 'j'},       {"tok-rate", 1, 0, 'r'},
+    {"ttft-ms", 1, 0, 't'},       {"heartbeat-ms", 1, 0, 'b'},   {"progress-every", 1, 0, 'g'},
+    {"reasoning-tokens", 1, 0, 'R'}, {"answer-tokens", 1, 0, 'A'}, {"load-delay-ms", 1, 0, 'L'},
+    {"health-delay-ms", 1, 0, 'D'}, {"fail-start", 1, 0, 'F'},   {"crash-after", 1, 0, 'C'},
+    {"fault", 1, 0, 'f'},         {"seed", 1, 0, 's'},           {"keepalive-ms", 1, 0, 'K'},
+    {"quiet", 0, 0, 'q'},         {"verbose", 0, 0, 'v'},        {"help", 0, 0, 'h'},
+    {0, 0, 0, 0}};
+
+static void usage(FILE *out) {
+  fputs(
+      "usage: mirza-sim [options]\n"
+      "A simulated local LLM daemon (MTPLX or llama-server dialect) for tests and demos.\n\n"
+      "  --host ADDR             address to bind (default 127.0.0.1)\n"
+      "  --port N                port to bind; 0 picks a free one (default 8766)\n"
+      "  --port-file PATH        write the bound port there (atomically) once listening\n"
+      "  --dialect mtplx|llama   protocol dialect to speak (default mtplx)\n"
+      "  --model-id ID           model id reported everywhere (default mirza-sim)\n"
+      "  --context-window N      context window in tokens (default 32768)\n"
+      "  --api-key KEY           require 'Authorization: Bearer KEY' on every route\n"
+      "  --parallel N            concurrent generations; others queue (default 1)\n"
+      "  --tok-rate R            tokens per second; 0 = as fast as possible (default 50)\n"
+      "  --ttft-ms N             delay before the first token (default 200)\n"
+      "  --heartbeat-ms N        MTPLX heartbeat frame after N ms of silence; 0 = none\n"
+      "                          (default 10000)\n"
+      "  --progress-every N      MTPLX mtplx_progress frame every N tokens; 0 = none\n"
+      "                          (default 32)\n"
+      "  --reasoning-tokens N    reasoning length when thinking (default 48)\n"
+      "  --answer-tokens N       answer length (default 32)\n"
+      "  --load-delay-ms N       sleep N ms before binding (connection refused meanwhile)\n"
+      "  --health-delay-ms N     bind at once but answer 503 'Loading model' for N ms\n"
+      "  --fail-start MSG        after the load delay print 'error: MSG' and exit 1\n"
+      "  --crash-after N         the Nth chat request kills the process mid-stream (exit 3)\n"
+      "  --fault SPEC            fault applied to every chat request (see below)\n"
+      "  --seed N                seed of the text generator (default 0)\n"
+      "  --keepalive-ms N        close idle keep-alive connections after N ms (default 5000)\n"
+      "  --quiet                 no logging to stderr at all\n"
+      "  --verbose               log one line per request (method, path, status, time)\n"
+      "  --help                  show this help\n\n"
+      "Fault SPEC: comma-separated items, also per request with header\n"
+      "'X-Mirza-Sim-Fault: SPEC' or body {\"mirza_sim\":{\"fault\":\"SPEC\"}}:\n"
+      "  http=STATUS[:MSG]  http-text=STATUS  error-after=N  cut-after=N\n"
+      "  stall-after=N[:MS]  malformed-after=N  utf8-split  loop  loop=phrase\n"
+      "  oversized=BYTES  replay=PATH  crash-after=N\n"
+      "Per-request body overrides: \"mirza_sim\":{\"text\",\"reasoning\",\"answer_tokens\",\n"
+      "  \"reasoning_tokens\",\"tok_rate\",\"ttft_ms\",\"fault\"}\n",
+      out);
+}
+
+static void die(const char *fmt, const char *arg) {
+  fputs("error: ", stderr);
+  fprintf(stderr, fmt, arg);
+  fputc('\n', stderr);
+  exit(fmt[0] == 'p' ? 1 : 2); /* "port ... in use" is a runtime failure */
+}
+
+static long num(const char *name, const char *v, long lo, long hi) {
+  char *end;
+  errno = 0;
+  long n = strtol(v, &end, 10);
+  if (errno || end == v || *end || n < lo || n > hi)
+    die("invalid value for --%s", name);
+  return n;
+}
+
+static void parse_args(server *s, int argc, char **argv) {
+  sim_config *c = &s->cfg;
+  *c = (sim_config){.host = "127.0.0.1", .port = 8766, .model_id = "mirza-sim",
+                    .context_window = 32768, .tok_rate = 50, .ttft_ms = 200,
+                    .heartbeat_ms = 10000, .progress_every = 32, .reasoning_tokens = 48,
+                    .answer_tokens = 32, .verbosity = 1, .parallel = 1, .keepalive_ms = 5000};
+  faults_clear(&s->faults);
+  const long BIG = 1L << 40;
+  int o, idx = 0;
+  while ((o = getopt_long(argc, argv, "h", long_opts, &idx)) != -1) {
+    const char *nm = long_opts[idx].name;
+    switch (o) {
+    case 'H': c->host = optarg; break;
+    case 'p': c->port = (int)num("port", optarg, 0, 65535); break;
+    case 'P': c->port_file = optarg; break;
+    case 'd':
+      if (strcmp(optarg, "mtplx") && strcmp(optarg, "llama"))
+        die("--dialect must be mtplx or llama, not '%s'", optarg);
+      c->dialect = optarg[0] == 'l' ? DIALECT_LLAMA : DIALECT_MTPLX;
+      break;
+    case 'm': c->model_id = optarg; break;
+    case 'c': c->context_window = num(nm, optarg, 1, BIG); break;
+    case 'k': c->api_key = optarg; break;
+    case 'j': c->parallel = num(nm, optarg, 1, 4096); break;
+    case 'r': {
+      char *end;
+      c->tok_rate = strtod(optarg, &end);
+      if (end == optarg || *end || !(c->tok_rate >= 0 && c->tok_rate < 1e12))
+        die("invalid value for --%s", nm);
+      break;
+    }
+    case 't': c->ttft_ms = num(nm, optarg, 0, BIG); break;
+    case 'b': c->heartbeat_ms = num(nm, optarg, 0, BIG); break;
+    case 'g': c->progress_every = num(nm, optarg, 0, BIG); break;
+    case 'R': c->reasoning_tokens = num(nm, optarg, 0, BIG); break;
+    case 'A': c->answer_tokens = num(nm, optarg, 0, BIG); break;
+    case 'L': c->load_delay_ms = num(nm, optarg, 0, BIG); break;
+    case 'D': c->health_delay_ms = num(nm, optarg, 0, BIG); break;
+    case 'F': c->fail_start = optarg; break;
+    case 'C': c->crash_after = num(nm, optarg, 0, BIG); break;
+    case 'f': c->fault = optarg; break;
+    case 's': c->seed = (uint64_t)num(nm, optarg, 0, 0x7fffffffffffffffL); break;
+    case 'K': c->keepalive_ms = num(nm, optarg, 1, 86400000L); break;
+    case 'q': c->verbosity = 0; break;
+    case 'v': c->verbosity = 2; break;
+    case 'h': usage(stdout); exit(0);
+    default: usage(stderr); exit(2);
+    }
+  }
+  if (optind < argc)
+    die("unexpected argument '%s'", argv[optind]);
+  char err[300];
+  if (c->fault && faults_parse(&s->faults, c->fault, err, sizeof err))
+    die("%s", err);
+}
+
+static void on_signal(int sig) {
+  (void)sig;
+  _exit(0);
+}
+
+static void install_signals(void) {
+  signal(SIGPIPE, SIG_IGN);
+  struct sigaction sa = {0};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGINT, &sa, NULL);
+}
+
+static void sleep_ms(long ms) {
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+  while (nanosleep(&ts, &ts) && errno == EINTR)
+    ;
+}
+
+/* Bind and listen on host:port (IPv4 or IPv6 literal); exits on failure. */
+static int bind_listener(server *s, char *url_host, size_t n) {
+  struct sockaddr_storage ss = {0};
+  socklen_t len;
+  const char *h = s->cfg.host;
+  struct sockaddr_in *a4 = (struct sockaddr_in *)&ss;
+  struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&ss;
+  if (strcmp(h, "localhost") == 0)
+    h = "127.0.0.1";
+  if (inet_pton(AF_INET, h, &a4->sin_addr) == 1) {
+    a4->sin_family = AF_INET;
+    a4->sin_port = htons((uint16_t)s->cfg.port);
+    len = sizeof *a4;
+    snprintf(url_host, n, "%s", h);
+  } else if (inet_pton(AF_INET6, h, &a6->sin6_addr) == 1) {
+    a6->sin6_family = AF_INET6;
+    a6->sin6_port = htons((uint16_t)s->cfg.port);
+    len = sizeof *a6;
+    snprintf(url_host, n, "[%s]", h);
+  } else {
+    die("--host must be an IPv4 or IPv6 address, not '%s'", h);
+  }
+  int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (fd < 0 || bind(fd, (struct sockaddr *)&ss, len) || listen(fd, 256)) {
+    char port[16];
+    snprintf(port, sizeof port, "%d", s->cfg.port);
+    if (errno == EADDRINUSE)
+      die("port %s is already in use", port);
+    die("cannot listen: %s", strerror(errno));
+  }
+  getsockname(fd, (struct sockaddr *)&ss, &len);
+  s->port = ntohs(ss.ss_family == AF_INET ? a4->sin_port : a6->sin6_port);
+  return fd;
+}
+
+static void write_port_file(const server *s) {
+  char tmp[4096];
+  snprintf(tmp, sizeof tmp, "%s.tmp.%d", s->cfg.port_file, (int)getpid());
+  FILE *f = fopen(tmp, "w");
+  if (!f || fprintf(f, "%d\n", s->port) < 0 || fclose(f) || rename(tmp, s->cfg.port_file))
+    die("cannot write --port-file %s", s->cfg.port_file);
+}
+
+typedef struct conn_arg {
+  server *srv;
+  int fd;
+} conn_arg;
+
+static void *conn_thread(void *p) {
+  conn_arg a = *(conn_arg *)p;
+  free(p);
+  serve_connection(a.srv, a.fd);
+  return NULL;
+}
+
+static void accept_loop(server *s) {
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_attr_setstacksize(&attr, 256u << 10);
+  for (;;) {
+    int fd = accept(s->listen_fd, NULL, NULL);
+    if (fd < 0) {
+      if (errno == EMFILE || errno == ENFILE)
+        sleep_ms(10); /* wait for connections to close rather than spin */
+      continue;
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one); /* frames leave when due */
+    conn_arg *a = malloc(sizeof *a);
+    pthread_t t;
+    if (!a || (a->srv = s, a->fd = fd, pthread_create(&t, &attr, conn_thread, a))) {
+      free(a);
+      close(fd);
+    }
+  }
+}
+
+int main(int argc, char **argv) {
+  static server srv;
+  parse_args(&srv, argc, argv);
+  install_signals();
+  state_init(&srv);
+  srv.t_start = sim_now();
+  snprintf(srv.launch_id, sizeof srv.launch_id, "sim-%d-%lx", (int)getpid(),
+           (unsigned long)time(NULL));
+  if (srv.cfg.load_delay_ms)
+    sleep_ms(srv.cfg.load_delay_ms);
+  if (srv.cfg.fail_start) {
+    fprintf(stderr, "error: %s\n", srv.cfg.fail_start);
+    return 1;
+  }
+  char url_host[128];
+  srv.listen_fd = bind_listener(&srv, url_host, sizeof url_host);
+  srv.t_start = sim_now(); /* --health-delay-ms counts from the bind */
+  if (srv.cfg.port_file)
+    write_port_file(&srv);
+  printf("mirza-sim listening on http://%s:%d\n", url_host, srv.port);
+  fflush(stdout);
+  if (srv.cfg.verbosity >= 2)
+    fprintf(stderr, "mirza-sim: %s dialect, model %s, %g tok/s, pid %d\n",
+            srv.cfg.dialect == DIALECT_LLAMA ? "llama" : "mtplx", srv.cfg.model_id,
+            srv.cfg.tok_rate, (int)getpid());
+  accept_loop(&srv);
+  return 0;
+}

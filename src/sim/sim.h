@@ -1,0 +1,247 @@
+/*
+ * sim.h - shared declarations of mirza-sim, the simulated LLM daemon.
+ *
+ * mirza-sim is a small thread-per-connection HTTP/1.1 server that speaks the
+ * MTPLX dialect (default) or llama-server's dialect of the OpenAI chat API,
+ * streams deterministic text at a chosen rate and injects faults on demand,
+ * so that mirza's client, supervisor and policies can be tested and
+ * benchmarked offline. The files:
+ *   main.c    options, startup behaviour, signals, accept loop
+ *   buf.c     growable byte buffer and JSON string escaping
+ *   http.c    request parsing, plain and chunked responses, socket waits
+ *   state.c   sessions, the slot scheduler, the in-flight request registry
+ *   gen.c     deterministic words, sentences and the token sequences
+ *   fault.c   parsing of fault specs
+ *   serve.c   routes and chat request validation
+ *   stream.c  the generation loop: frames, pacing, faults, final stats
+ *   replay.c  replaying a recorded .sse body over HTTP
+ * Nothing here is shared with the mirza engine: the simulator must stay an
+ * independent implementation of the protocol so it can catch client bugs.
+ */
+#ifndef MIRZA_SIM_H
+#define MIRZA_SIM_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define SIM_MAX_HEADER_BYTES (64u << 10)
+#define SIM_MAX_BODY_BYTES (16u << 20)
+#define SIM_MAX_HEADERS 100
+#define SIM_FLUSH_BYTES (32u << 10) /* batch size when the rate is unlimited */
+#define SIM_SLICE_MS 50            /* longest blind sleep: cancel/disconnect latency */
+
+enum sim_dialect { DIALECT_MTPLX, DIALECT_LLAMA };
+
+typedef struct sim_config {
+  const char *host;
+  int port;
+  const char *port_file;
+  enum sim_dialect dialect;
+  const char *model_id;
+  long context_window;
+  const char *api_key;
+  double tok_rate; /* 0 = as fast as possible */
+  long ttft_ms, heartbeat_ms, progress_every;
+  long reasoning_tokens, answer_tokens;
+  long load_delay_ms, health_delay_ms;
+  const char *fail_start;
+  long crash_after; /* Nth chat request crashes the process; 0 = never */
+  const char *fault;
+  uint64_t seed;
+  int verbosity; /* 0 quiet, 1 default, 2 verbose */
+  long parallel;
+  long keepalive_ms;
+} sim_config;
+
+/* ---- buf.c ---------------------------------------------------------- */
+typedef struct sbuf {
+  char *p;
+  size_t len, cap;
+} sbuf;
+
+void sbuf_reserve(sbuf *b, size_t extra);
+void sbuf_add(sbuf *b, const void *s, size_t n);
+void sbuf_adds(sbuf *b, const char *s);
+void sbuf_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void sbuf_json_esc(sbuf *b, const char *s, size_t n);
+void sbuf_json_str(sbuf *b, const char *s); /* quoted, or null for NULL */
+void sbuf_free(sbuf *b);
+char *sim_strndup(const char *s, size_t n);
+double sim_now(void); /* monotonic seconds */
+double sim_round(double x, int digits);
+
+/* ---- fault.c -------------------------------------------------------- */
+enum { LOOP_NONE, LOOP_LINE, LOOP_PHRASE };
+
+typedef struct sim_faults {
+  int http_status; /* 0 = none */
+  bool http_text;  /* plain text body instead of JSON */
+  char http_msg[256];
+  long error_after, cut_after, stall_after, malformed_after, crash_after; /* -1 = off */
+  long stall_ms;  /* -1 = forever */
+  long oversized; /* bytes of the data line; 0 = off */
+  bool utf8_split;
+  int loop;
+  char replay[1024];
+} sim_faults;
+
+void faults_clear(sim_faults *f);
+int faults_parse(sim_faults *f, const char *spec, char *err, size_t errlen);
+
+/* ---- gen.c ---------------------------------------------------------- */
+typedef struct sim_gen {
+  uint64_t rng;
+  long remaining;   /* words left in the text */
+  int words_left;   /* words left in the current sentence */
+  int cls;          /* word class of the previous word */
+  bool has_verb, fr, reasoning, cap_next;
+  char end_sep;     /* separator after the very last word (0 = none) */
+  char tok[96];
+} sim_gen;
+
+/* A token source: an optional exact prefix text, then generated words or an
+ * exact text, then (loop faults) one phrase repeated forever. */
+typedef struct tokseq {
+  const char *pre;
+  size_t pre_len, pre_pos;
+  const char *text; /* exact text; NULL = generated */
+  size_t text_len, text_pos;
+  sim_gen gen;
+  const char *loop; /* repeated after the main part; NULL = none */
+  size_t loop_len, loop_pos;
+} tokseq;
+
+uint64_t gen_hash(uint64_t seed, const char *s, size_t n);
+void gen_init(sim_gen *g, uint64_t seed, long words, bool reasoning, char end_sep);
+size_t text_next(const char *s, size_t len, size_t *pos, const char **tok);
+size_t tokseq_next(tokseq *t, const char **tok);
+extern const char SIM_UTF8_PREFIX[];
+extern const char SIM_LOOP_LINE[];
+extern const char SIM_LOOP_PHRASE[];
+
+/* ---- http.c --------------------------------------------------------- */
+typedef struct http_header {
+  const char *name, *value;
+} http_header;
+
+typedef struct http_request {
+  const char *method, *target;
+  char path[512]; /* target without the query string */
+  int minor;      /* HTTP/1.minor */
+  http_header h[SIM_MAX_HEADERS];
+  int nh;
+  char *body;
+  size_t body_len;
+  bool keep_alive;
+} http_request;
+
+struct server;
+
+typedef struct conn {
+  int fd;
+  struct server *srv;
+  char *buf; /* read buffer: the current request, then pipelined bytes */
+  size_t len, cap, used;
+  bool must_close; /* the connection cannot carry another request */
+} conn;
+
+int http_read_request(conn *c, http_request *r);
+const char *http_get_header(const http_request *r, const char *name);
+const char *http_reason(int status);
+int http_write_all(conn *c, const void *p, size_t n);
+int http_send(conn *c, int status, const char *ctype, const char *extra, const char *body,
+              size_t n);
+int http_begin_chunked(conn *c, int status, const char *ctype, const char *extra);
+int http_chunk(conn *c, const char *p, size_t n);
+int http_end_chunked(conn *c);
+bool conn_gone(conn *c);
+int conn_wait_until(conn *c, double deadline, atomic_bool *cancel);
+
+/* ---- state.c -------------------------------------------------------- */
+typedef struct inflight {
+  char id[200];
+  atomic_bool cancel;
+  struct inflight *next;
+} inflight;
+
+typedef struct session {
+  char *id;
+  char *prompt;
+  size_t prompt_len;
+  bool busy;
+  struct session *next;
+} session;
+
+typedef struct waiter {
+  struct waiter *next;
+} waiter;
+
+typedef struct server {
+  sim_config cfg;
+  sim_faults faults; /* --fault, applied to every chat request */
+  int listen_fd;
+  int port;
+  double t_start;
+  char launch_id[64];
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  long busy_slots;
+  waiter *queue_head, *queue_tail;
+  session *sessions;
+  inflight *inflight;
+  atomic_long chat_count;
+  atomic_long id_count;
+} server;
+
+void state_init(server *s);
+int session_begin(server *s, const char *id, bool exclusive, const char *prompt, size_t n,
+                  long *cached_bytes);
+void session_end(server *s, const char *id);
+long sessions_clear(server *s, const char *id);
+void inflight_add(server *s, inflight *f);
+void inflight_remove(server *s, inflight *f);
+bool inflight_cancel(server *s, const char *id);
+typedef int (*sched_tick)(void *arg);
+int sched_acquire(server *s, sched_tick tick, void *arg);
+void sched_release(server *s);
+
+/* ---- serve.c -------------------------------------------------------- */
+void serve_connection(server *s, int fd);
+int send_error(conn *c, int status, const char *msg, const char *type, const char *code);
+
+/* ---- stream.c ------------------------------------------------------- */
+typedef struct job {
+  server *srv;
+  conn *c;
+  bool stream, include_usage, thinking, client_controls;
+  char id[200];
+  long created;
+  char session[256];
+  const char *session_source;
+  bool has_session, session_exclusive;
+  long prompt_tokens, cached_tokens;
+  long cap; /* most completion tokens allowed */
+  tokseq rseq, aseq; /* reasoning and answer sources */
+  bool has_reasoning;
+  double rate;
+  long ttft_ms;
+  sim_faults f;
+  inflight fl;
+  /* runtime */
+  sbuf out, pre, post, content, reasoning;
+  long frames, ntok, nreason, nanswer;
+  double t0, t_slot, t_first, t_last, t_hb;
+  const char *split_p; /* second half of a token cut by utf8-split */
+  size_t split_n;
+  bool slot, gone, cancelled, role_sent, oversized_done;
+  bool fired_error, fired_cut, fired_stall, fired_malformed, fired_crash;
+} job;
+
+int job_run(job *j);
+void job_free(job *j);
+int replay_run(job *j);
+
+#endif

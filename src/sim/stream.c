@@ -1,0 +1,413 @@
+/*
+ * stream.c - the generation loop: queueing, prefill, one frame per token,
+ * pacing, progress and heartbeat frames, and the stream faults.
+ *
+ * Frames are assembled by hand from two precomputed pieces (everything
+ * before the delta, everything after it) in each dialect's field order, so a
+ * token costs a few memcpy calls. Output is batched: at a finite rate the
+ * buffer is flushed before each wait, so a frame leaves when it is due and
+ * frames already overdue share one write; at rate 0 it is flushed every
+ * SIM_FLUSH_BYTES. The final frames (usage, stats) are built in finish.c.
+ *
+ * A vanished client is noticed by the waits (POLLRDHUP) and by failed
+ * writes; either stops the generation at once and frees the slot, as both
+ * real daemons do.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "sim.h"
+#include "stream.h"
+
+/* ---- frame assembly ----------------------------------------------------- */
+
+/* Precompute the constant parts of every frame of this request. */
+static void build_pieces(job *j) {
+  const char *model = j->srv->cfg.model_id;
+  if (j->srv->cfg.dialect == DIALECT_MTPLX) {
+    sbuf_adds(&j->pre, "data: {\"id\":");
+    sbuf_json_str(&j->pre, j->id);
+    sbuf_printf(&j->pre, ",\"object\":\"chat.completion.chunk\",\"created\":%ld,\"model\":",
+                j->created);
+    sbuf_json_str(&j->pre, model);
+    sbuf_adds(&j->pre, ",\"choices\":[{\"index\":0,\"delta\":");
+    return;
+  }
+  sbuf_printf(&j->post, "}],\"created\":%ld,\"id\":", j->created);
+  sbuf_json_str(&j->post, j->id);
+  sbuf_adds(&j->post, ",\"model\":");
+  sbuf_json_str(&j->post, model);
+  sbuf_adds(&j->post,
+            ",\"system_fingerprint\":\"b9928-mirza-sim\",\"object\":\"chat.completion.chunk\"");
+}
+
+/* Start a frame up to and including "delta":. finish NULL = null. */
+void frame_open(job *j, const char *finish) {
+  sbuf *o = &j->out;
+  if (j->srv->cfg.dialect == DIALECT_MTPLX) {
+    sbuf_add(o, j->pre.p, j->pre.len);
+    return;
+  }
+  sbuf_adds(o, "data: {\"choices\":[{\"finish_reason\":");
+  sbuf_json_str(o, finish);
+  sbuf_adds(o, ",\"index\":0,\"delta\":");
+}
+
+/* End a frame; extra is "" or ",\"key\":value..." (top-level members). */
+void frame_close(job *j, const char *finish, const char *extra) {
+  sbuf *o = &j->out;
+  if (j->srv->cfg.dialect == DIALECT_MTPLX) {
+    sbuf_adds(o, ",\"finish_reason\":");
+    sbuf_json_str(o, finish);
+    sbuf_adds(o, "}]");
+  } else {
+    sbuf_add(o, j->post.p, j->post.len);
+  }
+  sbuf_adds(o, extra);
+  sbuf_add(o, "}\n\n", 3);
+}
+
+static void token_frame(job *j, bool reasoning, const char *tok, size_t n) {
+  frame_open(j, NULL);
+  sbuf_adds(&j->out, reasoning ? "{\"reasoning_content\":\"" : "{\"content\":\"");
+  sbuf_json_esc(&j->out, tok, n);
+  sbuf_add(&j->out, "\"}", 2);
+  frame_close(j, NULL, "");
+}
+
+void role_frame(job *j) {
+  frame_open(j, NULL);
+  sbuf_adds(&j->out, j->srv->cfg.dialect == DIALECT_MTPLX
+                         ? "{\"role\":\"assistant\"}"
+                         : "{\"role\":\"assistant\",\"content\":null}");
+  frame_close(j, NULL, "");
+  j->role_sent = true;
+}
+
+/* Send what is buffered as one chunk; a failed write means the client left. */
+void job_flush(job *j) {
+  if (j->out.len && !j->gone && j->stream && http_chunk(j->c, j->out.p, j->out.len))
+    j->gone = true;
+  j->out.len = 0;
+}
+
+/* ---- MTPLX progress and heartbeat frames -------------------------------- */
+
+static void progress_frame(job *j, double now) {
+  double el = now - j->t_first;
+  sbuf x = {0};
+  sbuf_printf(&x, ",\"mtplx_progress\":{\"completion_tokens\":%ld,\"decode_elapsed_s\":%.3f,"
+                  "\"decode_tok_s\":",
+              j->ntok, el > 0 ? el : 0.0);
+  if (el > 0)
+    sbuf_printf(&x, "%.1f", (double)j->ntok / el);
+  else
+    sbuf_adds(&x, "null");
+  sbuf_adds(&x, ",\"request_id\":");
+  sbuf_json_str(&x, j->id);
+  sbuf_adds(&x, ",\"session_id\":");
+  sbuf_json_str(&x, j->has_session ? j->session : NULL);
+  sbuf_adds(&x, "}");
+  frame_open(j, NULL);
+  sbuf_add(&j->out, "{}", 2);
+  frame_close(j, NULL, x.p);
+  sbuf_free(&x);
+}
+
+static void heartbeat_frame(job *j, const char *phase, double now) {
+  char x[256];
+  double since = now - (j->ntok ? j->t_last : j->t0);
+  snprintf(x, sizeof x,
+           ",\"mtplx_progress\":{\"heartbeat\":true,\"phase\":\"%s\",\"completion_tokens\":%ld,"
+           "\"elapsed_s\":%.2f,\"seconds_since_last_token\":%.2f}",
+           phase, j->ntok, now - j->t0, since);
+  frame_open(j, NULL);
+  sbuf_add(&j->out, "{}", 2);
+  frame_close(j, NULL, x);
+  job_flush(j);
+  j->t_hb = now;
+}
+
+static bool heartbeats_on(const job *j) {
+  return j->stream && j->srv->cfg.dialect == DIALECT_MTPLX && j->srv->cfg.heartbeat_ms > 0;
+}
+
+/* Wait until deadline; MTPLX streams get a heartbeat every --heartbeat-ms
+ * of silence. Returns 0, -1 (client gone) or -2 (cancelled). */
+static int wait_phase(job *j, double deadline, const char *phase) {
+  double hb = (double)j->srv->cfg.heartbeat_ms / 1000.0;
+  for (;;) {
+    double until = deadline;
+    if (heartbeats_on(j) && j->t_hb + hb < until)
+      until = j->t_hb + hb;
+    int rc = conn_wait_until(j->c, until, &j->fl.cancel);
+    if (rc)
+      return rc;
+    if (until >= deadline)
+      return 0;
+    heartbeat_frame(j, phase, sim_now());
+    if (j->gone)
+      return -1;
+  }
+}
+
+/* Called by the scheduler while queued: heartbeats, disconnects, cancel. */
+static int queue_tick(void *arg) {
+  job *j = arg;
+  if (atomic_load(&j->fl.cancel))
+    return -2;
+  if (conn_gone(j->c))
+    return -1;
+  double now = sim_now();
+  if (heartbeats_on(j) && now - j->t_hb >= (double)j->srv->cfg.heartbeat_ms / 1000.0)
+    heartbeat_frame(j, "queued", now);
+  return j->gone ? -1 : 0;
+}
+
+/* ---- faults at token boundaries ----------------------------------------- */
+
+static void cut_connection(job *j) {
+  job_flush(j);
+  shutdown(j->c->fd, SHUT_WR); /* clean FIN, no terminating chunk */
+  close(j->c->fd);
+  j->c->fd = -1;
+  j->c->must_close = true;
+  j->gone = true;
+}
+
+static void malformed_frame(job *j) {
+  if (!j->stream)
+    return;
+  if (j->srv->cfg.dialect == DIALECT_MTPLX)
+    sbuf_add(&j->out, j->pre.p, j->pre.len);
+  else
+    sbuf_adds(&j->out, "data: {\"choices\":[{\"finish_reason\":null,\"index\":0,\"delta\":");
+  sbuf_adds(&j->out, "{\"content\":\"x\"\n\n");
+}
+
+#define DUE(n, fired) ((n) >= 0 && !(fired) && (j->frames >= (n) || end))
+
+/* Apply the faults due after j->frames token frames (all pending ones at
+ * the end of the text). Returns 0 to continue, 1 when the stream is over. */
+static int checkpoint(job *j, bool end) {
+  sim_faults *f = &j->f;
+  if (DUE(f->crash_after, j->fired_crash)) {
+    job_flush(j);
+    _exit(3);
+  }
+  if (DUE(f->cut_after, j->fired_cut)) {
+    j->fired_cut = true;
+    cut_connection(j);
+    return 1;
+  }
+  if (DUE(f->error_after, j->fired_error)) {
+    j->fired_error = true;
+    finish_error(j);
+    return 1;
+  }
+  if (DUE(f->stall_after, j->fired_stall)) {
+    j->fired_stall = true;
+    job_flush(j);
+    double until = f->stall_ms < 0 ? sim_now() + 1e9 : sim_now() + (double)f->stall_ms / 1000;
+    int rc = conn_wait_until(j->c, until, &j->fl.cancel);
+    j->gone = rc == -1;
+    j->cancelled = rc == -2; /* generate() ends the stream as cancelled */
+    if (j->gone)
+      return 1;
+  }
+  if (DUE(f->malformed_after, j->fired_malformed)) {
+    j->fired_malformed = true;
+    malformed_frame(j);
+  }
+  return 0;
+}
+
+/* ---- the token loop ------------------------------------------------------ */
+
+/* Wait for token number j->ntok to be due. 0 = go on. */
+static int pace(job *j) {
+  if (j->rate <= 0) {
+    if (j->out.len >= SIM_FLUSH_BYTES) {
+      job_flush(j);
+      if (atomic_load(&j->fl.cancel))
+        j->cancelled = true;
+    }
+    return j->gone || j->cancelled;
+  }
+  double due = j->t_first + (double)j->ntok / j->rate;
+  if (due > sim_now()) {
+    job_flush(j);
+    int rc = j->gone ? -1 : conn_wait_until(j->c, due, &j->fl.cancel);
+    j->gone = j->gone || rc == -1;
+    j->cancelled = j->cancelled || rc == -2;
+  }
+  return j->gone || j->cancelled;
+}
+
+static void emit_token(job *j, bool reasoning, const char *tok, size_t n) {
+  if (j->stream) {
+    if (!j->role_sent)
+      role_frame(j);
+    token_frame(j, reasoning, tok, n);
+  } else {
+    sbuf_add(reasoning ? &j->reasoning : &j->content, tok, n);
+  }
+  j->ntok++;
+  j->frames++;
+  if (reasoning)
+    j->nreason++;
+  else
+    j->nanswer++;
+  j->t_last = sim_now();
+  long every = j->srv->cfg.progress_every;
+  if (j->stream && every > 0 && j->ntok % every == 0 &&
+      j->srv->cfg.dialect == DIALECT_MTPLX)
+    progress_frame(j, j->t_last);
+}
+
+/* Where the utf8-split fault cuts a token: inside its first multi-byte
+ * character, or 0 to leave it whole. */
+static size_t utf8_cut(const char *t, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if ((unsigned char)t[i] >= 0xC0)
+      return i + 1 < n ? i + 1 : 0;
+  return 0;
+}
+
+/* The oversized fault's filler: sized so the whole data line is BYTES. */
+static char *oversized_filler(job *j, size_t *n) {
+  size_t over = 0;
+  if (j->stream) {
+    size_t keep = j->out.len;
+    token_frame(j, false, "", 0);
+    over = j->out.len - keep - 2; /* without the blank line */
+    j->out.len = keep;
+  }
+  size_t want = (size_t)j->f.oversized > over ? (size_t)j->f.oversized - over : 1;
+  char *p = malloc(want);
+  if (!p)
+    abort();
+  static const char pat[] = "lorem ipsum dolor sit amet ";
+  for (size_t i = 0; i < want; i++)
+    p[i] = pat[i % (sizeof pat - 1)];
+  *n = want;
+  return p;
+}
+
+/* Next token to send; moves from reasoning to answer. 0 = text complete. */
+static size_t next_token(job *j, bool *reasoning, const char **tok) {
+  size_t n;
+  if (j->split_n) {
+    *tok = j->split_p;
+    n = j->split_n;
+    j->split_n = 0;
+    return n;
+  }
+  if (*reasoning && (n = tokseq_next(&j->rseq, tok)))
+    return n;
+  *reasoning = false;
+  n = tokseq_next(&j->aseq, tok);
+  if (n && j->f.utf8_split && j->cap - j->ntok >= 2) {
+    size_t cut = utf8_cut(*tok, n);
+    if (cut) {
+      j->split_p = *tok + cut;
+      j->split_n = n - cut;
+      n = cut;
+    }
+  }
+  return n;
+}
+
+static void maybe_oversized(job *j, bool reasoning) {
+  if (reasoning || !j->f.oversized || j->oversized_done || j->ntok >= j->cap)
+    return;
+  j->oversized_done = true;
+  size_t n;
+  char *p = oversized_filler(j, &n);
+  if (!pace(j))
+    emit_token(j, false, p, n);
+  free(p);
+}
+
+/* Produce tokens until the text ends, the cap is hit, a fault ends the
+ * stream, or the client leaves. Returns the finish reason, or NULL when
+ * the response is already over (fault, disconnect). */
+static const char *generate(job *j) {
+  bool reasoning = j->has_reasoning;
+  for (;;) {
+    if (checkpoint(j, false))
+      return NULL;
+    const char *tok;
+    size_t n = next_token(j, &reasoning, &tok);
+    if (!n)
+      break;
+    if (j->ntok >= j->cap)
+      return checkpoint(j, true) ? NULL : "length";
+    maybe_oversized(j, reasoning);
+    if (!j->gone && !j->cancelled && !pace(j))
+      emit_token(j, reasoning, tok, n);
+    if (j->gone)
+      return NULL;
+    if (j->cancelled)
+      return "cancelled";
+  }
+  return checkpoint(j, true) ? NULL : "stop";
+}
+
+/* ---- the request ---------------------------------------------------------- */
+
+/* Queue for a slot, then "prefill" for ttft_ms. 0 = ready to decode. */
+static int acquire_and_prefill(job *j) {
+  int rc = sched_acquire(j->srv, queue_tick, j);
+  if (rc)
+    return rc;
+  j->slot = true;
+  if (j->stream && j->srv->cfg.dialect == DIALECT_LLAMA &&
+      http_begin_chunked(j->c, 200, "text/event-stream", NULL))
+    return -1;
+  j->t_slot = sim_now();
+  j->t_first = j->t_slot + (double)(j->ttft_ms > 0 ? j->ttft_ms : 0) / 1000.0;
+  return wait_phase(j, j->t_first, "prefill");
+}
+
+int job_run(job *j) {
+  j->t0 = j->t_hb = j->t_last = sim_now();
+  snprintf(j->fl.id, sizeof j->fl.id, "%s", j->id);
+  inflight_add(j->srv, &j->fl);
+  build_pieces(j);
+  if (j->stream && j->srv->cfg.dialect == DIALECT_MTPLX) {
+    if (http_begin_chunked(j->c, 200, "text/event-stream", NULL))
+      j->gone = true;
+    role_frame(j);
+    job_flush(j);
+  }
+  int rc = j->gone ? -1 : acquire_and_prefill(j);
+  const char *finish = NULL;
+  if (rc == 0) {
+    j->t_first = sim_now(); /* the schedule starts when prefill really ended */
+    finish = generate(j);
+  }
+  j->gone = j->gone || rc == -1;
+  if (rc == -2)
+    finish = "cancelled";
+  if (j->slot)
+    sched_release(j->srv);
+  j->slot = false;
+  inflight_remove(j->srv, &j->fl);
+  if (j->gone) {
+    j->c->must_close = true;
+    return 499; /* nginx's "client closed request", for the log only */
+  }
+  return finish ? finish_ok(j, finish) : 200;
+}
+
+void job_free(job *j) {
+  sbuf_free(&j->out);
+  sbuf_free(&j->pre);
+  sbuf_free(&j->post);
+  sbuf_free(&j->content);
+  sbuf_free(&j->reasoning);
+}
