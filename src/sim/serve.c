@@ -256,7 +256,8 @@ static void plan_text(job *j, const cJSON *ctl, const char *user) {
     rn = 24; /* a few normal lines, then the loop */
   if (j->f.loop && !j->has_reasoning && !cJSON_GetObjectItemCaseSensitive(ctl, "answer_tokens"))
     an = 24;
-  gen_init(&j->rseq.gen, seed ^ 0x5eedull, rn, true, j->f.loop == LOOP_LINE ? '\n' : ' ');
+  char rsep = !j->f.loop ? 0 : j->f.loop == LOOP_LINE ? '\n' : ' ';
+  gen_init(&j->rseq.gen, seed ^ 0x5eedull, rn, true, rsep);
   gen_init(&j->aseq.gen, seed, an, false, j->f.loop && !j->has_reasoning ? ' ' : 0);
   if (rtext)
     j->rseq.text = rtext, j->rseq.text_len = strlen(rtext);
