@@ -218,10 +218,12 @@ describe("streaming from mirza-sim (llama dialect)", function()
   end)
 
   it("reports a llama mid-stream error (no [DONE]) as a server error", function()
-    local s <close> = open(sim, "x", { text = "a b c d e", fault = "error-after=2" })
+    local s <close> = open(sim, "x", { text = "a b c d e", fault = "error-after=2" },
+      { chat_template_kwargs = { enable_thinking = false } })
     local r = H.drain(s)
     assert.equal("server", r.last.code)
     assert.equal("a b ", r.text)
+    assert.equal("", r.think)
   end)
 end)
 
