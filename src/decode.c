@@ -126,32 +126,46 @@ static const char *str_of(const cJSON *obj, const char *key, size_t *len) {
   return s;
 }
 
-/* Reasoning is "reasoning_content" (llama.cpp, MTPLX), else "reasoning"
- * (vLLM, Ollama). An empty one reads as absent so the fallback applies. */
-static void read_reasoning(const cJSON *src, mz_choice *c) {
-  c->reasoning = str_of(src, "reasoning_content", &c->reasoning_len);
-  if (!c->reasoning_len) c->reasoning = str_of(src, "reasoning", &c->reasoning_len);
-  if (!c->reasoning_len) c->reasoning = NULL;
+static const char *str_val(const cJSON *v) {
+  return cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
+/* The text fields of a delta (or message), in one pass over its members:
+ * this runs for every token, and a lookup per field would walk the list
+ * once per field. Reasoning is "reasoning_content" (llama.cpp, MTPLX),
+ * else "reasoning" (vLLM, Ollama); an empty one reads as absent. */
+static void read_delta(const cJSON *src, mz_choice *c) {
+  const char *rc = NULL, *r = NULL;
+  const cJSON *v;
+  for (v = src->child; v; v = v->next) {
+    const char *k = v->string;
+    if (strcmp(k, "content") == 0) c->content = str_val(v);
+    else if (strcmp(k, "reasoning_content") == 0) rc = str_val(v);
+    else if (strcmp(k, "role") == 0) c->role = str_val(v);
+    else if (strcmp(k, "tool_calls") == 0) c->tool_calls = cJSON_IsArray(v) ? v : NULL;
+    else if (strcmp(k, "reasoning") == 0) r = str_val(v);
+  }
+  c->content_len = c->content ? strlen(c->content) : 0;
+  c->reasoning = rc && *rc ? rc : r && *r ? r : NULL;
+  c->reasoning_len = c->reasoning ? strlen(c->reasoning) : 0;
+}
+
+/* Same single pass over the choice itself. */
 int mz_frame_choice(const mz_frame *f, int i, mz_choice *c) {
-  const cJSON *ch, *idx, *src, *tc;
+  const cJSON *ch, *v, *delta = NULL;
   memset(c, 0, sizeof *c);
+  c->index = i;
   if (!f->choices || i < 0 || i >= f->nchoices) return -1;
   ch = cJSON_GetArrayItem(f->choices, i);
   if (!cJSON_IsObject(ch)) return -1;
-  idx = cJSON_GetObjectItemCaseSensitive(ch, "index");
-  c->index = cJSON_IsNumber(idx) ? (int)idx->valuedouble : i;
-  c->finish_reason = str_of(ch, "finish_reason", NULL);
-  c->message = object_or_null(cJSON_GetObjectItemCaseSensitive(ch, "message"));
-  src = object_or_null(cJSON_GetObjectItemCaseSensitive(ch, "delta"));
-  if (!src) src = c->message;
-  if (!src) return 0;
-  c->role = str_of(src, "role", NULL);
-  c->content = str_of(src, "content", &c->content_len);
-  read_reasoning(src, c);
-  tc = cJSON_GetObjectItemCaseSensitive(src, "tool_calls");
-  c->tool_calls = cJSON_IsArray(tc) ? tc : NULL;
+  for (v = ch->child; v; v = v->next) {
+    const char *k = v->string;
+    if (strcmp(k, "delta") == 0) delta = object_or_null(v);
+    else if (strcmp(k, "finish_reason") == 0) c->finish_reason = str_val(v);
+    else if (strcmp(k, "index") == 0 && cJSON_IsNumber(v)) c->index = (int)v->valuedouble;
+    else if (strcmp(k, "message") == 0) c->message = object_or_null(v);
+  }
+  if (delta || c->message) read_delta(delta ? delta : c->message, c);
   return 0;
 }
 

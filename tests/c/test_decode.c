@@ -466,6 +466,39 @@ static void test_malformed(void **state) {
   mz_frame_free(&f); /* idempotent */
 }
 
+/* Every prefix of every recorded frame either decodes or fails with a
+ * message; none crashes or leaks (the sanitizer runs see to that). */
+static void test_every_prefix(void **state) {
+  static const char *streams[] = {"llama-server.chat_stream_usage.sse", "mtplx.reconstructed.thinking_stream.sse",
+                                  "mtplx.reconstructed.midstream_error.sse"};
+  events e;
+  mz_frame f;
+  mz_choice c;
+  char err[96];
+  size_t s, n;
+  int i, k;
+  (void)state;
+  for (s = 0; s < 3; s++) {
+    load_events(1, streams[s], &e);
+    for (i = 0; i < e.n; i++) {
+      for (n = 0; n <= e.len[i]; n++) {
+        char *copy = malloc(n ? n : 1); /* exactly n bytes: overreads are caught */
+        memcpy(copy, e.data[i], n);
+        err[0] = 'x';
+        if (mz_frame_decode(&f, copy, n, err, sizeof err) == 0) {
+          assert_int_equal(n, e.len[i]); /* no proper prefix of a frame is JSON */
+          for (k = 0; k < f.nchoices; k++) mz_frame_choice(&f, k, &c);
+        } else {
+          assert_true(strlen(err) > 0 && err[0] != 'x');
+        }
+        mz_frame_free(&f);
+        free(copy);
+      }
+    }
+    free_events(&e);
+  }
+}
+
 static void test_unknown_keys(void **state) {
   static const char *streams[] = {"llama-server.chat_stream_usage.sse", "llama-server.chat_stream_no_usage.sse",
                                   "llama-server.reasoning_grammar_stream.sse",
@@ -759,6 +792,7 @@ int main(void) {
       cmocka_unit_test(test_midstream_error_llama),
       cmocka_unit_test(test_error_shapes),
       cmocka_unit_test(test_malformed),
+      cmocka_unit_test(test_every_prefix),
       cmocka_unit_test(test_unknown_keys),
       cmocka_unit_test(test_tool_calls),
       cmocka_unit_test(test_n2_choices),

@@ -245,6 +245,40 @@ static void test_fixtures_every_split(void **state) {
   }
 }
 
+/* Many pieces of random sizes (fixed seed, so failures reproduce). */
+static void test_fixtures_random_pieces(void **state) {
+  fixture_list *fl = fixtures();
+  unsigned seed = 12345;
+  int i, k;
+  (void)state;
+  for (i = 0; i < fl->n; i++) {
+    size_t len;
+    char *buf = slurp(fl->path[i], &len);
+    rec ref = {0};
+    int pending = run(buf, len, 0, 0, &ref);
+    for (k = 0; k < 200; k++) {
+      rec r = {0};
+      mz_sse p;
+      size_t off = 0;
+      mz_sse_init(&p, 0, on_event, &r);
+      while (off < len) {
+        size_t n;
+        seed = seed * 1103515245u + 12345u;
+        n = 1 + (seed >> 16) % 97;
+        if (n > len - off) n = len - off;
+        assert_int_equal(mz_sse_feed(&p, buf + off, n), MZ_SSE_OK);
+        off += n;
+      }
+      assert_int_equal(mz_sse_finish(&p), pending);
+      rec_equal(&ref, &r, fl->path[i]);
+      mz_sse_free(&p);
+      rec_free(&r);
+    }
+    rec_free(&ref);
+    free(buf);
+  }
+}
+
 static void test_fixtures_crlf_and_cr(void **state) {
   static const char *eols[] = {"\r\n", "\r"};
   fixture_list *fl = fixtures();
@@ -680,6 +714,7 @@ static void test_fixture_multiline(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_fixtures_every_split),
+      cmocka_unit_test(test_fixtures_random_pieces),
       cmocka_unit_test(test_fixtures_crlf_and_cr),
       cmocka_unit_test(test_fixtures_with_bom),
       cmocka_unit_test(test_bom_only_once),
