@@ -276,6 +276,7 @@ int mz_sse_finish(mz_sse *p) {
   p->pend_off = p->pend_len = 0;
   p->has_data = 0;
   p->last_cr = 0;
+  if (p->bom_pos > 0) p->bom_pos = -1; /* a cut BOM went with the cut line */
   return pending;
 }
 
