@@ -110,6 +110,7 @@ int luaopen_mirza_core(lua_State *L) {
   luaL_newlib(L, funcs); /* [core] */
   luaopen_mirza_stream(L); /* [core, open] */
   lua_setfield(L, -2, "open");
+  luaopen_mirza_proc(L); /* [core]: spawn, pid_stop, pidfile_*, file_tail... */
   luaopen_mirza_json(L);
   lua_setfield(L, -2, "json");
   lua_pushliteral(L, MIRZA_VERSION);
