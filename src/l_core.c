@@ -8,7 +8,10 @@
  */
 #include "l_core.h"
 
+#include <errno.h>
 #include <lauxlib.h>
+#include <string.h>
+#include <sys/stat.h>
 
 #include "l_util.h"
 #include "mirza.h"
@@ -98,6 +101,17 @@ static int l_now(lua_State *L) {
   return 1;
 }
 
+/* mirza.core.stat(path) -> mtime (seconds, ns precision), size | nil, msg, "io"
+ * (hot reload watches files with it between turns). */
+static int l_stat(lua_State *L) {
+  const char *path = luaL_checkstring(L, 1);
+  struct stat st;
+  if (stat(path, &st) != 0) return mz_l_failf(L, MZ_E_IO, "%s: %s", path, strerror(errno));
+  lua_pushnumber(L, (lua_Number)st.st_mtim.tv_sec + (lua_Number)st.st_mtim.tv_nsec * 1e-9);
+  lua_pushinteger(L, (lua_Integer)st.st_size);
+  return 2;
+}
+
 static int l_streams(lua_State *L) {
   lua_pushinteger(L, (lua_Integer)mz_client_streams(mz_l_ctx(L)->client));
   return 1;
@@ -105,7 +119,8 @@ static int l_streams(lua_State *L) {
 
 int luaopen_mirza_core(lua_State *L) {
   static const luaL_Reg funcs[] = {{"wait", l_wait},       {"sleep", l_sleep}, {"now", l_now},
-                                   {"streams", l_streams}, {NULL, NULL}};
+                                   {"streams", l_streams}, {"stat", l_stat},
+                                   {NULL, NULL}};
   mz_l_ctx(L);
   luaL_newlib(L, funcs); /* [core] */
   luaopen_mirza_stream(L); /* [core, open] */
