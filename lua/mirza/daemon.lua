@@ -1,0 +1,554 @@
+--- mirza.daemon: supervise one local LLM daemon (MTPLX, llama-server,
+--- mirza-sim or any command) on a host:port.
+---
+--- `start()` adopts a healthy daemon already on the port (after checking
+--- it serves the expected model), or spawns one (`mirza.core.spawn`: no
+--- shell, own process group, output to a log) and polls its health URL
+--- until it answers, the child exits (fail at once with the exit status
+--- and the log tail) or the deadline passes. The pid of a daemon mirza
+--- started goes into a per-port pid file, so a later run can adopt *and*
+--- stop it. A started daemon is stopped when the script ends, fails or is
+--- interrupted (the Process userdata's finalizer), unless `keep_alive`.
+--- Adopted daemons are left running unless `stop()` is called.
+---
+--- Presets build the command line from the seed's settings; `custom`
+--- takes an argv (with `{host}`, `{port}`, `{model}`, `{model_id}`
+--- placeholders) and a health path.
+local core = require "mirza.core"
+local json = core.json
+
+local M = {}
+
+---@class mirza.DaemonOptions
+---@field preset? "mtplx"|"llama-server"|"mirza-sim"|"custom"  default "mtplx"
+---@field host? string            default "127.0.0.1"
+---@field port? integer           default 8766
+---@field model? string           model directory/repo (mtplx) or .gguf file (llama-server); required by those presets
+---@field model_id? string        id the daemon serves the model as; checked on adoption (default: the model's base name; mirza-sim: "mirza-sim")
+---@field context_window? integer default 16384 (llama-server: per slot, `-c` = context_window * parallel)
+---@field kv_bits? integer        KV cache quantization: 8, 4, or anything else for none (default 8)
+---@field depth? integer          MTPLX MTP draft depth (default 3)
+---@field parallel? integer       llama-server slots `-np` (default 1)
+---@field jinja? boolean          llama-server `--jinja` (default true)
+---@field dialect? "mtplx"|"llama" mirza-sim dialect (default "mtplx")
+---@field bin? string             program to run (default "mtplx", "llama-server", the mirza-sim next to mirza)
+---@field args? string[]          extra arguments appended to the preset's
+---@field argv? string[]          custom: the whole command line
+---@field health? string          health path (default "/health")
+---@field env? table<string,string> extra environment for the daemon
+---@field cwd? string
+---@field log? string             log file (default <runtime dir>/daemon-<port>.log; the previous one is kept as .1)
+---@field api_key? string         sent on health/model requests
+---@field autostart? boolean      start a daemon when none answers (default true)
+---@field keep_alive? boolean     leave a started daemon running when mirza exits (default false)
+---@field deadline? number        seconds to wait for health (default 300)
+---@field grace? number           seconds between SIGTERM and SIGKILL (default 5)
+---@field poll_interval? number   seconds between health probes (default 0.25)
+---@field restart? {max?: integer, backoff?: number}  restart policy of ensure() (default: none)
+---@field progress? boolean|fun(elapsed: number, d: mirza.Daemon)  progress while waiting (default: stderr)
+
+local option_types = {
+  preset = "string", host = "string", port = "number", model = "string", model_id = "string",
+  context_window = "number", kv_bits = "number", depth = "number", parallel = "number",
+  jinja = "boolean", dialect = "string", bin = "string", args = "table", argv = "table",
+  health = "string", env = "table", cwd = "string", log = "string", api_key = "string",
+  autostart = "boolean", keep_alive = "boolean", deadline = "number", grace = "number",
+  poll_interval = "number", restart = "table", progress = { boolean = true, ["function"] = true },
+}
+
+local defaults = {
+  preset = "mtplx", host = "127.0.0.1", port = 8766, context_window = 16384, kv_bits = 8,
+  depth = 3, parallel = 1, jinja = true, dialect = "mtplx", health = "/health",
+  autostart = true, keep_alive = false, deadline = 300, grace = 5, poll_interval = 0.25,
+}
+
+local function argerror(fmt, ...)
+  error("mirza.daemon: " .. fmt:format(...), 3)
+end
+
+-- ------------------------------------------------------------ presets
+
+local function basename(path)
+  return (path:gsub("/+$", ""):match("([^/]+)$") or path):gsub("%.gguf$", "")
+end
+
+local function append(argv, extra)
+  for _, a in ipairs(extra or {}) do argv[#argv + 1] = tostring(a) end
+  return argv
+end
+
+local function need_model(o)
+  if not o.model then argerror("preset '%s' needs 'model'", o.preset) end
+  return o.model
+end
+
+-- The interpreter's path from the `arg` table (its most negative index).
+local function interpreter()
+  local i, path = -1, nil
+  while _G.arg and _G.arg[i] do
+    path, i = _G.arg[i], i - 1
+  end
+  return path
+end
+
+local function file_exists(path)
+  local f = path and io.open(path, "r")
+  if f then f:close() end
+  return f ~= nil
+end
+
+---Find the simulator: $MIRZA_SIM, next to the mirza executable, build/.
+---@return string
+function M.find_sim()
+  local env = os.getenv("MIRZA_SIM")
+  if env and env ~= "" then return env end
+  local exe = interpreter()
+  local dir = exe and exe:match("^(.*)/[^/]*$")
+  for _, p in ipairs { dir and (dir .. "/mirza-sim"), "build/mirza-sim" } do
+    if file_exists(p) then return p end
+  end
+  return "mirza-sim"
+end
+
+local kv_quant = { [8] = "q8", [4] = "q4" }
+local kv_type = { [8] = "q8_0", [4] = "q4_0" }
+
+---Command lines by preset: each takes the resolved options.
+---@type table<string, fun(o: table): string[]>
+M.presets = {}
+
+M.presets.mtplx = function(o)
+  return append({
+    o.bin or "mtplx", "serve", "--model", need_model(o), "--model-id", o.model_id,
+    "--host", o.host, "--port", tostring(o.port), "--context-window", tostring(o.context_window),
+    "--kv-quant", kv_quant[o.kv_bits] or "off", "--depth", tostring(o.depth), "--no-stats-footer",
+  }, o.args)
+end
+
+M.presets["llama-server"] = function(o)
+  local argv = {
+    o.bin or "llama-server", "-m", need_model(o), "--host", o.host, "--port", tostring(o.port),
+    "-c", tostring(o.context_window * o.parallel),
+  }
+  local kv = kv_type[o.kv_bits]
+  if kv then append(argv, { "-ctk", kv, "-ctv", kv }) end
+  append(argv, { "-np", tostring(o.parallel) })
+  if o.jinja then argv[#argv + 1] = "--jinja" end
+  return append(append(argv, { "--alias", o.model_id }), o.args)
+end
+
+M.presets["mirza-sim"] = function(o)
+  return append({
+    o.bin or M.find_sim(), "--host", o.host, "--port", tostring(o.port), "--model-id", o.model_id,
+    "--dialect", o.dialect, "--context-window", tostring(o.context_window),
+  }, o.args)
+end
+
+M.presets.custom = function(o)
+  if type(o.argv) ~= "table" or not o.argv[1] then argerror("preset 'custom' needs 'argv'") end
+  local vars = { host = o.host, port = tostring(o.port), model = o.model or "", model_id = o.model_id or "" }
+  local argv = {}
+  for i, a in ipairs(o.argv) do
+    argv[i] = tostring(a):gsub("{(%w[%w_]*)}", vars)
+  end
+  return argv
+end
+
+-- ------------------------------------------------------------ options
+
+local function check_type(k, v)
+  local want = option_types[k]
+  if not want then argerror("unknown option '%s'", tostring(k)) end
+  local ok = type(want) == "table" and want[type(v)] or type(v) == want
+  if not ok then argerror("option '%s' must be a %s, got %s", k, type(want) == "table" and "boolean or function" or want, type(v)) end
+end
+
+local function check_values(o)
+  if not M.presets[o.preset] then argerror("unknown preset '%s'", o.preset) end
+  if math.type(o.port) ~= "integer" and o.port ~= math.floor(o.port) or o.port < 0 or o.port > 65535 then
+    argerror("'port' must be an integer 0..65535")
+  end
+  if o.port == 0 then argerror("'port' 0 cannot be supervised: pick a port") end
+  for _, k in ipairs { "deadline", "grace", "poll_interval" } do
+    if o[k] < 0 then argerror("'%s' must be >= 0", k) end
+  end
+  if o.restart then
+    for k in pairs(o.restart) do
+      if k ~= "max" and k ~= "backoff" then argerror("unknown restart option '%s'", tostring(k)) end
+    end
+  end
+  if o.health:sub(1, 1) ~= "/" then argerror("'health' must be a path starting with '/'") end
+end
+
+---Validate options, fill defaults and build the command line (pure: no
+---process, no I/O). Raises on unknown keys, wrong types, missing model.
+---@param opts mirza.DaemonOptions
+---@return table o resolved options, with `o.argv` the command line
+function M.resolve(opts)
+  if type(opts) ~= "table" then argerror("options table expected, got %s", type(opts)) end
+  local o = {}
+  for k, v in pairs(opts) do
+    check_type(k, v)
+    o[k] = v
+  end
+  for k, v in pairs(defaults) do
+    if o[k] == nil then o[k] = v end
+  end
+  check_values(o)
+  o.port = math.tointeger(o.port)
+  if not o.model_id then
+    o.model_id = o.model and basename(o.model) or (o.preset == "mirza-sim" and "mirza-sim" or nil)
+  end
+  o.argv = M.presets[o.preset](o)
+  return o
+end
+
+
+-- ------------------------------------------------------------ the daemon
+
+---@class mirza.Daemon
+---@field preset string
+---@field host string
+---@field port integer
+---@field model_id string|nil   the model id expected on the port
+---@field url string            "http://host:port"
+---@field base_url string       "http://host:port/v1" (OpenAI base URL)
+---@field chat_url string       ".../v1/chat/completions"
+---@field health_url string
+---@field argv string[]         the command line start() runs
+---@field log_path string|nil   where a started daemon's output goes
+---@field adopted boolean       true when start() found a healthy daemon already there
+---@field pid integer|nil       pid of the daemon (started, or adopted and known)
+---@field restarts integer      restarts done by ensure()
+---@field keep_alive boolean
+local Daemon = {}
+Daemon.__index = Daemon
+
+local HEALTH_TIMEOUT = 1    -- connect timeout of one probe (seconds)
+local HEALTH_DEADLINE = 3   -- whole-probe limit
+local EXIT_SETTLE = 1       -- how long a cut stream waits for the exit status
+local PROGRESS_EVERY = 5    -- seconds between progress lines when not a tty
+local TAIL_LINES = 20
+
+---Create a supervisor (nothing is started: call `start()`). Raises on bad
+---options.
+---@param opts mirza.DaemonOptions
+---@return mirza.Daemon
+function M.new(opts)
+  local o = M.resolve(opts)
+  local d = setmetatable({ _o = o, preset = o.preset, host = o.host, port = o.port, model_id = o.model_id,
+    argv = o.argv, keep_alive = o.keep_alive, adopted = false, restarts = 0 }, Daemon)
+  d.url = ("http://%s:%d"):format(o.host:find(":", 1, true) and "[" .. o.host .. "]" or o.host, o.port)
+  d.base_url = d.url .. "/v1"
+  d.chat_url = d.base_url .. "/chat/completions"
+  d.health_url = d.url .. o.health
+  d.log_path = o.log
+  return d
+end
+
+-- One GET; body or nil, message, code, status.
+function Daemon:_get(url)
+  local mirza = require "mirza"
+  return mirza.request { url = url, method = "GET", timeout = HEALTH_TIMEOUT, deadline = HEALTH_DEADLINE,
+    api_key = self._o.api_key }
+end
+
+---Probe the health URL once.
+---@return boolean healthy 200 and not `"ok": false`
+---@return table|string|nil info the decoded health answer; else the error message
+---@return string? code "refused", "http" (503 while loading), "timeout", ...
+---@return integer? status HTTP status of an "http" answer
+function Daemon:healthy()
+  local body, msg, code, status = self:_get(self.health_url)
+  if not body then return false, msg, code, status end
+  local info = json.decode(body)
+  if type(info) == "table" and info.ok == false then return false, info, "http", msg end
+  return true, type(info) == "table" and info or {}
+end
+
+-- The model the daemon serves, when it says: /health .model, else the ids
+-- of /v1/models. Returns a string, a list of ids, or nil (cannot tell).
+function Daemon:_served(info)
+  if type(info) == "table" and type(info.model) == "string" then return info.model end
+  local body = self:_get(self.base_url .. "/models")
+  local models = body and json.decode(body)
+  if type(models) ~= "table" or type(models.data) ~= "table" then return nil end
+  local ids = {}
+  for _, m in ipairs(models.data) do
+    if type(m) == "table" and type(m.id) == "string" then ids[#ids + 1] = m.id end
+  end
+  return ids[1] and ids or nil
+end
+
+-- true, or nil, message, "foreign" when the port serves another model.
+function Daemon:_check_model(info)
+  if not self.model_id then return true end
+  local served = self:_served(info)
+  if served == nil or served == self.model_id then return true end
+  if type(served) == "table" then
+    for _, id in ipairs(served) do if id == self.model_id then return true end end
+    served = table.concat(served, ", ")
+  end
+  return nil, ("%s serves model '%s', expected '%s'"):format(self.url, served, self.model_id), "foreign"
+end
+
+-- The pid of a daemon we did not start: /health startup.pid, else a live
+-- pid from our pid file.
+local function adopted_pid(info, port)
+  local st = type(info) == "table" and info.startup
+  local pid = type(st) == "table" and math.tointeger(st.pid)
+  if pid and pid > 0 then return pid end
+  pid = core.pidfile_read(port)
+  return pid and core.pid_alive(pid) and pid or nil
+end
+
+function Daemon:_adopt(info)
+  local ok, msg, code = self:_check_model(info)
+  if not ok then return nil, msg, code end
+  self.adopted, self.pid = true, adopted_pid(info, self.port)
+  return true
+end
+
+-- Default progress: a line every PROGRESS_EVERY seconds, or a line
+-- rewritten each second when stderr is a terminal.
+local stderr_tty
+local function show_progress(elapsed, d)
+  if stderr_tty == nil then stderr_tty = os.execute("test -t 2") == true end
+  local last = d._shown or 0
+  local every = stderr_tty and 1 or PROGRESS_EVERY
+  if elapsed - last < every then return end
+  d._shown = elapsed
+  local line = ("mirza: waiting for %s at %s: %d s"):format(d.preset, d.url, math.floor(elapsed))
+  io.stderr:write(stderr_tty and ("\r" .. line) or (line .. "\n"))
+  io.stderr:flush()
+end
+
+function Daemon:_progress(elapsed)
+  local p = self._o.progress
+  if p == false then return end
+  if type(p) == "function" then return p(elapsed, self) end
+  show_progress(elapsed, self)
+end
+
+local function end_progress(d)
+  if d._shown and stderr_tty then io.stderr:write("\n") end
+  d._shown = nil
+end
+
+---The last n lines of the daemon's log (started daemons; "" otherwise).
+---@param n? integer default 20
+---@return string
+function Daemon:log_tail(n)
+  if not self.log_path then return "" end
+  return core.file_tail(self.log_path, n or TAIL_LINES)
+end
+
+local function with_tail(msg, tail)
+  if tail == "" then return msg end
+  return msg .. ":\n" .. tail:gsub("\n$", "")
+end
+
+-- Why the child is gone, as an "exited" failure (stops nothing).
+function Daemon:_exited(what)
+  local _, text, code, sig = self._proc:poll()
+  self._status = { text = text, exit_code = code, signal = sig }
+  return nil, with_tail(("daemon %s %s (%s on %s)"):format(text, what, self.preset, self.url), self:log_tail()), "exited"
+end
+
+-- Stop and forget a child we started (and its pid file).
+function Daemon:_drop()
+  local proc = self._proc
+  if proc then
+    self._proc = nil
+    if not proc:closed() then
+      proc:stop(self._o.grace)
+      proc:close()
+    end
+    if core.pidfile_read(self.port) == self.pid then core.pidfile_remove(self.port) end
+  end
+end
+
+-- Poll health until healthy, the child exits, or the deadline.
+function Daemon:_wait()
+  local mirza = require "mirza"
+  local t0 = mirza.now()
+  while true do
+    local ok, info, code = self:healthy()
+    if ok then
+      end_progress(self)
+      return self:_check_model(info)
+    end
+    if self._proc and not self._proc:poll() then
+      end_progress(self)
+      return self:_exited("before becoming healthy")
+    end
+    local elapsed = mirza.now() - t0
+    if elapsed >= self._o.deadline then
+      end_progress(self)
+      local last = type(info) == "table" and "not ok" or ("%s: %s"):format(code, info)
+      return nil, with_tail(("daemon at %s not healthy after %g s (last probe: %s)"):format(self.health_url,
+        self._o.deadline, last), self:log_tail()), "timeout"
+    end
+    self:_progress(elapsed)
+    mirza.sleep(self._o.poll_interval)
+  end
+end
+
+-- A fresh log for this start; the previous one is kept as <log>.1.
+function Daemon:_rotate_log()
+  if not self.log_path then
+    local dir = assert(core.runtime_dir())
+    self.log_path = ("%s/daemon-%d.log"):format(dir, self.port)
+  end
+  os.remove(self.log_path .. ".1")
+  os.rename(self.log_path, self.log_path .. ".1")
+end
+
+-- Spawn the command line and wait until it is healthy.
+function Daemon:_spawn()
+  local o = self._o
+  self:_rotate_log()
+  local proc, msg, code = core.spawn { argv = self.argv, env = o.env, cwd = o.cwd, log = self.log_path,
+    keep_alive = o.keep_alive, grace = o.grace }
+  if not proc then return nil, msg, code end
+  self._proc, self.pid, self.adopted, self._status = proc, proc:pid(), false, nil
+  core.pidfile_write(self.port, self.pid) -- best effort: adoption by pid is a bonus
+  local ok, err, ecode = self:_wait()
+  if not ok then
+    self:_drop()
+    return nil, err, ecode
+  end
+  return true
+end
+
+---Adopt a healthy daemon already on the port, or start one and wait until
+---it is healthy. A daemon still loading on the port (503) is waited for and
+---adopted. Calling start() on a running daemon does nothing.
+---@return true|nil ok
+---@return string? message
+---@return string? code "exited" (with the exit status and log tail), "timeout", "foreign" (another model, or not a daemon), "refused" (autostart off), "spawn"
+function Daemon:start()
+  if self._proc and self._proc:poll() then return true end
+  if self._proc then self:_drop() end
+  local ok, info, code, status = self:healthy()
+  if ok then return self:_adopt(info) end
+  if code == "http" and status == 503 then
+    local w, msg, c = self:_wait()
+    if not w then return nil, msg, c end
+    return self:_adopt(select(2, self:healthy()))
+  elseif code ~= "refused" then
+    return nil, ("%s answers but is not a healthy daemon (%s)"):format(self.health_url, info), "foreign"
+  end
+  if not self._o.autostart then
+    return nil, ("no daemon at %s and autostart is off: %s"):format(self.url, info), "refused"
+  end
+  return self:_spawn()
+end
+
+---Stop the daemon, whether started or adopted: SIGTERM to its process
+---group, `grace` seconds, then SIGKILL; removes the pid file. Idempotent.
+---@return true|nil ok
+---@return string? message when an adopted daemon's pid is unknown or it cannot be signalled
+---@return string? code "io"
+function Daemon:stop()
+  if self._proc then
+    self:_drop()
+    return true
+  end
+  if self.adopted then
+    if not self.pid then return nil, ("pid of the daemon at %s unknown: cannot stop it"):format(self.url), "io" end
+    local ok, msg, code = core.pid_stop(self.pid, self._o.grace)
+    if not ok then return nil, msg, code end
+    if core.pidfile_read(self.port) == self.pid then core.pidfile_remove(self.port) end
+    self.adopted = false
+  end
+  return true
+end
+
+---Whether a started daemon's process is still running (adopted: its pid is
+---alive, or health answers when the pid is unknown).
+---@return boolean
+function Daemon:running()
+  if self._proc then return self._proc:poll() end
+  if self.adopted and self.pid then return core.pid_alive(self.pid) end
+  return self.adopted and self:healthy() or false
+end
+
+-- The backoff before restart number n (1-based): backoff * 2^(n-1).
+local function backoff(policy, n)
+  return (policy.backoff or 0.5) * 2 ^ (n - 1)
+end
+
+---Make sure the daemon is up before a request: start it if never started;
+---if it died, restart it under the `restart` policy (backoff, at most
+---`restart.max` restarts in the daemon's life), else fail.
+---@return true|nil ok
+---@return string? message
+---@return string? code "exited" when dead and no restart is allowed; start()'s codes
+function Daemon:ensure()
+  if not self._proc and not self.adopted then return self:start() end
+  if self:running() then return true end
+  local policy = self._o.restart
+  local _, msg, code
+  if self._proc then _, msg, code = self:_exited("while serving")
+  else msg, code = ("adopted daemon at %s is gone"):format(self.url), "exited" end
+  if not policy or self.restarts >= (policy.max or 3) then return nil, msg, code end
+  self.restarts = self.restarts + 1
+  require("mirza").sleep(backoff(policy, self.restarts))
+  self:_drop()
+  self.adopted, self.pid = false, nil
+  return self:start()
+end
+
+local transport = { closed = true, refused = true, io = true, timeout = true }
+
+---Turn a stream error caused by the daemon's death into code "exited"
+---with the exit status (and log tail); other errors are returned as is.
+---Waits briefly for the exit status, which lags the closed socket.
+---@param ev mirza.Event an error event (from a stream of this daemon)
+---@return mirza.Event ev `{type="error", code="exited", message, status_text, exit_code?, signal?, cause=ev}` or ev
+function Daemon:stream_error(ev)
+  if type(ev) ~= "table" or ev.type ~= "error" or not transport[ev.code] then return ev end
+  local mirza = require "mirza"
+  local t0 = mirza.now()
+  while self:running() and mirza.now() - t0 < EXIT_SETTLE do mirza.sleep(0.05) end
+  if self:running() or not (self._proc or self.adopted) then return ev end
+  local msg
+  if self._proc then
+    msg = select(2, self:_exited(("while serving (stream %s: %s)"):format(ev.code, ev.message)))
+  else
+    msg = ("adopted daemon at %s is gone (stream %s: %s)"):format(self.url, ev.code, ev.message)
+  end
+  local st = self._status or {}
+  return { type = "error", code = "exited", message = msg, status_text = st.text, exit_code = st.exit_code,
+    signal = st.signal, cause = ev }
+end
+
+---Release the supervisor: stop a started daemon unless keep_alive (its pid
+---file then stays, for the next run to adopt); adopted daemons are left
+---running. Idempotent; also `__close` and `__gc`.
+function Daemon:close()
+  local proc = self._proc
+  if not proc then return end
+  self._proc = nil
+  if self.keep_alive then
+    proc:close()
+    return
+  end
+  if not proc:closed() then -- at lua_close its own finalizer may have run first
+    proc:stop(self._o.grace)
+    proc:close()
+  end
+  if core.pidfile_read(self.port) == self.pid then core.pidfile_remove(self.port) end
+end
+
+Daemon.__close = Daemon.close
+Daemon.__gc = Daemon.close
+
+function Daemon:__tostring()
+  local state = self._proc and "started" or self.adopted and "adopted" or "stopped"
+  return ("mirza.Daemon (%s %s, %s, pid %s)"):format(self.preset, self.url, state, tostring(self.pid))
+end
+
+M.Daemon = Daemon
+return M
