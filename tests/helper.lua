@@ -90,4 +90,104 @@ function H.drain(s, timeout)
   return r
 end
 
+-- ---- processes (daemon specs) ---------------------------------------------
+
+--- The pid of this process (the mirza running busted).
+function H.self_pid()
+  local f = assert(io.open("/proc/self/stat"))
+  local pid = tonumber(f:read("a"):match("^(%d+)"))
+  f:close()
+  return pid
+end
+
+--- Poll fn every `step` seconds until it returns a truthy value (returned)
+--- or `timeout` seconds pass (nil).
+function H.wait_for(fn, timeout, step)
+  local t0 = mirza.now()
+  repeat
+    local v = fn()
+    if v then return v end
+    mirza.sleep(step or 0.05)
+  until mirza.now() - t0 > (timeout or 10)
+  return fn()
+end
+
+--- `ps` view of one pid: {stat = "S", ppid = n}, or nil when it is gone.
+function H.ps(pid)
+  local p = assert(io.popen("ps -o stat=,ppid= -p " .. math.tointeger(pid) .. " 2>/dev/null"))
+  local line = p:read("l")
+  p:close()
+  local stat, ppid = (line or ""):match("^%s*(%S+)%s+(%d+)")
+  return stat and { stat = stat, ppid = tonumber(ppid) } or nil
+end
+
+--- Pids of live (non-zombie) processes whose command line contains text.
+function H.pids_with(text)
+  local p = assert(io.popen("ps -eo pid=,stat=,args="))
+  local pids = {}
+  for line in p:lines() do
+    local pid, stat, args = line:match("^%s*(%d+)%s+(%S+)%s+(.*)$")
+    if pid and not stat:find("Z") and args:find(text, 1, true) and not args:find("ps -eo", 1, true) then
+      pids[#pids + 1] = tonumber(pid)
+    end
+  end
+  p:close()
+  return pids
+end
+
+local port_cursor
+--- A loopback port where nothing listens (probed: connection refused),
+--- below the ephemeral range, spread by pid so parallel runs rarely meet.
+function H.free_port()
+  port_cursor = port_cursor or 20000 + (H.self_pid() * 37) % 12000
+  for _ = 1, 500 do
+    local port = port_cursor
+    port_cursor = port_cursor < 32000 and port_cursor + 1 or 20000
+    local _, _, code = mirza.request { url = ("http://127.0.0.1:%d/"):format(port), timeout = 0.5, deadline = 1 }
+    if code == "refused" then return port end
+  end
+  error("no free port found")
+end
+
+--- Run `mirza` on a Lua chunk in the background (its own process, its
+--- output in a file). Returns {pid, out, rc(), wait(timeout) -> exit code,
+--- signal(name), output()}.
+function H.spawn_mirza(code)
+  local script, out, rcf = H.tmpname(".lua"), H.tmpname(".out"), H.tmpname(".rc")
+  local f = assert(io.open(script, "w"))
+  f:write(code)
+  f:close()
+  local cmd = ("%s %s >%s 2>&1 & echo $!; wait $!; echo $? >%s"):format(shell_quote(H.mirza_bin),
+    shell_quote(script), shell_quote(out), shell_quote(rcf))
+  local sh = assert(io.popen(cmd))
+  local run = { pid = tonumber(sh:read("l")), out = out }
+  function run.output()
+    return io.open(out) and H.read_file(out) or ""
+  end
+  function run.rc()
+    local rf = io.open(rcf)
+    local rc = rf and tonumber(rf:read("a"))
+    if rf then rf:close() end
+    return rc
+  end
+  function run.wait(timeout)
+    local rc = H.wait_for(run.rc, timeout or 30)
+    if rc and sh then
+      sh:close()
+      sh = nil
+      os.remove(script)
+      os.remove(rcf)
+    end
+    return rc
+  end
+  function run.signal(name)
+    os.execute(("kill -%s %d 2>/dev/null"):format(name, run.pid))
+  end
+  --- Wait until the script printed a line matching pattern; its captures.
+  function run.expect(pattern, timeout)
+    return H.wait_for(function() return run.output():match(pattern) end, timeout or 30)
+  end
+  return run
+end
+
 return H

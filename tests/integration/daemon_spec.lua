@@ -1,0 +1,254 @@
+-- The daemon supervisor with real processes: mirza-sim started, adopted,
+-- refused, stopped, crashed and restarted; `mirza` itself run as a
+-- subprocess to check keep_alive across runs and that SIGINT/SIGKILL leave
+-- neither an orphan daemon nor a zombie (checked with `ps`).
+local mirza = require "mirza"
+local core = require "mirza.core"
+local H = require "tests.helper"
+
+local FAST = { "--tok-rate", "0", "--ttft-ms", "0" }
+
+local function sim(port, extra, opts)
+  local o = { preset = "mirza-sim", port = port, args = extra or FAST, deadline = 60, grace = 2, progress = false }
+  for k, v in pairs(opts or {}) do o[k] = v end
+  return mirza.daemon(o)
+end
+
+local function chat(d, prompt)
+  local s <close> = mirza.open { url = d.chat_url, body = H.chat_body(prompt or "x"), stall_timeout = 15 }
+  return H.drain(s)
+end
+
+-- Gone for good: no process, or a zombie left to init after its parent died.
+local function gone(pid)
+  local p = H.ps(pid)
+  return p == nil or (p.stat:find("Z") and p.ppid == 1)
+end
+
+describe("mirza.daemon with mirza-sim", function()
+  after_each(function() collectgarbage("collect") end)
+
+  it("starts a daemon with a load delay and waits until it is healthy", function()
+    local port = H.free_port()
+    local seen = 0
+    local d <close> = sim(port, { "--load-delay-ms", "1200" }, { progress = function() seen = seen + 1 end })
+    local t0 = mirza.now()
+    assert.is_true(d:start())
+    assert.is_true(mirza.now() - t0 >= 1.1)
+    assert.is_true(seen > 0, "progress was reported while waiting")
+    assert.is_false(d.adopted)
+    assert.equal(H.self_pid(), H.ps(d.pid).ppid)
+    assert.equal(d.pid, core.pidfile_read(port))
+    assert.is_true(d:healthy())
+    assert.equal("done", chat(d).last.type)
+    assert.truthy(d:log_tail():find("listening", 1, true))
+  end)
+
+  it("waits through 503 'Loading model' (llama dialect)", function()
+    local d <close> = sim(H.free_port(), { "--dialect", "llama", "--health-delay-ms", "800" }, { dialect = "llama" })
+    local t0 = mirza.now()
+    assert.is_true(d:start())
+    assert.is_true(mirza.now() - t0 >= 0.7)
+    local ok, info = d:healthy()
+    assert.is_true(ok)
+    assert.equal("ok", info.status)
+  end)
+
+  it("adopts a healthy daemon already on the port instead of starting one", function()
+    local s = H.start_sim { "--model-id", "adopt-me" }
+    finally(s.stop)
+    local d <close> = sim(s.port, nil, { model_id = "adopt-me" })
+    assert.is_true(d:start())
+    assert.is_true(d.adopted)
+    assert.equal(s.pid, d.pid) -- from /health startup.pid
+    assert.same({}, H.pids_with("--port " .. s.port)) -- no second process
+    assert.same({ s.pid }, H.pids_with("--model-id adopt-me"))
+    assert.is_true(d:start()) -- again: nothing changes
+    assert.equal("done", chat(d).last.type)
+  end)
+
+  it("refuses a foreign model on the port (health .model and /v1/models)", function()
+    local a = H.start_sim { "--model-id", "someone-else" }
+    local b = H.start_sim { "--dialect", "llama", "--model-id", "other" }
+    finally(function() a.stop() b.stop() end) -- busted keeps one finally per test
+    local ok, msg, code = sim(a.port, nil, { model_id = "mine" }):start()
+    assert.is_nil(ok)
+    assert.equal("foreign", code)
+    assert.truthy(msg:find("serves model 'someone-else', expected 'mine'", 1, true), msg)
+    ok, msg, code = sim(b.port, nil, { model_id = "mine", dialect = "llama" }):start()
+    assert.is_nil(ok)
+    assert.equal("foreign", code)
+    assert.truthy(msg:find("'other'", 1, true), msg)
+    assert.is_truthy(H.ps(a.pid) and H.ps(b.pid)) -- left alone
+  end)
+
+  it("fails at once when the daemon exits before becoming healthy, with status and log", function()
+    local port = H.free_port()
+    local d <close> = sim(port, { "--load-delay-ms", "300", "--fail-start", "cannot load model.gguf" })
+    local t0 = mirza.now()
+    local ok, msg, code = d:start()
+    assert.is_nil(ok)
+    assert.equal("exited", code)
+    assert.truthy(msg:find("exited with status 1", 1, true), msg)
+    assert.truthy(msg:find("error: cannot load model.gguf", 1, true), msg)
+    assert.is_true(mirza.now() - t0 < 10, "well before the 60 s deadline")
+    assert.is_nil(core.pidfile_read(port))
+  end)
+
+  it("reports a missing program as a spawn error", function()
+    local d = mirza.daemon { preset = "custom", argv = { "/nonexistent/llm-server", "{port}" }, port = H.free_port() }
+    local ok, msg, code = d:start()
+    assert.is_nil(ok)
+    assert.equal("spawn", code)
+    assert.truthy(msg:find("/nonexistent/llm-server", 1, true), msg)
+  end)
+
+  it("gives up at the deadline when the daemon never becomes healthy, and stops it", function()
+    local d <close> = sim(H.free_port(), { "--health-delay-ms", "600000" }, { deadline = 1.5 })
+    local t0 = mirza.now()
+    local ok, msg, code = d:start()
+    local pid = d.pid
+    assert.is_nil(ok)
+    assert.equal("timeout", code)
+    assert.truthy(msg:find("not healthy after 1.5 s", 1, true), msg)
+    assert.truthy(msg:find("Loading model", 1, true), msg)
+    assert.is_true(mirza.now() - t0 < 10)
+    assert.is_nil(H.ps(pid))
+  end)
+
+  it("stops a started daemon (reaped, pid file removed), idempotently", function()
+    local port = H.free_port()
+    local d = sim(port)
+    assert.is_true(d:start())
+    local pid = d.pid
+    assert.is_true(d:stop())
+    assert.is_nil(H.ps(pid)) -- reaped by us: not even a zombie
+    assert.is_nil(core.pidfile_read(port))
+    assert.is_true(d:stop())
+    local _, _, code = mirza.request { url = d.health_url, timeout = 1 }
+    assert.equal("refused", code)
+  end)
+
+  it("stops an adopted daemon", function()
+    local s = H.start_sim {}
+    finally(s.stop)
+    local d = sim(s.port)
+    assert.is_true(d:start())
+    assert.is_true(d.adopted)
+    assert.is_true(d:stop())
+    assert.truthy(H.wait_for(function() return gone(s.pid) end, 15))
+    assert.is_false(d.adopted)
+  end)
+
+  it("reports a crash mid-stream as 'exited' with the status, and restarts it", function()
+    local d <close> = sim(H.free_port(), { "--crash-after", "2", "--tok-rate", "0", "--ttft-ms", "0" },
+      { restart = { max = 2, backoff = 0.1 } })
+    assert.is_true(d:start())
+    assert.equal("done", chat(d).last.type)
+    local r = chat(d) -- the daemon dies in the middle of this one
+    assert.equal("error", r.last.type)
+    assert.truthy(r.last.code == "closed" or r.last.code == "io", r.last.code)
+    local ev = d:stream_error(r.last)
+    assert.equal("exited", ev.code)
+    assert.equal(3, ev.exit_code)
+    assert.truthy(ev.message:find("exited with status 3", 1, true), ev.message)
+    assert.equal(r.last, ev.cause)
+    local old = d.pid
+    assert.is_true(d:ensure())
+    assert.equal(1, d.restarts)
+    assert.are_not.equal(old, d.pid)
+    assert.equal("done", chat(d).last.type) -- the next request works
+    assert.is_true(d:ensure()) -- healthy: nothing to do
+    assert.equal(1, d.restarts)
+  end)
+
+  it("without a restart policy, ensure() reports the death", function()
+    local d <close> = sim(H.free_port(), { "--crash-after", "1", "--tok-rate", "0", "--ttft-ms", "0" })
+    assert.is_true(d:start())
+    local r = chat(d)
+    assert.equal("exited", d:stream_error(r.last).code)
+    local ok, msg, code = d:ensure()
+    assert.is_nil(ok)
+    assert.equal("exited", code)
+    assert.truthy(msg:find("status 3", 1, true), msg)
+  end)
+
+  it("leaves other stream errors alone", function()
+    local d <close> = sim(H.free_port())
+    assert.is_true(d:start())
+    local ev = { type = "error", code = "http", message = "HTTP 400" }
+    assert.equal(ev, d:stream_error(ev))
+  end)
+end)
+
+describe("mirza.daemon across mirza runs", function()
+  after_each(function() collectgarbage("collect") end)
+
+  local function script(port, opts, tail)
+    return ([[
+local mirza = require "mirza"
+local d = mirza.daemon { preset = "mirza-sim", port = %d, grace = 2, %s }
+assert(d:start())
+print(("pid=%%d adopted=%%s"):format(d.pid or 0, tostring(d.adopted)))
+io.stdout:flush()
+%s
+]]):format(port, opts or "", tail or "")
+  end
+
+  it("keep_alive leaves the daemon for the next run, which adopts and stops it", function()
+    local port = H.free_port()
+    local run1 = H.spawn_mirza(script(port, 'keep_alive = true, dialect = "llama", args = { "--dialect", "llama" }'))
+    assert.equal(0, run1.wait(60), run1.output())
+    local pid = tonumber(run1.output():match("pid=(%d+) adopted=false"))
+    assert.is_number(pid, run1.output())
+    assert.truthy(H.ps(pid) and not H.ps(pid).stat:find("Z"), "still running after run 1")
+    assert.equal(pid, core.pidfile_read(port))
+    -- run 2 (llama dialect: the pid comes from the pid file) adopts and stops it
+    local run2 = H.spawn_mirza(script(port, 'dialect = "llama"', "assert(d:stop())"))
+    assert.equal(0, run2.wait(60), run2.output())
+    assert.truthy(run2.output():find(("pid=%d adopted=true"):format(pid), 1, true), run2.output())
+    assert.truthy(H.wait_for(function() return gone(pid) end, 15))
+    assert.is_nil(core.pidfile_read(port))
+  end)
+
+  it("stops what it started when the script ends or fails", function()
+    for _, tail in ipairs { "", "error('boom')" } do
+      local port = H.free_port()
+      local run = H.spawn_mirza(script(port, nil, tail))
+      local rc = run.wait(60)
+      local pid = tonumber(run.output():match("pid=(%d+)"))
+      assert.is_number(pid, run.output())
+      assert.equal(tail == "" and 0 or 1, rc, run.output())
+      assert.truthy(H.wait_for(function() return gone(pid) end, 15))
+      assert.is_nil(core.pidfile_read(port))
+    end
+  end)
+
+  for _, case in ipairs { { "INT", 130 }, { "TERM", 143 } } do
+    it("SIG" .. case[1] .. " of mirza stops the daemon: no orphan, no zombie", function()
+      local port = H.free_port()
+      local run = H.spawn_mirza(script(port, nil, "mirza.sleep(120)"))
+      local pid = tonumber(run.expect("pid=(%d+)"))
+      assert.is_number(pid, run.output())
+      assert.equal(run.pid, H.ps(pid).ppid)
+      run.signal(case[1])
+      assert.equal(case[2], run.wait(30), run.output())
+      assert.is_nil(H.ps(pid), "reaped by mirza before it exited")
+      assert.same({}, H.pids_with("--port " .. port))
+      assert.is_nil(core.pidfile_read(port))
+    end)
+  end
+
+  it("SIGKILL of mirza takes the daemon down too (PDEATHSIG)", function()
+    local port = H.free_port()
+    local run = H.spawn_mirza(script(port, nil, "mirza.sleep(120)"))
+    local pid = tonumber(run.expect("pid=(%d+)"))
+    assert.is_number(pid, run.output())
+    run.signal("KILL")
+    assert.equal(137, run.wait(30))
+    assert.truthy(H.wait_for(function() return gone(pid) end, 15), "daemon outlived mirza")
+    assert.same({}, H.pids_with("--port " .. port))
+    assert.is_nil(H.ps(run.pid))
+    core.pidfile_remove(port) -- stale: nobody could remove it
+  end)
+end)
