@@ -55,14 +55,15 @@ describe("mirza.daemon with mirza-sim", function()
   end)
 
   it("adopts a healthy daemon already on the port instead of starting one", function()
-    local s = H.start_sim { "--model-id", "adopt-me" }
+    local id = "adopt-me-" .. H.self_pid() -- unique when specs run in parallel
+    local s = H.start_sim { "--model-id", id }
     finally(s.stop)
-    local d <close> = sim(s.port, nil, { model_id = "adopt-me" })
+    local d <close> = sim(s.port, nil, { model_id = id })
     assert.is_true(d:start())
     assert.is_true(d.adopted)
     assert.equal(s.pid, d.pid) -- from /health startup.pid
     assert.same({}, H.pids_with("--port " .. s.port)) -- no second process
-    assert.same({ s.pid }, H.pids_with("--model-id adopt-me"))
+    assert.same({ s.pid }, H.pids_with("--model-id " .. id))
     assert.is_true(d:start()) -- again: nothing changes
     assert.equal("done", chat(d).last.type)
   end)
