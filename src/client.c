@@ -22,6 +22,7 @@
 #include <time.h>
 
 #include "decode.h"
+#include "fastframe.h"
 #include "mirza.h"
 #include "sse.h"
 
@@ -167,8 +168,10 @@ static void push_json(mz_stream *s, mz_evtype t, int index, cJSON *json) {
  * Queue a text delta. For choice 0 a trailing incomplete UTF-8 sequence is
  * held back (at most 3 bytes per channel) and put in front of the next
  * delta of the same channel, so Lua only ever sees whole characters.
+ * With esc, p is a raw JSON string body, unescaped while copied (the
+ * output is never longer, so the reservation holds).
  */
-static void push_text(mz_stream *s, mz_evtype t, int index, const char *p, size_t len) {
+static void push_text_esc(mz_stream *s, mz_evtype t, int index, const char *p, size_t len, int esc) {
   int ch = t == MZ_EV_THINK ? 0 : 1;
   size_t held = index == 0 ? s->carry_len[ch] : 0;
   if (buf_reserve(&s->arena, held + len + 1)) {
@@ -177,7 +180,8 @@ static void push_text(mz_stream *s, mz_evtype t, int index, const char *p, size_
   }
   size_t off = s->arena.len;
   memcpy(s->arena.p + off, s->carry[ch], held);
-  memcpy(s->arena.p + off + held, p, len);
+  if (esc) len = mz_json_unescape(p, len, s->arena.p + off + held);
+  else memcpy(s->arena.p + off + held, p, len);
   size_t total = held + len, keep = total;
   if (index == 0) {
     keep = mz_utf8_complete(s->arena.p + off, total);
@@ -193,6 +197,10 @@ static void push_text(mz_stream *s, mz_evtype t, int index, const char *p, size_
   it->off = off;
   it->len = keep;
   s->arena.len = off + keep;
+}
+
+static void push_text(mz_stream *s, mz_evtype t, int index, const char *p, size_t len) {
+  push_text_esc(s, t, index, p, len, 0);
 }
 
 /* Release held-back partial characters as they are (the stream is over:
@@ -303,6 +311,14 @@ static void handle_frame(mz_stream *s, mz_frame *f) {
   if (f->error) handle_error_value(s, f);
 }
 
+/* A token frame read by the fast path: same events as handle_choice. */
+static void handle_fast(mz_stream *s, const mz_fast *f) {
+  if (f->reasoning.len)
+    push_text_esc(s, MZ_EV_THINK, f->index, f->reasoning.p, f->reasoning.len, f->reasoning.esc);
+  if (f->content.len)
+    push_text_esc(s, MZ_EV_TEXT, f->index, f->content.p, f->content.len, f->content.esc);
+}
+
 static int on_sse_event(void *ud, const mz_sse_event *e) {
   mz_stream *s = ud;
   char err[128];
@@ -310,6 +326,11 @@ static int on_sse_event(void *ud, const mz_sse_event *e) {
   if (s->term) return 1;
   int is_error = e->type_len == 5 && memcmp(e->type, "error", 5) == 0;
   if (!is_error && strcmp(e->type, "message") != 0) return 0; /* other event types: not ours */
+  mz_fast ff; /* most frames are plain tokens: no cJSON tree for them */
+  if (!is_error && mz_fast_frame(e->data, e->data_len, &ff)) {
+    handle_fast(s, &ff);
+    return s->term ? 1 : 0;
+  }
   if (mz_frame_decode(&f, e->data, e->data_len, err, sizeof err) != 0) {
     flush_carry(s);
     set_terminal(s, MZ_EV_ERROR, MZ_E_PROTOCOL, "malformed frame (%s): %.80s", err, e->data);
