@@ -129,21 +129,34 @@ static const unsigned char *skip_plain(const unsigned char *p, const unsigned ch
   return p;
 }
 
+#ifdef __GNUC__
+#define NOINLINE __attribute__((noinline))
+#else
+#define NOINLINE
+#endif
+
+/* The rest of a string holding escapes, from the backslash at p: the
+ * closing quote, or NULL. Out of line, so the common string without any
+ * stays a short function. */
+static NOINLINE const unsigned char *escaped_tail(const unsigned char *p, const unsigned char *end) {
+  for (;;) {
+    if (!(p = scan_escape(p, end))) return NULL;
+    p = skip_plain(p, end);
+    if (p >= end || *p < 0x20) return NULL;
+    if (*p == '"') return p;
+  }
+}
+
 /* A string at c->p (the opening quote): its body into *s. */
 static int scan_string(cur *c, mz_fast_str *s) {
-  const unsigned char *p = c->p + 1, *end = c->end;
-  int esc = 0;
-  if (c->p >= end || *c->p != '"') return 0;
-  for (;;) {
-    p = skip_plain(p, end);
-    if (p >= end || *p < 0x20) return 0;
-    if (*p == '"') break;
-    esc = 1;
-    if (!(p = scan_escape(p, end))) return 0;
-  }
-  s->p = (const char *)c->p + 1;
-  s->len = (size_t)(p - c->p - 1);
-  s->esc = esc;
+  const unsigned char *q = c->p, *p;
+  if (q >= c->end || *q != '"') return 0;
+  p = skip_plain(q + 1, c->end);
+  if (p >= c->end || *p < 0x20) return 0;
+  s->esc = *p == '\\';
+  if (s->esc && !(p = escaped_tail(p, c->end))) return 0;
+  s->p = (const char *)q + 1;
+  s->len = (size_t)(p - q - 1);
   c->p = p + 1;
   return 1;
 }
