@@ -10,9 +10,9 @@
 --- past turns without it, so what we send again is byte-identical to what
 --- the daemon has cached, and its prefix cache hits.
 ---
---- Context budget: the prompt must fit in `context_window - max_tokens`
---- (the completion is reserved). The estimate is deliberately simple and
---- cheap: ceil(bytes / 4) per text plus 5 tokens per message (role markers
+--- Context budget: the prompt must fit in `context_window - reserve`, where
+--- `reserve` is the turn's resolved max_tokens. The estimate is deliberately
+--- simple and cheap: ceil(bytes / 4) per text plus 5 tokens per message (role markers
 --- of a chat template like `<|im_start|>user\n…<|im_end|>\n`) plus 3 for
 --- the assistant primer. Bytes, not characters: accented French letters
 --- count double, which keeps the estimate on the safe side. When the
@@ -26,7 +26,7 @@ local M = {}
 --- Defaults of `build`'s options.
 M.DEFAULTS = {
   context_window = 16384,  -- the daemon's context (the seed's maxKvCacheTokens)
-  max_tokens = 0,          -- tokens reserved for the completion
+  reserve = 0,             -- tokens reserved for the completion (the turn's max_tokens)
   low_water = 0.75,        -- after a trim the prompt fills at most this share
   bytes_per_token = 4,
   overhead = 5,            -- tokens per message
@@ -163,13 +163,16 @@ function M.add_assistant(h, text)
   M.add(h, { role = "assistant", content = text })
 end
 
----Record a finished turn: the current messages `build` returned in
----`info.current`, then the answer.
+---Record a finished turn: the current messages (`info.current` from
+---`build`, or `prompt.messages(input)`; system messages are skipped), then
+---the answer.
 ---@param h table history
 ---@param current table[]
 ---@param answer string|nil nil for a turn that produced nothing to keep
-function M.commit(h, current, answer)
-  for _, m in ipairs(current) do M.add(h, m) end
+function M.add_turn(h, current, answer)
+  for _, m in ipairs(current) do
+    if m.role ~= "system" then M.add(h, m) end
+  end
   if answer then M.add_assistant(h, answer) end
 end
 
@@ -233,7 +236,7 @@ end
 -- How many leading messages of `older` to drop so that the prompt fits:
 -- none when it fits, else whole turns until it fits in low_water × budget.
 local function drop_count(fixed, older, o)
-  local budget = o.context_window - o.max_tokens
+  local budget = o.context_window - o.reserve
   local total = fixed
   for _, m in ipairs(older) do total = total + M.estimate_message(m, o) end
   if total <= budget then return 0, total end
@@ -281,7 +284,7 @@ end
 ---The history is trimmed in place when it does not fit.
 ---@param h table|nil history
 ---@param input string|table
----@param opts? {context_window?: integer, max_tokens?: integer, low_water?: number, bytes_per_token?: number, overhead?: integer, primer?: integer}
+---@param opts? {context_window?: integer, reserve?: integer, low_water?: number, bytes_per_token?: number, overhead?: integer, primer?: integer}
 ---@return table[]|nil messages
 ---@return table info_or_message `{tokens, budget, dropped, fits, current}`; the error message on failure
 ---@return string? code "prompt" on failure
@@ -297,14 +300,14 @@ function M.build(h, input, opts)
   local dropped, tokens = drop_count(fixed, older, o)
   if h and dropped > 0 then drop_stored(h, dropped) end
   local out = concat(head, table.move(older, dropped + 1, #older, 1, {}), current)
-  local budget = o.context_window - o.max_tokens
+  local budget = o.context_window - o.reserve
   return out, { tokens = tokens, budget = budget, dropped = dropped, fits = tokens <= budget, current = current }
 end
 
 ---The text of the last user message (what a thinking hook looks at).
 ---@param messages table[]
 ---@return string
-function M.user_text(messages)
+function M.last_user_text(messages)
   for i = #messages, 1, -1 do
     local m = messages[i]
     if m.role == "user" then

@@ -91,11 +91,11 @@ describe("mirza.prompt", function()
       assert.has_error(function() prompt.add(prompt.history(), { role = "user", content = 3 }) end)
     end)
 
-    it("commit records the current messages and the answer; clear keeps the system", function()
+    it("add_turn records the current messages and the answer; clear keeps the system", function()
       local h = prompt.history("S")
       local msgs, info = prompt.build(h, "Hello")
       assert.same({ "system:S", "user:Hello" }, roles(msgs))
-      prompt.commit(h, info.current, "<think>greeting</think>Hi!")
+      prompt.add_turn(h, info.current, "<think>greeting</think>Hi!")
       assert.same({ "user:Hello", "assistant:Hi!" }, roles(h.messages))
       msgs = prompt.build(h, "How are you?")
       assert.same({ "system:S", "user:Hello", "assistant:Hi!", "user:How are you?" }, roles(msgs))
@@ -107,7 +107,7 @@ describe("mirza.prompt", function()
     it("the prefix sent on the next turn is identical to the previous request's", function()
       local h = prompt.history("System.")
       local first, info = prompt.build(h, "Question one")
-      prompt.commit(h, info.current, "<think>long reasoning</think>Answer one")
+      prompt.add_turn(h, info.current, "<think>long reasoning</think>Answer one")
       local second = prompt.build(h, "Question two")
       assert.same(first, { second[1], second[2] })
       assert.equal(json.encode(first[2]), json.encode(second[2]))
@@ -162,7 +162,7 @@ describe("mirza.prompt", function()
 
     it("keeps everything when it fits", function()
       local h = long_history(5, 400)
-      local msgs, info = prompt.build(h, "next", { context_window = 4096, max_tokens = 512 })
+      local msgs, info = prompt.build(h, "next", { context_window = 4096, reserve = 512 })
       assert.equal(12, #msgs)
       assert.equal(0, info.dropped)
       assert.is_true(info.fits)
@@ -172,7 +172,7 @@ describe("mirza.prompt", function()
 
     it("trims the oldest whole turns, never the system or the current message", function()
       local h = long_history(20, 400) -- each message ~105 tokens: ~4200 in all
-      local msgs, info = prompt.build(h, "the current question", { context_window = 4096, max_tokens = 1024 })
+      local msgs, info = prompt.build(h, "the current question", { context_window = 4096, reserve = 1024 })
       assert.is_true(info.fits)
       assert.is_true(info.dropped > 0 and info.dropped % 2 == 0, "whole turns: " .. info.dropped)
       assert.equal("system", msgs[1].role)
@@ -191,28 +191,28 @@ describe("mirza.prompt", function()
 
     it("keeps the same prefix for the turns after a trim (cache friendly)", function()
       local h = long_history(20, 400)
-      local o = { context_window = 4096, max_tokens = 1024 }
+      local o = { context_window = 4096, reserve = 1024 }
       local msgs, info = prompt.build(h, "q1", o)
       local first_kept = msgs[2].content
-      prompt.commit(h, info.current, "short answer")
+      prompt.add_turn(h, info.current, "short answer")
       for i = 2, 4 do
         msgs, info = prompt.build(h, "q" .. i, o)
         assert.equal(0, info.dropped)
         assert.equal(first_kept, msgs[2].content)
-        prompt.commit(h, info.current, "short answer")
+        prompt.add_turn(h, info.current, "short answer")
       end
     end)
 
     it("reserving more completion tokens trims more", function()
-      local _, small = prompt.build(long_history(20, 400), "q", { context_window = 8192, max_tokens = 512 })
-      local _, big = prompt.build(long_history(20, 400), "q", { context_window = 8192, max_tokens = 6000 })
+      local _, small = prompt.build(long_history(20, 400), "q", { context_window = 8192, reserve = 512 })
+      local _, big = prompt.build(long_history(20, 400), "q", { context_window = 8192, reserve = 6000 })
       assert.equal(0, small.dropped)
       assert.is_true(big.dropped > 0)
     end)
 
     it("reports fits=false when even system + current are too big", function()
       local h = long_history(3, 100)
-      local msgs, info = prompt.build(h, ("z"):rep(20000), { context_window = 2048, max_tokens = 256 })
+      local msgs, info = prompt.build(h, ("z"):rep(20000), { context_window = 2048, reserve = 256 })
       assert.is_false(info.fits)
       assert.same({ "system", "user" }, { msgs[1].role, msgs[2].role })
       assert.equal(2, #msgs)
@@ -226,7 +226,7 @@ describe("mirza.prompt", function()
         conv[#conv + 1] = { role = "assistant", content = ("a%d "):format(i) .. ("y"):rep(300) }
       end
       conv[#conv + 1] = { role = "user", content = "final" }
-      local msgs, info = prompt.build(nil, conv, { context_window = 2048, max_tokens = 256 })
+      local msgs, info = prompt.build(nil, conv, { context_window = 2048, reserve = 256 })
       assert.is_true(info.fits)
       assert.equal("S", msgs[1].content)
       assert.equal("final", msgs[#msgs].content)
@@ -235,11 +235,11 @@ describe("mirza.prompt", function()
     end)
   end)
 
-  it("user_text finds the last user message, parts included", function()
-    assert.equal("b", prompt.user_text({ { role = "user", content = "a" }, { role = "assistant", content = "x" },
+  it("last_user_text finds the last user message, parts included", function()
+    assert.equal("b", prompt.last_user_text({ { role = "user", content = "a" }, { role = "assistant", content = "x" },
       { role = "user", content = "b" } }))
-    assert.equal("see this", prompt.user_text({ { role = "user", content = {
+    assert.equal("see this", prompt.last_user_text({ { role = "user", content = {
       { type = "text", text = "see" }, { type = "image_url", image_url = { url = "data:" } }, { type = "text", text = "this" } } } }))
-    assert.equal("", prompt.user_text({ { role = "system", content = "s" } }))
+    assert.equal("", prompt.last_user_text({ { role = "system", content = "s" } }))
   end)
 end)

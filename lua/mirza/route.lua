@@ -1,0 +1,391 @@
+--- mirza.route: where a turn's output goes.
+---
+--- A voice assistant speaks the answer and shows the thinking elsewhere, so
+--- the think channel and the answer channel go to different sinks. A sink is
+--- a function `(text, ev)` or an object with `:write(text, ev)`. Each channel
+--- is delivered "token" (every delta), "sentence" (complete sentences, for a
+--- speech engine) or "whole" (once, when the channel ends). Errors go to the
+--- error sink and never into the answer; the partial answer is still
+--- delivered (and kept in the result) before the error is reported.
+---
+--- The sentence splitter (`route.splitter()`) knows French and English:
+--- . ! ? … and ... end a sentence when followed by a space and a word that
+--- does not start in lower case (so "Well... maybe" and « Viens ! » dit-il
+--- stay whole); closing quotes and brackets stay with their sentence
+--- (French « … » with its spaces too); abbreviations (Mr., Dr., M., Mme.,
+--- e.g., i.e., cf., p. ex., vs., ...), initials (J. R. R.), and list numbers
+--- ("12. " at a line start) do not end one; a number like 3.14 or 1,000.5
+--- never does (no space after the dot); a line break always does. Known
+--- limit: a lone capital before a dot reads as an initial ("plan B. Fin"
+--- stays one sentence). Semicolons and colons do not end a sentence.
+---
+--- `route.inline(events, opts)` is the seed's rendering: one stream of
+--- strings with the thinking between `<think>` and `</think>`.
+local M = {}
+
+--- Lower-cased abbreviations (without their final dot) that never end a
+--- sentence, even before a capital. "etc." is not one: before a capital it
+--- ends the sentence. Extend it through `opts.abbreviations`.
+M.ABBREVIATIONS = {}
+for a in ([[mr mrs ms dr st mt jr sr prof pr mme mlle mm mgr me m vs cf ex e.g i.e
+  fig réf ref vol no n° chap art env approx av apr ca cie dept gen gov lt col sgt
+  capt rev]]):gmatch("%S+") do M.ABBREVIATIONS[a] = true end
+M.ABBREVIATIONS["me"] = nil -- "Tell me. Then..." ends; Maître is written Me without a dot
+
+local ELLIPSIS = "\226\128\166"
+-- Closing marks that stay with the sentence they follow.
+local CLOSERS = { ['"'] = true, ["'"] = true, [")"] = true, ["]"] = true, ["}"] = true,
+  ["\194\187"] = true, ["\226\128\157"] = true, ["\226\128\153"] = true } -- » ” ’
+-- Spaces French puts inside « » and before ! ? : ; (no-break, narrow no-break).
+local NBSP = { [" "] = true, ["\194\160"] = true, ["\226\128\175"] = true, ["\226\128\137"] = true }
+
+-- The UTF-8 character at byte i; nil past the end or when the character is
+-- not complete yet (a stream can split one between two deltas).
+local function char_at(s, i)
+  local b = s:byte(i)
+  if not b then return nil end
+  local len = b < 0x80 and 1 or b < 0xE0 and 2 or b < 0xF0 and 3 or 4
+  if i + len - 1 > #s then return nil end
+  return s:sub(i, i + len - 1)
+end
+
+-- Whether a UTF-8 character is a lower-case letter (ASCII, Latin-1, Latin
+-- Extended-A: enough for French and English).
+local function is_lower(ch)
+  if #ch == 1 then return ch:find("^%l") ~= nil end
+  local ok, cp = pcall(utf8.codepoint, ch)
+  if not ok then return false end
+  if cp >= 0xDF and cp <= 0xFF then return cp ~= 0xF7 end
+  if cp >= 0x100 and cp <= 0x17F then return cp % 2 == 1 end
+  return false
+end
+
+---@class mirza.Splitter
+---@field _buf string
+local Splitter = {}
+Splitter.__index = Splitter
+
+---A new sentence splitter.
+---@param opts? {abbreviations?: table<string, boolean>}
+---@return mirza.Splitter
+function M.splitter(opts)
+  local abbrev = setmetatable({}, { __index = M.ABBREVIATIONS })
+  for k, v in pairs(opts and opts.abbreviations or {}) do abbrev[k:lower()] = v end
+  return setmetatable({ _buf = "", _abbrev = abbrev }, Splitter)
+end
+
+-- The end of a terminator run starting at i (. ! ? … in any mix), or nil
+-- when there is no terminator at i.
+local function run_end(s, i)
+  local j = i - 1
+  while true do
+    local c = s:sub(j + 1, j + 1)
+    if c == "." or c == "!" or c == "?" then j = j + 1
+    elseif s:sub(j + 1, j + 3) == ELLIPSIS then j = j + 3
+    else break end
+  end
+  return j >= i and j or nil
+end
+
+-- Extend a sentence end over closing quotes/brackets, French spaced ones too.
+local function closers_end(s, k)
+  while true do
+    local c = char_at(s, k + 1)
+    if c and CLOSERS[c] then
+      k = k + #c
+    elseif c and NBSP[c] and char_at(s, k + 1 + #c) == "\194\187" then
+      k = k + #c + 2
+    else
+      return k
+    end
+  end
+end
+
+-- Whether a single "." at `dot` (in sentence s[from..]) is not a sentence
+-- end whatever follows: an abbreviation, an initial, a list number.
+function Splitter:_no_stop(s, from, dot)
+  local word = s:sub(from, dot - 1):match("([%w%.\128-\255']*)$") or ""
+  if word == "" then return false end
+  local low = word:lower()
+  if self._abbrev[low] then return true end
+  if word:find("^%u$") then return true end                      -- J. R. R. Tolkien, M. Dupont
+  if word:find("^%a%.%a[%.%a]*$") then return true end           -- U.S., a.m.
+  if word:find("^%d+$") and s:sub(from, dot - 1):find("^%s*%d+$") then return true end -- "12. " list item
+  return false
+end
+
+-- Decide whether the terminator run s[i..j] ends the sentence that starts
+-- at `from`. Returns the sentence's last byte and the next sentence's first
+-- byte; `false` when it does not end there; nil when more text is needed.
+function Splitter:_decide(s, from, i, j)
+  local k = closers_end(s, j)
+  local ws_from = k + 1
+  if ws_from > #s then return nil end
+  local ws = s:match("^%s+", ws_from)
+  if not ws then return false end
+  local q = ws_from + #ws
+  if ws:find("\n", 1, true) then return k, q end
+  local c = char_at(s, q)
+  if not c then return nil end
+  if is_lower(c) then return false end
+  if j == i and s:sub(i, i) == "." and self:_no_stop(s, from, i) then return false end
+  return k, q
+end
+
+local function trim(s)
+  return (s:gsub("^%s+", ""):gsub("%s+$", ""))
+end
+
+---Add streamed text; returns the sentences it completed (maybe none).
+---@param text string
+---@return string[] sentences
+function Splitter:push(text)
+  local s, out, from, pos = self._buf .. text, {}, 1, 1
+  while true do
+    local i = s:find("[%.!%?\n\226]", pos)
+    if not i then break end
+    local j = run_end(s, i)
+    local stop, next_from
+    if s:sub(i, i) == "\n" then
+      stop, next_from = i - 1, i + 1
+    elseif j then
+      stop, next_from = self:_decide(s, from, i, j)
+      if stop == nil then break end
+    end
+    if stop then
+      local sentence = trim(s:sub(from, stop))
+      if sentence ~= "" then out[#out + 1] = sentence end
+      from, pos = next_from, next_from
+    else
+      pos = (j or i) + 1
+    end
+  end
+  self._buf = s:sub(from)
+  return out
+end
+
+---End of the stream: the rest, as a last sentence (an empty list if blank).
+---@return string[] sentences
+function Splitter:flush()
+  local rest = trim(self._buf)
+  self._buf = ""
+  return rest ~= "" and { rest } or {}
+end
+
+---Split a whole text into sentences.
+---@param text string
+---@param opts? table as for `route.splitter`
+---@return string[]
+function M.split(text, opts)
+  local sp = M.splitter(opts)
+  local out = sp:push(text)
+  for _, s in ipairs(sp:flush()) do out[#out + 1] = s end
+  return out
+end
+
+---A sink as a function `(text, ev)`: functions pass through, objects with
+---`write` are wrapped, nil is a sink that drops everything.
+---@param sink function|{write: function}|nil
+---@return fun(text: string, ev: table?)
+function M.sink(sink)
+  if sink == nil then return function() end end
+  if type(sink) == "function" then return sink end
+  if type(sink) == "table" and sink.write then
+    return function(text, ev) return sink:write(text, ev) end
+  end
+  error("route: a sink is a function or an object with a write method", 2)
+end
+
+---A sink that collects what it gets: `b.parts` (list), `b:text()`.
+---@return {parts: string[], write: function, text: function}
+function M.buffer()
+  return {
+    parts = {},
+    write = function(self, text) self.parts[#self.parts + 1] = text end,
+    text = function(self) return table.concat(self.parts) end,
+  }
+end
+
+-- The default error sink: errors are never silent.
+local function stderr_sink(message, ev)
+  io.stderr:write(("mirza: %s error: %s\n"):format(ev and ev.code or "?", message))
+end
+
+-- A channel: delivers one stream of deltas to its sink in its mode, and
+-- keeps the whole text for the result.
+local function channel(sink, mode, splitter_opts)
+  if mode ~= "token" and mode ~= "sentence" and mode ~= "whole" then
+    error(("route: unknown mode %q (token, sentence, whole)"):format(tostring(mode)), 3)
+  end
+  return { sink = M.sink(sink), mode = mode, parts = {}, open = false,
+    splitter = mode == "sentence" and M.splitter(splitter_opts) or nil }
+end
+
+local function channel_push(ch, text, ev)
+  ch.parts[#ch.parts + 1] = text
+  ch.open = true
+  if ch.mode == "token" then
+    ch.sink(text, ev)
+  elseif ch.mode == "sentence" then
+    for _, s in ipairs(ch.splitter:push(text)) do ch.sink(s, ev) end
+  end
+end
+
+-- The channel's stream is over: deliver what is held back, once.
+local function channel_end(ch, ev)
+  if not ch.open then return end
+  ch.open = false
+  if ch.mode == "sentence" then
+    for _, s in ipairs(ch.splitter:flush()) do ch.sink(s, ev) end
+  elseif ch.mode == "whole" then
+    local text = table.concat(ch.parts)
+    if text ~= "" then ch.sink(text, ev) end
+  end
+end
+
+---@class mirza.RouteOptions
+---@field answer? function|table  sink of the answer channel
+---@field think? function|table   sink of the think channel
+---@field error? function|table   sink of errors: (message, ev); default: stderr
+---@field mode? "token"|"sentence"|"whole"  answer delivery (default "sentence")
+---@field think_mode? "token"|"sentence"|"whole"  think delivery (default "token")
+---@field on_event? fun(ev: table)  every other event (progress, heartbeat, tool_call, done, cut)
+---@field flush_on_error? boolean  deliver the partial answer before an error (default true)
+---@field abbreviations? table<string, boolean>  extra abbreviations for the splitter
+
+---@class mirza.Router
+---@field result {answer: string, think: string, finish_reason?: string, usage?: table, stats?: table, timings?: table, error?: table, cut?: table, ended: boolean}
+local Router = {}
+Router.__index = Router
+
+---A router for one turn: `r:feed(ev)` for each event, `r:finish()` at the
+---end; `r.result` then holds the texts and the terminal event's figures.
+---@param opts? mirza.RouteOptions
+---@return mirza.Router
+function M.router(opts)
+  opts = opts or {}
+  local sp = { abbreviations = opts.abbreviations }
+  return setmetatable({
+    opts = opts,
+    answer = channel(opts.answer, opts.mode or "sentence", sp),
+    think = channel(opts.think, opts.think_mode or "token", sp),
+    error_sink = opts.error and M.sink(opts.error) or stderr_sink,
+    on_event = opts.on_event,
+    result = { answer = "", think = "", ended = false },
+  }, Router)
+end
+
+-- A terminal event (or the end of the iterator): close both channels.
+function Router:_close(ev, deliver)
+  if self.result.ended then return end
+  self.result.ended = true
+  if deliver ~= false then
+    channel_end(self.think, ev)
+    channel_end(self.answer, ev)
+  end
+  self.result.answer = table.concat(self.answer.parts)
+  self.result.think = table.concat(self.think.parts)
+end
+
+local handlers = {}
+
+function handlers.think(r, ev) channel_push(r.think, ev.text, ev) end
+
+function handlers.text(r, ev)
+  channel_end(r.think, ev) -- the answer began: the thinking is over
+  channel_push(r.answer, ev.text, ev)
+end
+
+function handlers.done(r, ev)
+  local res = r.result
+  res.finish_reason, res.usage, res.stats, res.timings = ev.finish_reason, ev.usage, ev.stats, ev.timings
+  r:_close(ev)
+end
+
+function handlers.error(r, ev)
+  r.result.error = ev
+  r:_close(ev, r.opts.flush_on_error ~= false)
+  r.error_sink(ev.message or "error", ev)
+end
+
+function handlers.cut(r, ev)
+  r.result.cut = ev
+  r:_close(ev)
+end
+
+---Route one event.
+---@param ev table
+function Router:feed(ev)
+  if self.result.ended then return end
+  local h = handlers[ev.type]
+  if h then h(self, ev) end
+  if ev.type ~= "think" and ev.type ~= "text" and ev.type ~= "error" and self.on_event then
+    self.on_event(ev)
+  end
+end
+
+---The event iterator ended. Without a terminal event the stream was cut
+---short: what was held back is still delivered.
+---@return table result
+function Router:finish()
+  self:_close(nil)
+  return self.result
+end
+
+---Routing as a pipeline stage: events pass through unchanged, and are
+---delivered to the sinks on the way.
+---@param upstream mirza.EventIter
+---@param opts? mirza.RouteOptions
+---@return mirza.EventIter
+function M.stage(upstream, opts)
+  local r = M.router(opts)
+  return function()
+    local ev = upstream()
+    if ev == nil then r:finish() else r:feed(ev) end
+    return ev
+  end
+end
+
+---Drain an event iterator into the sinks; returns the turn's result.
+---@param events mirza.EventIter
+---@param opts? mirza.RouteOptions
+---@return table result `{answer, think, finish_reason, usage, stats, timings, error, cut, ended}`
+function M.run(events, opts)
+  local r = M.router(opts)
+  for ev in events do r:feed(ev) end
+  return r:finish()
+end
+
+---The seed's inline rendering: one stream of strings, the thinking wrapped
+---in `<think>` … `</think>`, then the answer. Errors go to `opts.error`
+---(default: stderr), never into the stream.
+---@param events mirza.EventIter
+---@param opts? {error?: function|table}
+---@return fun(): string|nil
+function M.inline(events, opts)
+  local error_sink = opts and opts.error and M.sink(opts.error) or stderr_sink
+  local queue, thinking, ended = {}, false, false
+  local function push(ev)
+    if ev.type == "think" then
+      if not thinking then queue[#queue + 1] = "<think>" end
+      thinking = true
+      queue[#queue + 1] = ev.text
+      return
+    end
+    if thinking and (ev.type == "text" or ev.type == "done" or ev.type == "error" or ev.type == "cut") then
+      thinking = false
+      queue[#queue + 1] = "</think>"
+    end
+    if ev.type == "text" then queue[#queue + 1] = ev.text end
+    if ev.type == "error" then error_sink(ev.message or "error", ev) end
+  end
+  return function()
+    while #queue == 0 and not ended do
+      local ev = events()
+      if ev then push(ev) else ended = true; push({ type = "done" }) end
+    end
+    return table.remove(queue, 1)
+  end
+end
+
+return M
