@@ -53,7 +53,7 @@ function M.stage(fn)
     local co = coroutine.create(function() fn(upstream, emit, opts) end)
     local finished = false
     local iter = function()
-      if finished then return nil end
+      if finished or coroutine.status(co) == "dead" then return nil end -- ended, or raised
       local ev = pull(co)
       if ev == nil then finished = true end
       return ev

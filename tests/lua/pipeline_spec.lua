@@ -107,6 +107,7 @@ describe("mirza.pipeline", function()
     end)
     local iter = pipeline.compose(pipeline.from_list({ ev("text", "a") }), { boom })
     assert.has_error(function() iter() end, "stage exploded")
+    assert.is_nil(iter()) -- a stage that raised is over, not "cannot resume dead coroutine"
   end)
 
   it("passes foreign yields through to an outer scheduler", function()

@@ -167,6 +167,13 @@ describe("mirza.route", function()
       assert.same({}, got.error)
     end)
 
+    it("think_mode sentence: the thinking by sentence, ended when the answer starts", function()
+      local got = run({ think("First I greet. Then I"), think(" answer"), text("Salut."), DONE },
+        { think_mode = "sentence", mode = "token" })
+      assert.same({ "First I greet.", "Then I answer" }, got.think)
+      assert.same({ "Salut." }, got.answer)
+    end)
+
     it("sinks can be objects with write", function()
       local a, t = route.buffer(), route.buffer()
       route.run(pipeline.from_list(STREAM), { answer = a, think = t, mode = "token" })
