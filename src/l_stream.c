@@ -72,7 +72,8 @@ static void push_error(lua_State *L, const mz_event *e) {
 
 /* The event as a plain table: {type = ..., ...}. */
 static void push_event(lua_State *L, const mz_event *e) {
-  lua_createtable(L, 0, 3);
+  int text = e->type == MZ_EV_THINK || e->type == MZ_EV_TEXT;
+  lua_createtable(L, 0, text ? 2 + (e->index != 0) : 3); /* exact for text: less for the GC to walk */
   switch (e->type) {
   case MZ_EV_THINK:
   case MZ_EV_TEXT:
