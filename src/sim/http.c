@@ -166,6 +166,31 @@ static void discard_used(conn *c) {
   }
 }
 
+static void rebase(const char **p, const char *from, const char *to) {
+  if (*p)
+    *p = to + (*p - from);
+}
+
+/* Make room for the whole body at once; the parsed strings point into the
+ * buffer, so they move with it. fill() then never reallocates mid-body. */
+static void reserve_body(conn *c, http_request *r, size_t need) {
+  if (c->cap >= need)
+    return;
+  char *old = c->buf, *p = malloc(need);
+  if (!p)
+    abort();
+  memcpy(p, old, c->len);
+  rebase(&r->method, old, p);
+  rebase(&r->target, old, p);
+  for (int i = 0; i < r->nh; i++) {
+    rebase(&r->h[i].name, old, p);
+    rebase(&r->h[i].value, old, p);
+  }
+  free(old);
+  c->buf = p;
+  c->cap = need;
+}
+
 static int read_body(conn *c, http_request *r, size_t hlen) {
   const char *te = http_get_header(r, "Transfer-Encoding");
   if (te && strcasecmp(te, "identity") != 0)
@@ -177,6 +202,7 @@ static int read_body(conn *c, http_request *r, size_t hlen) {
     return 400;
   if (blen > SIM_MAX_BODY_BYTES)
     return 413;
+  reserve_body(c, r, hlen + (size_t)blen + 8192);
   const char *ex = http_get_header(r, "Expect");
   if (ex && strcasecmp(ex, "100-continue") == 0 && c->len < hlen + blen) {
     static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";

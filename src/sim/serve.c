@@ -381,6 +381,16 @@ static int route_chat(conn *c, const http_request *r) {
 
 /* ---- dispatch ---------------------------------------------------------- */
 
+/* llama-server's answer while the model loads, byte for byte as captured
+ * (member order differs from its other errors), in both dialects. */
+static int send_loading(conn *c) {
+  static const char body[] =
+      "{\"error\":{\"message\":\"Loading model\",\"type\":\"unavailable_error\",\"code\":503}}";
+  http_send(c, 503, "application/json; charset=utf-8", "Retry-After: 1\r\n", body,
+            sizeof body - 1);
+  return 503;
+}
+
 static bool authorized(const server *s, const http_request *r) {
   if (!s->cfg.api_key)
     return true;
@@ -410,7 +420,7 @@ static int route(conn *c, const http_request *r) {
   if (!authorized(s, r))
     return send_error(c, 401, "Invalid API Key", "authentication_error", NULL);
   if ((sim_now() - s->t_start) * 1000.0 < (double)s->cfg.health_delay_ms)
-    return send_error(c, 503, "Loading model", "unavailable_error", NULL);
+    return send_loading(c);
   if (strcmp(p, "/health") == 0 && get)
     return route_health(c);
   if (strcmp(p, "/v1/models") == 0 && get)

@@ -188,5 +188,11 @@ check "200k-token stream complete ($got content frames)" test "$got" = "$N"
 ms=$(((t1 - t0) / 1000000))
 echo "throughput: $N tokens in $ms ms = $((N * 1000 / (ms > 0 ? ms : 1))) tokens/s ($(stat -c %s "$TMP/big.sse") bytes)"
 
+# --- sanitizer reports (when run against an ASan/UBSan build)
+if grep -l -E 'Sanitizer|runtime error' "$TMP"/*.err >/dev/null 2>&1; then
+  grep -h -A20 -E 'Sanitizer|runtime error' "$TMP"/*.err | head -60
+  bad "sanitizer reports in mirza-sim's stderr"
+fi
+
 echo "failures: $FAILS"
 exit "$FAILS"
