@@ -47,6 +47,8 @@ E.defaults = {
   daemon = nil,                -- extra mirza.daemon options
   repetition = nil,            -- repetition guard options (false: off)
   log = nil,                   -- function(level, message); default: stderr for warnings
+  body_extra = nil,            -- fields merged into every chat request body
+  auto_reload = true,          -- check watched modules for changes before each turn
 }
 
 local ENV = {
@@ -94,7 +96,8 @@ function E.config(opts, env)
   local cfg = merge(merge({}, E.defaults), opts)
   for k in pairs(opts or {}) do
     if E.defaults[k] == nil and not ({ preset = 1, dialect = 1, base_url = 1, model_id = 1, session_id = 1,
-      api_key = 1, daemon = 1, repetition = 1, log = 1, system_prompt = 1, config_file = 1 })[k] then
+      api_key = 1, daemon = 1, repetition = 1, log = 1, system_prompt = 1, config_file = 1,
+      body_extra = 1 })[k] then
       error(("mirza.engine: unknown option %q"):format(k), 3)
     end
   end
@@ -126,7 +129,7 @@ function E.new(opts)
     thinking = thinking.state(cfg.reasoning_budget),
     last = nil,           -- stats of the last turn
     live_tok_s = nil,     -- during a turn, from mtplx_progress
-    watcher = reload.new(),
+    watcher = mirza.watcher(),
     stages = {},          -- the script's own stages (pipeline specs)
   }, Engine)
   self.daemon = mirza.daemon(merge({
@@ -272,7 +275,7 @@ function Engine:body(messages, plan)
   else
     body.metadata = { session_id = cfg.session_id }
   end
-  return merge(body, plan.fields)
+  return merge(merge(body, plan.fields), cfg.body_extra)
 end
 
 -- ------------------------------------------------------------ stats
@@ -380,6 +383,7 @@ function Engine:turn(input, opts)
     local ok, msg, code = self:load()
     if not ok then return nil, msg, code end
   end
+  if self.cfg.auto_reload then self:reload() end -- between turns only
   local prompt, thinking, pipeline = require "mirza.prompt", require "mirza.thinking", require "mirza.pipeline"
   local user, err = prompt.messages(input)
   if not user then return nil, err, "prompt" end

@@ -56,6 +56,35 @@ function M.collect(opts)
   return nil, last and last.message or "stream ended", last and last.code or "closed", res
 end
 
+local watcher -- the shared hot-reload watcher (mirza.reload)
+
+---The shared watcher used by `mirza.watch`/`mirza.reload` and engines.
+---@return mirza.Watcher
+function M.watcher()
+  watcher = watcher or require("mirza.reload").new {
+    on_error = function(name, msg) io.stderr:write("mirza: reload of ", name, " failed, keeping the old version:\n", msg, "\n") end,
+  }
+  return watcher
+end
+
+---Watch a module (by name, or with its file) for hot reload.
+---@param name string
+---@param path? string
+---@return boolean|nil ok
+---@return string? message
+---@return string? code
+function M.watch(name, path)
+  return require("mirza.reload").watch(M.watcher(), name, path)
+end
+
+---Reload every watched module whose file changed (validate, then swap; a
+---broken file keeps the old version and is reported).
+---@return string[] reloaded
+---@return table<string,string> failed
+function M.reload()
+  return require("mirza.reload").check(M.watcher())
+end
+
 ---Supervise a daemon (start, adopt, health, stop): see lua/mirza/daemon.lua.
 ---@param opts table
 ---@return mirza.Daemon
