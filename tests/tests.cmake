@@ -30,7 +30,7 @@ if(BUSTED)
     foreach(spec ${specs})
       get_filename_component(name ${spec} NAME_WE)
       add_test(NAME ${tier}.${name}
-        COMMAND $<TARGET_FILE:mirza> ${BUSTED} --helper=${CMAKE_SOURCE_DIR}/tests/helper.lua
+        COMMAND $<TARGET_FILE:mirza> ${BUSTED}
                 -o utfTerminal ${spec}
         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
       set_tests_properties(${tier}.${name} PROPERTIES ENVIRONMENT "${TEST_ENV}" LABELS ${tier} TIMEOUT 300)
