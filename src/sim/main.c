@@ -231,7 +231,7 @@ static void accept_loop(server *s) {
   pthread_attr_t attr;
   pthread_attr_init(&attr);
   pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  pthread_attr_setstacksize(&attr, 256u << 10);
+  pthread_attr_setstacksize(&attr, 1u << 20); /* cJSON recurses on nesting */
   for (;;) {
     int fd = accept(s->listen_fd, NULL, NULL);
     if (fd < 0) {

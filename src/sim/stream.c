@@ -196,6 +196,8 @@ static int checkpoint(job *j, bool end) {
   sim_faults *f = &j->f;
   if (DUE(f->crash_after, j->fired_crash)) {
     job_flush(j);
+    if (j->srv->cfg.verbosity > 0)
+      fprintf(stderr, "mirza-sim: simulated crash after %ld tokens of %s\n", j->frames, j->id);
     _exit(3);
   }
   if (DUE(f->cut_after, j->fired_cut)) {
