@@ -92,6 +92,14 @@ function mirza.now() end
 ---@return integer n open streams of this Lua state
 function mirza.streams() end
 
+---File modification time and size (hot reload watches files with it).
+---Available as `require("mirza.core").stat`.
+---@param path string
+---@return number|nil mtime seconds since the epoch (nanosecond precision)
+---@return integer|string size_or_message size in bytes, or the error message
+---@return string? code "io"
+function mirza.stat(path) end
+
 ---@class mirza.json
 ---@field null lightuserdata  JSON null (decode produces it; encode accepts it)
 mirza.json = {}
