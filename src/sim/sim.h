@@ -13,7 +13,9 @@
  *   gen.c     deterministic words, sentences and the token sequences
  *   fault.c   parsing of fault specs
  *   serve.c   routes and chat request validation
- *   stream.c  the generation loop: frames, pacing, faults, final stats
+ *   stream.c  the generation loop: frames, pacing, heartbeats, faults
+ *   finish.c  usage, mtplx_stats, timings, final frames, non-streamed bodies
+ *             (stream.h holds what stream.c, finish.c and replay.c share)
  *   replay.c  replaying a recorded .sse body over HTTP
  * Nothing here is shared with the mirza engine: the simulator must stay an
  * independent implementation of the protocol so it can catch client bugs.

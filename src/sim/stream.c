@@ -89,8 +89,11 @@ void role_frame(job *j) {
 
 /* Send what is buffered as one chunk; a failed write means the client left. */
 void job_flush(job *j) {
-  if (j->out.len && !j->gone && j->stream && http_chunk(j->c, j->out.p, j->out.len))
-    j->gone = true;
+  if (j->out.len && !j->gone && j->stream) {
+    if (http_chunk(j->c, j->out.p, j->out.len))
+      j->gone = true;
+    j->t_hb = sim_now(); /* heartbeats measure silence since the last write */
+  }
   j->out.len = 0;
 }
 
@@ -242,7 +245,7 @@ static int pace(job *j) {
   double due = j->t_first + (double)j->ntok / j->rate;
   if (due > sim_now()) {
     job_flush(j);
-    int rc = j->gone ? -1 : conn_wait_until(j->c, due, &j->fl.cancel);
+    int rc = j->gone ? -1 : wait_phase(j, due, "generating");
     j->gone = j->gone || rc == -1;
     j->cancelled = j->cancelled || rc == -2;
   }
