@@ -65,7 +65,7 @@ static void usage(FILE *out) {
       "  --fault SPEC            fault applied to every chat request (see below)\n"
       "  --seed N                seed of the text generator (default 0)\n"
       "  --keepalive-ms N        close idle keep-alive connections after N ms (default 5000)\n"
-      "  --quiet                 no logging to stderr at all\n"
+      "  --quiet                 log nothing to stderr but fatal startup errors\n"
       "  --verbose               log one line per request (method, path, status, time)\n"
       "  --help                  show this help\n\n"
       "Fault SPEC: comma-separated items, also per request with header\n"
