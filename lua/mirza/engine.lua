@@ -17,6 +17,9 @@ local reload = require "mirza.reload"
 
 local E = {}
 local Engine = {}
+
+---The policy modules a turn uses, looked up by name at the start of each turn.
+E.policies = { "mirza.prompt", "mirza.thinking", "mirza.repetition", "mirza.route", "mirza.pipeline" }
 Engine.__index = Engine
 
 ---@class mirza.EngineConfig
@@ -137,6 +140,11 @@ function E.new(opts)
     context_window = cfg.context_window, kv_bits = cfg.kv_bits, depth = cfg.depth, api_key = cfg.api_key,
     autostart = cfg.autostart, keep_alive = cfg.keep_alive,
   }, cfg.daemon))
+  -- Policies loaded from disk (--lua-dir / MIRZA_LUA_DIR) are watched too;
+  -- embedded ones have no file to watch.
+  for _, name in ipairs(E.policies) do
+    if not package.preload[name] then reload.watch(self.watcher, name) end
+  end
   self.base_url = cfg.base_url or self.daemon.base_url
   self.chat_url = self.base_url .. "/chat/completions"
   self.root_url = self.base_url:gsub("/v1/*$", "")
