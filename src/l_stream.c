@@ -243,14 +243,7 @@ static const char **build_headers(lua_State *L, int idx) {
     lua_rawseti(L, src + 1, ++n);
     lua_pop(L, 1);
   }
-  const char **arr = lua_newuserdatauv(L, sizeof(char *) * (size_t)(n + 1), 0);
-  for (int i = 0; i < n; i++) {
-    lua_rawgeti(L, src + 1, i + 1);
-    arr[i] = lua_tostring(L, -1);
-    lua_pop(L, 1);
-  }
-  arr[n] = NULL;
-  return arr; /* [headers, anchors, array] */
+  return mz_l_strarray(L, src + 1, n); /* [src, anchors, array] */
 }
 
 /* The body: a string as is, a table encoded to JSON (pushed). */

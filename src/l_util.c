@@ -22,3 +22,14 @@ int mz_l_failf(lua_State *L, const char *code, const char *fmt, ...) {
   lua_pushstring(L, code);
   return 3;
 }
+
+const char **mz_l_strarray(lua_State *L, int anchors, int n) {
+  const char **arr = lua_newuserdatauv(L, sizeof(char *) * (size_t)(n + 1), 0);
+  for (int i = 0; i < n; i++) {
+    lua_rawgeti(L, anchors, i + 1);
+    arr[i] = lua_tostring(L, -1);
+    lua_pop(L, 1);
+  }
+  arr[n] = NULL;
+  return arr;
+}
