@@ -85,9 +85,8 @@ static int read_line(const char *prompt, char **out, const volatile sig_atomic_t
   line_read = NULL;
   rl_callback_handler_install(prompt, on_line);
   while (!line_done) {
-    if (wait_stdin() == 0) {
-      rl_callback_read_char();
-    } else if (cancelled || *quit) { /* drop the half-typed line, as bash does */
+    int ready = wait_stdin() == 0;
+    if (cancelled || *quit) { /* even if a key came too: drop the line, as bash does */
       rl_free_line_state();
       rl_callback_sigcleanup();
       rl_cleanup_after_signal();
@@ -95,6 +94,7 @@ static int read_line(const char *prompt, char **out, const volatile sig_atomic_t
       fputs("\n", stdout);
       return LINE_CANCEL;
     }
+    if (ready) rl_callback_read_char();
   }
   if (line_read && *line_read) add_history(line_read);
   *out = line_read;
@@ -109,12 +109,13 @@ static int read_line(const char *prompt, char **out, const volatile sig_atomic_t
   fputs(prompt, stdout);
   fflush(stdout);
   for (;;) {
-    if (wait_stdin() < 0) {
-      if (!cancelled && !*quit) continue;
+    int ready = wait_stdin() == 0;
+    if (cancelled || *quit) {
       free(buf);
       fputs("\n", stdout);
       return LINE_CANCEL;
     }
+    if (!ready) continue;
     ssize_t n = read(0, &c, 1);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0 && len == 0) return free(buf), LINE_EOF;
