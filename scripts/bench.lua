@@ -12,8 +12,8 @@ local N = tonumber(arg[1]) or 200000
 local sim_bin = arg[2] or require("mirza.daemon").find_sim() -- $MIRZA_SIM, next to mirza, build/, PATH
 
 local port_file = os.tmpname()
-local p = assert(io.popen(("%q --port 0 --port-file %q --tok-rate 0 --ttft-ms 0 --progress-every 0 --context-window 100000000 >/dev/null 2>&1 & echo $!")
-  :format(sim_bin, port_file)))
+local p = assert(io.popen(("%q --port 0 --port-file %q --tok-rate 0 --ttft-ms 0 --progress-every 0"
+  .. " --context-window 100000000 >/dev/null 2>&1 & echo $!"):format(sim_bin, port_file)))
 local pid = p:read("l")
 p:close()
 local port
