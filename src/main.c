@@ -123,7 +123,7 @@ static int run_chunk(lua_State *L, int status, int nargs) {
 
 static int run_script(lua_State *L, char **argv, int argc, int script) {
   const char *fname = argv[script];
-  char job[4096];
+  char job[4096]; // cppcheck-suppress variableScope ; fname may point into it until the load below
   if (strcmp(fname, "-") == 0) fname = NULL;
   else script_dir_first(L, fname = mz_cli_job(fname, job, sizeof job));
   int status = luaL_loadfile(L, fname);
