@@ -1,6 +1,6 @@
 --- bench.lua - CPU cost per streamed token through the Lua loop.
 ---
----   build/mirza scripts/bench.lua [tokens] [sim-binary]
+---   mirza bench [tokens] [sim-binary]     (build/mirza scripts/bench.lua from the tree)
 ---
 --- Starts mirza-sim "as fast as possible" (--tok-rate 0), streams `tokens`
 --- answer tokens through `for ev in s:events()` and prints the CPU time of
@@ -9,11 +9,11 @@
 local mirza = require "mirza"
 
 local N = tonumber(arg[1]) or 200000
-local sim_bin = arg[2] or os.getenv("MIRZA_SIM") or (arg[-1]:match("^(.*)/[^/]*$") or ".") .. "/mirza-sim"
+local sim_bin = arg[2] or require("mirza.daemon").find_sim() -- $MIRZA_SIM, next to mirza, build/, PATH
 
 local port_file = os.tmpname()
-local p = assert(io.popen(("%q --port 0 --port-file %q --tok-rate 0 --ttft-ms 0 --progress-every 0 --context-window 100000000 >/dev/null 2>&1 & echo $!")
-  :format(sim_bin, port_file)))
+local p = assert(io.popen(("%q --port 0 --port-file %q --tok-rate 0 --ttft-ms 0 --progress-every 0"
+  .. " --context-window 100000000 >/dev/null 2>&1 & echo $!"):format(sim_bin, port_file)))
 local pid = p:read("l")
 p:close()
 local port

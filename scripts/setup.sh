@@ -1,6 +1,7 @@
 #!/bin/sh
 # setup.sh - install what is missing (Debian packages) and build mirza.
 #   scripts/setup.sh [build-dir] [extra cmake args...]
+#   scripts/setup.sh --packages PKG...   (install only; scripts/check-install)
 # Sourced by scripts/demo and scripts/test; safe to run again (no-op when
 # everything is installed and the build is up to date).
 set -eu
@@ -9,6 +10,9 @@ BUILD=${1:-build}
 [ $# -gt 0 ] && shift
 
 PACKAGES="build-essential cmake pkg-config liblua5.4-dev lua5.4 libcurl4-openssl-dev libcjson-dev libcmocka-dev lua-busted procps"
+PACKAGES="$PACKAGES libreadline-dev" # line editing in the interactive prompt
+# scripts/setup.sh --packages P...: install just these (check tools), no build.
+[ "$BUILD" = "--packages" ] && PACKAGES="$*"
 missing=""
 for p in $PACKAGES; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
@@ -23,5 +27,6 @@ if [ -n "$missing" ]; then
   $SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null
 fi
 
+[ "$BUILD" = "--packages" ] && exit 0
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
 cmake --build "$BUILD" -j"$(nproc)" >/dev/null

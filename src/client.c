@@ -628,7 +628,6 @@ static int add_header(mz_stream *s, const char *h) {
 }
 
 static int build_headers(mz_stream *s, const mz_request *r) {
-  char auth[1024];
   int rc = 0;
   if (r->body && !has_header(r->headers, "Content-Type")) rc |= add_header(s, "Content-Type: application/json");
   if (!has_header(r->headers, "Accept"))
@@ -636,6 +635,7 @@ static int build_headers(mz_stream *s, const mz_request *r) {
   rc |= add_header(s, "Expect:"); /* no 100-continue round trip */
   for (const char *const *h = r->headers; h && *h; h++) rc |= add_header(s, *h);
   if (r->api_key && *r->api_key) {
+    char auth[1024];
     if (snprintf(auth, sizeof auth, "Authorization: Bearer %s", r->api_key) >= (int)sizeof auth) return -1;
     rc |= add_header(s, auth);
     memset(auth, 0, sizeof auth);

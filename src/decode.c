@@ -90,7 +90,6 @@ static void set_err(char *err, size_t errlen, const char *msg) {
 int mz_frame_decode(mz_frame *f, const char *data, size_t len, char *err, size_t errlen) {
   const cJSON *item;
   size_t at = 0;
-  char msg[64];
   memset(f, 0, sizeof *f);
   if (err && errlen) err[0] = '\0';
   if (is_done(data, len)) {
@@ -99,6 +98,7 @@ int mz_frame_decode(mz_frame *f, const char *data, size_t len, char *err, size_t
   }
   f->root = parse_exact(data, len, &at);
   if (!f->root) {
+    char msg[64];
     snprintf(msg, sizeof msg, "malformed JSON in SSE data at byte %zu", at);
     set_err(err, errlen, msg);
     return -1;

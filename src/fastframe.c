@@ -323,10 +323,11 @@ static int top_member(cur *c, const mz_fast_str *k, scan *sc, unsigned *seen) {
 }
 
 int mz_fast_frame(const char *data, size_t len, mz_fast *out) {
+  memset(out, 0, sizeof *out);
+  if (!data) return 0; /* before data + len: no arithmetic on NULL */
   cur c = {(const unsigned char *)data, (const unsigned char *)data + len};
   scan sc = {out, {NULL, 0, 0}, 0};
-  memset(out, 0, sizeof *out);
-  if (!data || !walk_object(&c, top_member, &sc) || !sc.has_choices) return 0;
+  if (!walk_object(&c, top_member, &sc) || !sc.has_choices) return 0;
   skip_ws(&c);
   if (c.p != c.end) return 0;
   if (!out->reasoning.len) out->reasoning = sc.alt.len ? sc.alt : (mz_fast_str){NULL, 0, 0};

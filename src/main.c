@@ -16,19 +16,24 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cli.h"
 #include "host.h"
 #include "l_core.h"
 #include "mirza.h"
+#include "repl.h"
 
 static lua_State *globalL; /* for the signal handler only, as in lua.c */
 static volatile sig_atomic_t signal_number;
 
 static const char usage_text[] =
-    "usage: mirza [options] [script [args]]\n"
-    "Run a Lua 5.4 script with the mirza library (require \"mirza\") built in.\n"
+    "usage: mirza [options] [script|job [args]]\n"
+    "Run a Lua 5.4 script with the mirza library (require \"mirza\") built in;\n"
+    "a job is a ready-made script run by name (listed below). With no script\n"
+    "on a terminal, start an interactive prompt.\n"
     "Options:\n"
     "  -e CODE        execute the string CODE\n"
     "  -l NAME        require library NAME into global NAME\n"
+    "  -i             enter the interactive prompt after the script (or -e)\n"
     "  -              execute standard input (stop handling options)\n"
     "  --             stop handling options\n"
     "  --lua-dir DIR  load the mirza.* Lua modules from DIR/mirza/ instead of the\n"
@@ -118,8 +123,9 @@ static int run_chunk(lua_State *L, int status, int nargs) {
 
 static int run_script(lua_State *L, char **argv, int argc, int script) {
   const char *fname = argv[script];
+  char job[4096]; // cppcheck-suppress variableScope ; fname may point into it until the load below
   if (strcmp(fname, "-") == 0) fname = NULL;
-  else script_dir_first(L, fname);
+  else script_dir_first(L, fname = mz_cli_job(fname, job, sizeof job));
   int status = luaL_loadfile(L, fname);
   int n = 0;
   for (int i = script + 1; i < argc; i++, n++) {
@@ -141,6 +147,7 @@ typedef struct opts {
   const char *dev_dir;
   int script; /* index of the script in argv, or 0 */
   int has_e;
+  int interactive; /* -i, or the prompt started because stdin is a tty */
 } opts;
 
 /* First pass over argv: validate and find the script. Returns -1 on a
@@ -156,12 +163,16 @@ static int parse_args(int argc, char **argv, opts *o) {
       o->script = i + 1 < argc ? i + 1 : 0;
       return 0;
     }
-    if (!strcmp(a, "-h") || !strcmp(a, "--help")) return fputs(usage_text, stdout), 1;
-    if (!strcmp(a, "-v") || !strcmp(a, "--version")) return printf("mirza %s (%s)\n", MIRZA_VERSION, LUA_RELEASE), 1;
+    if (!strcmp(a, "-h") || !strcmp(a, "--help")) return fputs(usage_text, stdout), mz_cli_help(stdout), 1;
+    if (!strcmp(a, "-v") || !strcmp(a, "--version")) return mz_cli_version(stdout), 1;
     if (!strcmp(a, "-e") || !strcmp(a, "-l") || !strcmp(a, "--lua-dir")) {
       if (++i >= argc) return fprintf(stderr, "mirza: '%s' needs an argument\n%s", a, usage_text), -1;
       if (a[1] == 'e') o->has_e = 1;
       if (a[1] == '-') o->dev_dir = argv[i];
+      continue;
+    }
+    if (!strcmp(a, "-i")) {
+      o->interactive = 1;
       continue;
     }
     return fprintf(stderr, "mirza: unrecognized option '%s'\n%s", a, usage_text), -1;
@@ -197,11 +208,10 @@ static int pmain(lua_State *L) {
   int last = o->script ? o->script : argc;
   if (run_options(L, argv, last) != LUA_OK) return 0;
   if (o->script && run_script(L, argv, argc, o->script) != LUA_OK) return 0;
-  if (!o->script && !o->has_e) {
-    if (isatty(0)) {
-      fputs(usage_text, stderr);
-      return 0;
-    }
+  if (o->interactive || (!o->script && !o->has_e && isatty(0))) {
+    o->interactive = 1;
+    if (mz_repl(L, &signal_number) != LUA_OK) return 0;
+  } else if (!o->script && !o->has_e) {
     if (run_script(L, (char *[]){"-"}, 1, 0) != LUA_OK) return 0;
   }
   lua_pushboolean(L, 1);
@@ -230,6 +240,6 @@ int main(int argc, char **argv) {
   report(L, status);
   globalL = NULL;
   lua_close(L); /* closes streams (cancelling transfers) and daemons */
-  if (signal_number || mz_l_was_interrupted()) return 128 + (signal_number ? signal_number : SIGINT);
+  if (signal_number || (!o.interactive && mz_l_was_interrupted())) return 128 + (signal_number ? signal_number : SIGINT);
   return ok ? 0 : 1;
 }

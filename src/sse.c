@@ -204,7 +204,6 @@ static const char *find(const char *s, const char *end, int c) {
  * buffer. *used tells how far parsing got when the callback stopped. */
 static int parse(mz_sse *p, const char *buf, size_t len, size_t *used) {
   const char *s = buf, *end = buf + len, *nlf = NULL, *ncr = NULL, *eol;
-  int rc;
   if (p->bom_pos >= 0) s += skip_bom(p, s, len);
   if (p->status) return p->status;
   if (p->last_cr && s < end) {
@@ -216,7 +215,7 @@ static int parse(mz_sse *p, const char *buf, size_t len, size_t *used) {
     if (!ncr || ncr < s) ncr = find(s, end, '\r');
     eol = nlf < ncr ? nlf : ncr;
     if (eol == end) return save_partial(p, s, (size_t)(end - s));
-    rc = end_line(p, s, eol);
+    int rc = end_line(p, s, eol);
     s = eol + 1;
     if (*eol == '\r') {
       if (s == end) p->last_cr = 1; /* an LF may open the next feed */

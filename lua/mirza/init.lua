@@ -62,7 +62,9 @@ local watcher -- the shared hot-reload watcher (mirza.reload)
 ---@return mirza.Watcher
 function M.watcher()
   watcher = watcher or require("mirza.reload").new {
-    on_error = function(name, msg) io.stderr:write("mirza: reload of ", name, " failed, keeping the old version:\n", msg, "\n") end,
+    on_error = function(name, msg)
+      io.stderr:write("mirza: reload of ", name, " failed, keeping the old version:\n", msg, "\n")
+    end,
   }
   return watcher
 end

@@ -1,0 +1,157 @@
+/*
+ * cli.c - the parts of the `mirza` command line that are not the Lua run
+ * itself: ready-made jobs found by name (`mirza chat`), and the long forms
+ * of --help (jobs, environment) and --version (the libraries in use).
+ *
+ * Jobs live in the installed jobs directory, found relative to the
+ * executable (MIRZA_JOBS_FROM_BIN, e.g. "../share/mirza/jobs", so a
+ * relocated prefix still works), and, for a binary run from its own build
+ * tree, in the source tree's scripts/. Both paths are compiled in by
+ * CMakeLists.txt; nothing here reads the environment.
+ */
+#include "cli.h"
+
+#include <cJSON.h>
+#include <curl/curl.h>
+#include <dirent.h>
+#include <limits.h>
+#include <lua.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "mirza.h"
+
+#ifndef MIRZA_JOBS_FROM_BIN
+#define MIRZA_JOBS_FROM_BIN "../share/mirza/jobs"
+#endif
+
+enum { MAX_DIRS = 2 };
+
+static int is_file(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* dir/name into out; 0 if it does not fit. */
+static int join(char *out, size_t size, const char *dir, const char *name) {
+  int n = snprintf(out, size, "%s/%s", dir, name);
+  return n > 0 && (size_t)n < size;
+}
+
+/* The directory of the running executable (no trailing slash), or "". */
+static void exe_dir(char *out, size_t size) {
+  char buf[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  out[0] = '\0';
+  if (n <= 0) return;
+  buf[n] = '\0';
+  char *slash = strrchr(buf, '/');
+  if (slash) *slash = '\0';
+  snprintf(out, size, "%s", buf);
+}
+
+#if defined(MIRZA_BUILD_DIR) && defined(MIRZA_SOURCE_DIR)
+/* 1 if a and b name the same existing directory. */
+static int same_dir(const char *a, const char *b) {
+  struct stat sa, sb;
+  return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+#endif
+
+/* Fill dirs[] with the jobs directories, most specific first; returns the
+ * count. Each entry has room for PATH_MAX bytes. */
+static int jobs_dirs(char dirs[MAX_DIRS][PATH_MAX]) {
+  char bin[PATH_MAX];
+  int n = 0;
+  exe_dir(bin, sizeof bin);
+  if (!*bin) return 0;
+#if defined(MIRZA_BUILD_DIR) && defined(MIRZA_SOURCE_DIR)
+  if (same_dir(bin, MIRZA_BUILD_DIR)) snprintf(dirs[n++], PATH_MAX, "%s/scripts", MIRZA_SOURCE_DIR);
+#endif
+  const char *rel = MIRZA_JOBS_FROM_BIN; /* absolute when so configured */
+  char joined[2 * PATH_MAX];
+  // cppcheck-suppress knownConditionTrueFalse ; MIRZA_JOBS_FROM_BIN is absolute in some builds
+  if (rel[0] == '/') snprintf(joined, sizeof joined, "%s", rel);
+  else if (!join(joined, sizeof joined, bin, rel)) return n;
+  if (realpath(joined, dirs[n])) n++; /* "P/share/...", not "P/bin/../share/..." */
+  return n;
+}
+
+const char *mz_cli_job(const char *name, char *buf, size_t size) {
+  if (is_file(name) || strchr(name, '/') || !*name) return name;
+  char dirs[MAX_DIRS][PATH_MAX];
+  int n = jobs_dirs(dirs);
+  for (int i = 0; i < n; i++) {
+    int len = snprintf(buf, size, "%s/%s.lua", dirs[i], name);
+    if (len > 0 && (size_t)len < size && is_file(buf)) return buf;
+  }
+  return name;
+}
+
+/* The job's one-line summary: its first line "--- name.lua - summary". */
+static void job_summary(const char *path, char *out, size_t size) {
+  char line[256];
+  out[0] = '\0';
+  FILE *f = fopen(path, "r");
+  if (!f) return;
+  if (fgets(line, sizeof line, f)) {
+    const char *dash = strstr(line, " - ");
+    if (dash) snprintf(out, size, "%s", dash + 3);
+    out[strcspn(out, "\r\n")] = '\0';
+  }
+  fclose(f);
+}
+
+static int by_name(const struct dirent **a, const struct dirent **b) {
+  return strcmp((*a)->d_name, (*b)->d_name);
+}
+
+static int is_job(const struct dirent *e) {
+  size_t n = strlen(e->d_name);
+  return n > 4 && e->d_name[0] != '.' && strcmp(e->d_name + n - 4, ".lua") == 0;
+}
+
+/* List one directory's jobs; names already listed by an earlier
+ * directory are skipped (it shadows them). */
+static void list_dir(FILE *out, char dirs[MAX_DIRS][PATH_MAX], int which) {
+  struct dirent **ents;
+  int n = scandir(dirs[which], &ents, is_job, by_name);
+  for (int i = 0; i < n; i++) {
+    char path[PATH_MAX + 256], summary[200];
+    int shadowed = 0;
+    for (int j = 0; j < which && !shadowed; j++)
+      shadowed = join(path, sizeof path, dirs[j], ents[i]->d_name) && is_file(path);
+    if (!join(path, sizeof path, dirs[which], ents[i]->d_name)) path[0] = '\0';
+    job_summary(path, summary, sizeof summary);
+    if (!shadowed) fprintf(out, "  %-12.*s %s\n", (int)(strlen(ents[i]->d_name) - 4), ents[i]->d_name, summary);
+    free(ents[i]);
+  }
+  if (n >= 0) free(ents);
+}
+
+static const char env_text[] =
+    "Environment:\n"
+    "  MIRZA_LUA_DIR         load the mirza.* modules from this directory (as --lua-dir)\n"
+    "  MIRZA_SIM             the mirza-sim binary (default: next to mirza, then PATH)\n"
+    "  MIRZA_CONFIG          engine config file (default ~/.config/mirza/config.lua)\n"
+    "  MIRZA_BASE_URL, MIRZA_MODEL, MIRZA_MODEL_ID, MIRZA_API_KEY, MIRZA_HOST,\n"
+    "  MIRZA_PORT, MIRZA_PRESET, MIRZA_SESSION_ID, MIRZA_DIALECT,\n"
+    "  MIRZA_CONTEXT_WINDOW, MIRZA_MAX_TOKENS, MIRZA_TEMPERATURE, MIRZA_AUTOSTART\n"
+    "                        engine settings (over the config file)\n"
+    "  MIRZA_DEMO_PORT       the demo job's simulator port (default 18766)\n";
+
+void mz_cli_help(FILE *out) {
+  char dirs[MAX_DIRS][PATH_MAX];
+  int n = jobs_dirs(dirs);
+  fputs("Jobs (mirza NAME [args]):\n", out);
+  for (int i = 0; i < n; i++) list_dir(out, dirs, i);
+  fputs(env_text, out);
+}
+
+void mz_cli_version(FILE *out) {
+  const curl_version_info_data *cv = curl_version_info(CURLVERSION_NOW);
+  fprintf(out, "mirza %s (%s, libcurl %s, cJSON %s)\n", MIRZA_VERSION, LUA_RELEASE, cv->version,
+          cJSON_Version());
+}

@@ -1,0 +1,22 @@
+/*
+ * cli.h - `mirza` command-line helpers without Lua: jobs by name, the
+ * long --help and --version texts.
+ */
+#ifndef MIRZA_CLI_H
+#define MIRZA_CLI_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+/* The script to run for `mirza NAME`: NAME itself when it is a file or a
+ * path, else DIR/NAME.lua from the first jobs directory that has it
+ * (written into buf), else NAME (so the load error names it). */
+const char *mz_cli_job(const char *name, char *buf, size_t size);
+
+/* The jobs found (name and summary) and the MIRZA_* environment. */
+void mz_cli_help(FILE *out);
+
+/* "mirza X.Y.Z (Lua 5.4.N, libcurl A.B.C, cJSON D.E.F)": runtime versions. */
+void mz_cli_version(FILE *out);
+
+#endif
