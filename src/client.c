@@ -59,6 +59,7 @@ struct mz_stream {
   char carry[2][4];        /* held-back partial UTF-8: [0] think, [1] text */
   size_t carry_len[2];
   char finish_reason[32];
+  int no_done;             /* ended cleanly after a finish_reason, no [DONE] */
   cJSON *usage, *timings, *stats, *extra;
   double last_rx, stall_s;
   /* the terminal event */
@@ -265,6 +266,7 @@ static cJSON *make_done(mz_stream *s) {
   if (s->stats) cJSON_AddItemToObject(d, "stats", s->stats);
   if (s->timings) cJSON_AddItemToObject(d, "timings", s->timings);
   if (s->extra) cJSON_AddItemToObject(d, "extra", s->extra);
+  if (s->no_done) cJSON_AddTrueToObject(d, "no_done_marker");
   s->usage = s->stats = s->timings = s->extra = NULL;
   return d;
 }
@@ -451,7 +453,10 @@ static void on_complete(mz_stream *s, CURLcode rc) {
   else if (s->mode == MODE_JSON) finish_json_body(s);
   else if (!s->term) {
     int partial = mz_sse_finish(&s->sse);
-    if (!s->term) {
+    if (!s->term && !partial && s->finish_reason[0]) {
+      s->no_done = 1; /* servers and proxies that never send [DONE] */
+      finish_done(s);
+    } else if (!s->term) {
       flush_carry(s);
       set_terminal(s, MZ_EV_ERROR, MZ_E_CLOSED, "stream ended without [DONE]%s",
                    partial ? " (cut inside an event)" : "");

@@ -245,3 +245,42 @@ describe("transport failures", function()
     assert.has_error(function() s:next() end, "attempt to use a closed stream")
   end)
 end)
+
+-- Streams that misbehave (issue 8): each case here failed before its fix.
+describe("misbehaving streams", function()
+  local sim, llama
+  setup(function()
+    sim = H.start_sim { "--tok-rate", "0", "--ttft-ms", "0" }
+    llama = H.start_sim { "--dialect", "llama", "--tok-rate", "0", "--ttft-ms", "0" }
+  end)
+  teardown(function()
+    sim.stop()
+    llama.stop()
+  end)
+  after_each(function() collectgarbage("collect") end)
+
+  it("ends with done when the server finishes without [DONE] (finish_reason and usage kept)", function()
+    local s <close> = open(sim, "x", { text = "a b c", fault = "no-done" })
+    local r = H.drain(s)
+    assert.equal("a b c", r.text)
+    assert.equal("done", r.last.type)
+    assert.equal("stop", r.last.finish_reason)
+    assert.equal(3, r.last.usage.completion_tokens)
+    assert.is_true(r.last.no_done_marker)
+  end)
+
+  it("ends with done without [DONE] in the llama dialect (usage-only frame last)", function()
+    local s <close> = open(llama, "x", { text = "a b", fault = "no-done" }, { stream_options = { include_usage = true }, chat_template_kwargs = { enable_thinking = false } })
+    local r = H.drain(s)
+    assert.equal("done", r.last.type)
+    assert.equal("stop", r.last.finish_reason)
+    assert.equal(2, r.last.usage.completion_tokens)
+    assert.is_true(r.last.no_done_marker)
+  end)
+
+  it("has no no_done_marker on a normal end", function()
+    local r = H.drain(open(sim, "x", { text = "a b" }))
+    assert.equal("done", r.last.type)
+    assert.is_nil(r.last.no_done_marker)
+  end)
+end)
