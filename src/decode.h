@@ -44,7 +44,9 @@ typedef struct mz_choice {
   const cJSON *message;      /* non-streamed: choices[i].message, or NULL */
 } mz_choice;
 
-/* Decode one SSE data payload (not necessarily NUL-terminated). "[DONE]"
+/* Decode one SSE data payload (not necessarily NUL-terminated). A "\u0000"
+ * in a delta's content or reasoning is kept: mz_choice lengths count it
+ * (other strings of the tree still end at the first NUL, as in cJSON). "[DONE]"
  * (surrounding whitespace allowed) sets done. Returns 0, or -1 with a short
  * message in err when the payload is not JSON or not a JSON object. The
  * frame must be freed with mz_frame_free in both cases. */

@@ -631,6 +631,31 @@ static void check_http(const char *name, long want_status, const char *want) {
   free(body);
 }
 
+/* "\u0000" in a delta: the whole text, NUL included, on the cJSON path
+ * too (issue 8: cJSON's strings ended at the NUL). */
+static void test_nul_in_delta(void **state) {
+  mz_frame f;
+  mz_choice c;
+  (void)state;
+  static const char frame[] = "{\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\\u0000b\\u0000\","
+                              "\"reasoning_content\":\"\\u0000r\"},\"finish_reason\":\"stop\"}]}";
+  assert_int_equal(mz_frame_decode(&f, frame, sizeof frame - 1, NULL, 0), 0);
+  assert_int_equal(mz_frame_choice(&f, 0, &c), 0);
+  assert_int_equal(c.content_len, 4);
+  assert_memory_equal(c.content, "a\0b\0", 4);
+  assert_int_equal(c.reasoning_len, 2);
+  assert_memory_equal(c.reasoning, "\0r", 2);
+  assert_string_equal(c.finish_reason, "stop");
+  mz_frame_free(&f);
+  /* control characters already in use are not taken as the stand-in */
+  static const char busy[] = "{\"choices\":[{\"delta\":{\"content\":\"\\u0001\\u0000\\u0002\\\\u0000\"}}]}";
+  assert_int_equal(mz_frame_decode(&f, busy, sizeof busy - 1, NULL, 0), 0);
+  assert_int_equal(mz_frame_choice(&f, 0, &c), 0);
+  assert_int_equal(c.content_len, 9);
+  assert_memory_equal(c.content, "\x01\0\x02\\u0000", 9);
+  mz_frame_free(&f);
+}
+
 static void test_http_error_json(void **state) {
   char out[256];
   (void)state;
@@ -797,6 +822,7 @@ int main(void) {
       cmocka_unit_test(test_tool_calls),
       cmocka_unit_test(test_n2_choices),
       cmocka_unit_test(test_nonstream_message),
+      cmocka_unit_test(test_nul_in_delta),
       cmocka_unit_test(test_detach),
       cmocka_unit_test(test_http_error_json),
       cmocka_unit_test(test_http_error_not_json),

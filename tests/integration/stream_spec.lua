@@ -284,3 +284,21 @@ describe("misbehaving streams", function()
     assert.is_nil(r.last.no_done_marker)
   end)
 end)
+
+describe("NUL characters in a delta", function()
+  local sim
+  setup(function() sim = H.start_sim { "--tok-rate", "0", "--ttft-ms", "0" } end)
+  teardown(function() sim.stop() end)
+
+  it("keeps the text after \\u0000 (token frame: fast path)", function()
+    local r = H.drain(open(sim, "x", { text = "a b", fault = "nul-after=1" }))
+    assert.equal("done", r.last.type)
+    assert.equal("a a\0bb", r.text)
+  end)
+
+  it("keeps the text after \\u0000 (frames read by cJSON)", function()
+    local r = H.drain(open(sim, "x", { fault = "replay=" .. H.fixtures .. "/nul_in_delta.sse" }))
+    assert.equal("done", r.last.type)
+    assert.equal("x\0y1\0002", r.text)
+  end)
+end)
