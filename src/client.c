@@ -60,6 +60,7 @@ struct mz_stream {
   size_t carry_len[2];
   char finish_reason[32];
   int no_done;             /* ended cleanly after a finish_reason, no [DONE] */
+  size_t invalid_utf8;     /* ill-formed sequences replaced by U+FFFD */
   cJSON *usage, *timings, *stats, *extra;
   double last_rx, stall_s;
   /* the terminal event */
@@ -165,6 +166,22 @@ static void push_json(mz_stream *s, mz_evtype t, int index, cJSON *json) {
   it->json = json;
 }
 
+/* The new text at arena[off..off+len) as valid UTF-8: scanned once (the
+ * common case ends there), and only when ill-formed rewritten past the end
+ * of the arena and moved back. Returns the new length. */
+static size_t repair_utf8(mz_stream *s, size_t off, size_t len) {
+  size_t v = mz_utf8_valid(s->arena.p + off, len), bad = len - v;
+  if (v == len) return len;
+  if (buf_reserve(&s->arena, len + 3 * bad + 1)) { /* arena.len is still off */
+    out_of_memory(s);
+    return len;
+  }
+  char *tail = s->arena.p + off + v, *out = s->arena.p + off + len;
+  size_t n = mz_utf8_repair(tail, bad, out, &s->invalid_utf8);
+  memmove(tail, out, n);
+  return v + n;
+}
+
 /*
  * Queue a text delta. For choice 0 a trailing incomplete UTF-8 sequence is
  * held back (at most 3 bytes per channel) and put in front of the next
@@ -190,6 +207,7 @@ static void push_text_esc(mz_stream *s, mz_evtype t, int index, const char *p, s
     memcpy(s->carry[ch], s->arena.p + off + keep, total - keep);
   }
   if (keep == 0) return;
+  keep = repair_utf8(s, off, keep);
   item *it = q_push(s, t, index);
   if (!it) {
     out_of_memory(s);
@@ -204,21 +222,19 @@ static void push_text(mz_stream *s, mz_evtype t, int index, const char *p, size_
   push_text_esc(s, t, index, p, len, 0);
 }
 
-/* Release held-back partial characters as they are (the stream is over:
- * better a broken character than a lost byte). */
+/* The stream is over: a held-back partial character will never be
+ * completed, so it becomes one U+FFFD (counted), never silently dropped. */
 static void flush_carry(mz_stream *s) {
   for (int ch = 0; ch < 2; ch++) {
-    size_t n = s->carry_len[ch];
-    if (!n) continue;
-    char tmp[4];
-    memcpy(tmp, s->carry[ch], n);
+    if (!s->carry_len[ch]) continue;
     s->carry_len[ch] = 0;
+    s->invalid_utf8++;
     item *it = q_push(s, ch == 0 ? MZ_EV_THINK : MZ_EV_TEXT, 0);
-    if (!it || buf_add(&s->arena, tmp, n)) {
+    if (!it || buf_add(&s->arena, "\xEF\xBF\xBD", 3)) {
       out_of_memory(s);
       return;
     }
-    it->len = n;
+    it->len = 3;
   }
 }
 
@@ -267,6 +283,7 @@ static cJSON *make_done(mz_stream *s) {
   if (s->timings) cJSON_AddItemToObject(d, "timings", s->timings);
   if (s->extra) cJSON_AddItemToObject(d, "extra", s->extra);
   if (s->no_done) cJSON_AddTrueToObject(d, "no_done_marker");
+  if (s->invalid_utf8) cJSON_AddNumberToObject(d, "invalid_utf8", (double)s->invalid_utf8);
   s->usage = s->stats = s->timings = s->extra = NULL;
   return d;
 }

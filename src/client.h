@@ -10,8 +10,10 @@
  * parsed and queued inside curl's write callback, and handed out later.
  *
  * Every stream ends with exactly one terminal event, DONE or ERROR, after
- * everything received before it (a failure never drops text: partial
- * UTF-8 held back for joining is flushed before the error).
+ * everything received before it (a failure never drops text: a partial
+ * UTF-8 character held back for joining is flushed, as U+FFFD, before it).
+ * Text is always valid UTF-8: ill-formed input is repaired as browsers'
+ * TextDecoder does and counted in done.invalid_utf8.
  */
 #ifndef MIRZA_CLIENT_H
 #define MIRZA_CLIENT_H

@@ -11,6 +11,7 @@
  */
 #include "decode.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -363,4 +364,56 @@ size_t mz_utf8_complete(const char *s, size_t len) {
   if (need == 0 || have >= (size_t)need) return len;
   if (have >= 2 && !second_ok(u[i], u[i + 1])) return len;
   return i;
+}
+
+/* ---- invalid UTF-8 ----
+ * Text events promise UTF-8. Ill-formed input is repaired the way the
+ * WHATWG Encoding Standard's decoder (browsers' TextDecoder) does: each
+ * "maximal subpart" of an ill-formed sequence (the longest prefix of a
+ * valid sequence, or else one byte) becomes one U+FFFD. */
+
+/* At u[i] (not ASCII): the length of the valid sequence starting there,
+ * or minus the length of the maximal subpart to replace (at least 1). */
+static int utf8_step(const unsigned char *u, size_t i, size_t len) {
+  int need = seq_len(u[i]), k = 2;
+  if (!need || i + 1 >= len || !second_ok(u[i], u[i + 1])) return -1;
+  while (k < need && i + (size_t)k < len && (u[i + k] & 0xC0) == 0x80) k++;
+  return k == need ? need : -k;
+}
+
+size_t mz_utf8_valid(const char *s, size_t len) {
+  const unsigned char *u = (const unsigned char *)s;
+  size_t i = 0;
+  while (i < len) {
+    uint64_t w;
+    if (len - i >= 8 && (memcpy(&w, u + i, 8), !(w & 0x8080808080808080u))) {
+      i += 8; /* eight ASCII bytes */
+      continue;
+    }
+    if (u[i] < 0x80) {
+      i++;
+      continue;
+    }
+    int n = utf8_step(u, i, len);
+    if (n < 0) return i;
+    i += (size_t)n;
+  }
+  return len;
+}
+
+size_t mz_utf8_repair(const char *s, size_t len, char *out, size_t *bad) {
+  const unsigned char *u = (const unsigned char *)s;
+  size_t i = 0, o = 0;
+  while (i < len) {
+    int n = u[i] < 0x80 ? 1 : utf8_step(u, i, len);
+    if (n > 0) {
+      memcpy(out + o, s + i, (size_t)n);
+      o += (size_t)n, i += (size_t)n;
+      continue;
+    }
+    memcpy(out + o, "\xEF\xBF\xBD", 3); /* U+FFFD */
+    o += 3, i += (size_t)-n;
+    if (bad) (*bad)++;
+  }
+  return o;
 }

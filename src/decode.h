@@ -74,7 +74,19 @@ char *mz_http_error_message(long status, const char *body, size_t len, char *out
 /* Length of the longest prefix of s[0..len) that does not end inside an
  * incomplete UTF-8 sequence: the caller holds back s[ret..len) (at most 3
  * bytes) and prepends it to the next piece of the same channel. Invalid
- * bytes are not held back (they pass through as they are). */
+ * bytes are not held back (mz_utf8_repair replaces them). */
 size_t mz_utf8_complete(const char *s, size_t len);
+
+/* Length of the longest prefix of s[0..len) that is valid UTF-8 (len when
+ * all of it is). Fast on ASCII; no allocation. */
+size_t mz_utf8_valid(const char *s, size_t len);
+
+/* Copy s[0..len) to out (room for 3 * len bytes), replacing each maximal
+ * subpart of an ill-formed sequence by U+FFFD as the WHATWG decoder does
+ * ("\xF0\x9F\x98" -> one U+FFFD, "\xFF\xFE" -> two, "\xED\xA0\x80" (a
+ * surrogate) -> three). A sequence cut by the end is replaced too: hold it
+ * back first (mz_utf8_complete) if more may come. Adds the number of
+ * replacements to *bad (NULL is fine). Returns the output length. */
+size_t mz_utf8_repair(const char *s, size_t len, char *out, size_t *bad);
 
 #endif

@@ -656,6 +656,38 @@ static void test_nul_in_delta(void **state) {
   mz_frame_free(&f);
 }
 
+/* One repair against its expected output and count. */
+static void repaired(const char *in, size_t len, const char *want, size_t want_bad) {
+  char out[256];
+  size_t bad = 0, n = mz_utf8_repair(in, len, out, &bad);
+  if (n != strlen(want) || memcmp(out, want, n) != 0 || bad != want_bad)
+    fail_msg("repair of %zu bytes: got %zu bytes, %zu bad", len, n, bad);
+  assert_int_equal(mz_utf8_valid(out, n), n);
+}
+#define REPAIRED(in, want, nbad) repaired(in, sizeof(in) - 1, want, nbad)
+#define FFFD "\xEF\xBF\xBD"
+
+/* The WHATWG decoder's "maximal subpart" rule, with the examples of the
+ * Unicode Standard (table 3-8) and the classic ill-formed shapes. */
+static void test_utf8_repair(void **state) {
+  (void)state;
+  REPAIRED("a\xF1\x80\x80\xE1\x80\xC2" "b\x80" "c\x80\xBF" "d",
+           "a" FFFD FFFD FFFD "b" FFFD "c" FFFD FFFD "d", 6);
+  REPAIRED("\xED\xA0\x80", FFFD FFFD FFFD, 3);         /* surrogate */
+  REPAIRED("\xC0\xAF", FFFD FFFD, 2);                   /* overlong */
+  REPAIRED("\xE0\x80\x80", FFFD FFFD FFFD, 3);          /* overlong */
+  REPAIRED("\xF4\x90\x80\x80", FFFD FFFD FFFD FFFD, 4); /* past U+10FFFF */
+  REPAIRED("\xF0\x9F\x98" "x", FFFD "x", 1);            /* truncated 4-byte */
+  REPAIRED("\xF0\x9F\x98", FFFD, 1);                    /* cut by the end */
+  REPAIRED("\xFF\xFE", FFFD FFFD, 2);
+  REPAIRED("A\xFF" "B\xE2\x82" "C\xF0\x9F\x98\x80" "D", "A" FFFD "B" FFFD "C\xF0\x9F\x98\x80" "D", 2);
+  REPAIRED("plain ascii, \xC3\xA9t\xC3\xA9 \xE2\x82\xAC", "plain ascii, \xC3\xA9t\xC3\xA9 \xE2\x82\xAC", 0);
+  /* the valid prefix stops at the first ill-formed byte, past runs of ASCII */
+  assert_int_equal(mz_utf8_valid("0123456789abcdef\xFFxyz", 20), 16);
+  assert_int_equal(mz_utf8_valid("\xC3\xA9\xC3", 3), 2);
+  assert_int_equal(mz_utf8_valid("", 0), 0);
+}
+
 static void test_http_error_json(void **state) {
   char out[256];
   (void)state;
@@ -823,6 +855,7 @@ int main(void) {
       cmocka_unit_test(test_n2_choices),
       cmocka_unit_test(test_nonstream_message),
       cmocka_unit_test(test_nul_in_delta),
+      cmocka_unit_test(test_utf8_repair),
       cmocka_unit_test(test_detach),
       cmocka_unit_test(test_http_error_json),
       cmocka_unit_test(test_http_error_not_json),

@@ -302,3 +302,23 @@ describe("NUL characters in a delta", function()
     assert.equal("x\0y1\0002", r.text)
   end)
 end)
+
+describe("invalid UTF-8 in a delta", function()
+  local sim
+  setup(function() sim = H.start_sim { "--tok-rate", "0", "--ttft-ms", "0" } end)
+  teardown(function() sim.stop() end)
+
+  it("is replaced by U+FFFD (one per maximal subpart) and counted on done", function()
+    local r = H.drain(open(sim, "x", { text = "a b", fault = "bad-utf8-after=1" }))
+    assert.equal("done", r.last.type)
+    assert.equal("a A\u{FFFD}B\u{FFFD}C\u{1F600}Db", r.text)
+    assert.truthy(utf8.len(r.text))
+    assert.equal(2, r.last.invalid_utf8)
+  end)
+
+  it("is not counted when there is none", function()
+    local r = H.drain(open(sim, "x", { text = "é à ü" }))
+    assert.equal("é à ü", r.text)
+    assert.is_nil(r.last.invalid_utf8)
+  end)
+end)
