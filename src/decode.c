@@ -281,54 +281,6 @@ const char *mz_error_message(const cJSON *error, const char **type, char *code_b
   return str_of(error, "message", NULL);
 }
 
-/* One body byte as it appears inside the quotes; returns its length. */
-static size_t escape_byte(unsigned char c, char *esc) {
-  static const char hex[] = "0123456789abcdef";
-  const char *named = c == '"' ? "\\\"" : c == '\\' ? "\\\\" : c == '\n' ? "\\n"
-                    : c == '\r' ? "\\r" : c == '\t' ? "\\t" : NULL;
-  if (named) return (size_t)snprintf(esc, 8, "%s", named);
-  if (c >= 0x20 && c != 0x7f) return esc[0] = (char)c, 1;
-  esc[0] = '\\', esc[1] = 'x', esc[2] = hex[c >> 4], esc[3] = hex[c & 15];
-  return 4;
-}
-
-/* Append s to out as a quoted, escaped string of at most max body bytes
- * (cut on a UTF-8 boundary) ending in ... when anything was left out,
- * whether by max or by the size of out. */
-static void quote_body(const char *s, size_t len, size_t max, char *out, size_t outlen) {
-  size_t o = strlen(out), i, n = len > max ? mz_utf8_complete(s, max) : len;
-  char esc[8];
-  if (o + 1 < outlen) out[o++] = '"';
-  for (i = 0; i < n; i++) {
-    size_t k = escape_byte((unsigned char)s[i], esc);
-    if (o + k + 5 > outlen) break; /* room for ..." and the NUL */
-    memcpy(out + o, esc, k);
-    o += k;
-  }
-  out[o] = '\0';
-  snprintf(out + o, outlen - o, "%s", i < len ? "...\"" : "\"");
-}
-
-char *mz_http_error_message(long status, const char *body, size_t len, char *out, size_t outlen) {
-  cJSON *root;
-  const char *msg = NULL;
-  if (!out || !outlen) return out;
-  while (len && is_space(*body)) body++, len--;
-  while (len && is_space(body[len - 1])) len--;
-  snprintf(out, outlen, "HTTP %ld", status);
-  if (!len) return out;
-  root = cJSON_ParseWithLength(body, len);
-  if (cJSON_IsObject(root)) msg = mz_error_message(cJSON_GetObjectItemCaseSensitive(root, "error"), NULL, NULL, 0);
-  if (msg) {
-    snprintf(out, outlen, "HTTP %ld: %s", status, msg);
-  } else {
-    snprintf(out, outlen, "HTTP %ld: ", status);
-    quote_body(body, len, 200, out, outlen);
-  }
-  cJSON_Delete(root);
-  return out;
-}
-
 /* Length of the sequence a lead byte starts, 0 for ASCII, a continuation
  * byte or a byte that can never start one (C0, C1, F5..FF). */
 static int seq_len(unsigned char b) {

@@ -65,11 +65,24 @@ const char *mz_error_message(const cJSON *error, const char **type,
                              char *code_buf, size_t code_len);
 
 /* Render the message for an HTTP error response into out (always
- * NUL-terminated): "HTTP <status>: <server's error.message>" when the body
- * is a JSON error object, else "HTTP <status>: \"<body, control chars
- * escaped, truncated to ~200 bytes with ...>\"", else "HTTP <status>" for
- * an empty body. Returns out. */
+ * NUL-terminated; httperr.c): "HTTP <status> <reason phrase>: <line>" where
+ * the line is the server's error message for a JSON body (error.message,
+ * error as a string, detail, message), the <title> (else the first line of
+ * text) of an HTML page, or the first line of any other body; whitespace
+ * and control characters collapse to one space, and a line over ~200 bytes
+ * is cut on a UTF-8 boundary and ends in "...". An empty body gives
+ * "HTTP <status> <reason>"; an unknown status has no reason phrase.
+ * Returns out. */
 char *mz_http_error_message(long status, const char *body, size_t len, char *out, size_t outlen);
+
+/* The standard reason phrase of an HTTP status ("" when unknown). */
+const char *mz_http_reason(long status);
+
+/* The error object of an HTTP error body, for scripts to inspect: the
+ * body's "error" object (llama-server, MTPLX, OpenAI), {"message": s} for
+ * "error": s, the whole body for another JSON object, or NULL (not a JSON
+ * object). The caller owns the tree. */
+cJSON *mz_http_error_object(const char *body, size_t len);
 
 /* Length of the longest prefix of s[0..len) that does not end inside an
  * incomplete UTF-8 sequence: the caller holds back s[ret..len) (at most 3
