@@ -409,7 +409,7 @@ static void finish_http_error(mz_stream *s) {
   char msg[sizeof s->term_msg];
   mz_http_error_message(s->status, s->body.p, s->body.len, msg, sizeof msg);
   set_terminal(s, MZ_EV_ERROR, MZ_E_HTTP, "%s", msg);
-  s->term_json = s->body.len ? cJSON_ParseWithLength(s->body.p, s->body.len) : NULL;
+  s->term_json = mz_http_error_object(s->body.p, s->body.len); /* ev.error */
 }
 
 /* A 200 with a JSON body where a stream was asked for: a non-streamed

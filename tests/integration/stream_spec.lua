@@ -337,3 +337,41 @@ describe("invalid UTF-8 in a delta", function()
     assert.is_nil(r.last.invalid_utf8)
   end)
 end)
+
+describe("HTTP error events carry the server's error object", function()
+  local llama, mtplx
+  setup(function()
+    llama = H.start_sim { "--dialect", "llama", "--context-window", "40" }
+    mtplx = H.start_sim { "--context-window", "40" }
+  end)
+  teardown(function()
+    llama.stop()
+    mtplx.stop()
+  end)
+
+  local long = string.rep("a long prompt that overflows the context ", 10)
+
+  it("llama-server: a context overflow is told from other 400s without parsing", function()
+    local ev = open(llama, long):next()
+    assert.equal("http", ev.code)
+    assert.equal(400, ev.status)
+    assert.equal("exceed_context_size_error", ev.error.type)
+    assert.equal(400, ev.error.code)
+    assert.equal(40, ev.error.n_ctx)
+    assert.is_true(ev.error.n_prompt_tokens > 40)
+    assert.matches("exceeds the available context size", ev.error.message)
+  end)
+
+  it("MTPLX: the error object with its string code", function()
+    local ev = open(mtplx, long):next()
+    assert.equal(400, ev.status)
+    assert.equal("invalid_request_error", ev.error.type)
+    assert.equal("HTTPException", ev.error.code)
+    assert.matches("^Prompt contains %d+ tokens", ev.error.message)
+  end)
+
+  it("a non-JSON error body has no error object", function()
+    local ev = open(mtplx, "x", { fault = "http-text=502" }):next()
+    assert.is_nil(ev.error)
+  end)
+end)
