@@ -375,3 +375,87 @@ describe("HTTP error events carry the server's error object", function()
     assert.is_nil(ev.error)
   end)
 end)
+
+describe("response headers on error events", function()
+  local sim
+  setup(function() sim = H.start_sim { "--tok-rate", "0", "--ttft-ms", "0" } end)
+  teardown(function() sim.stop() end)
+
+  it("exposes Retry-After in delta-seconds as ev.retry_after, and the headers", function()
+    local ev = open(sim, "x", { fault = "http=429,retry-after=7" }):next()
+    assert.equal(429, ev.status)
+    assert.equal(7, ev.retry_after)
+    assert.equal("7", ev.headers["retry-after"])
+    assert.equal("application/json", ev.headers["content-type"])
+    assert.equal("mirza-sim", ev.headers.server)
+  end)
+
+  it("reads an HTTP-date Retry-After as seconds from now", function()
+    local ev = open(sim, "x", { fault = "http-html=503,retry-after=date+60" }):next()
+    assert.equal(503, ev.status)
+    assert.is_true(ev.retry_after >= 55 and ev.retry_after <= 61, tostring(ev.retry_after))
+    assert.matches("GMT$", ev.headers["retry-after"])
+  end)
+
+  it("has no retry_after without the header", function()
+    local ev = open(sim, "x", { fault = "http=400" }):next()
+    assert.equal(400, ev.status)
+    assert.is_nil(ev.retry_after)
+    assert.is_table(ev.headers)
+  end)
+end)
+
+describe("waiting for the response head", function()
+  local sim
+  setup(function() sim = H.start_sim { "--tok-rate", "0", "--ttft-ms", "0" } end)
+  teardown(function() sim.stop() end)
+
+  local function run(fault, opts)
+    local body = H.chat_body("x")
+    body.mirza_sim = { text = "a b", fault = fault }
+    local req = { url = sim.url, body = body }
+    for k, v in pairs(opts) do req[k] = v end
+    local s <close> = mirza.open(req)
+    local t0 = mirza.now()
+    local r = H.drain(s)
+    return r, mirza.now() - t0
+  end
+
+  it("a slow head is no stall: each header line resets the stall timer", function()
+    local r = run("slow-head=150", { stall_timeout = 0.5 })
+    assert.equal("done", r.last.type, r.last.message)
+    assert.equal("a b", r.text)
+  end)
+
+  it("a queued request without headers for longer than stall_timeout does not stall", function()
+    local r, took = run("head-delay=1200", { stall_timeout = 0.4 })
+    assert.equal("done", r.last.type, r.last.message)
+    assert.equal("a b", r.text)
+    assert.is_true(took >= 1.1)
+  end)
+
+  it("header_timeout limits the wait for the head", function()
+    local r, took = run("head-delay=5000", { header_timeout = 0.3, stall_timeout = 10 })
+    assert.equal("error", r.last.type)
+    assert.equal("timeout", r.last.code)
+    assert.matches("header timeout", r.last.message)
+    assert.is_true(took < 4, tostring(took))
+  end)
+end)
+
+describe("redirects", function()
+  local sim
+  setup(function() sim = H.start_sim { "--tok-rate", "0", "--ttft-ms", "0" } end)
+  teardown(function() sim.stop() end)
+
+  for _, st in ipairs { 307, 308, 301 } do
+    it("fails a " .. st .. " with an http error naming the Location (not followed)", function()
+      local ev = open(sim, "x", { fault = "redirect=" .. st }):next()
+      assert.equal("error", ev.type)
+      assert.equal("http", ev.code)
+      assert.equal(st, ev.status)
+      assert.matches("^HTTP " .. st .. " [%a ]+ to " .. sim.url:gsub("%p", "%%%0") .. "/moved %(redirects are not followed", ev.message)
+      assert.equal("/v1/chat/completions/moved", ev.headers.location)
+    end)
+  end
+end)
