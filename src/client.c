@@ -63,6 +63,8 @@ struct mz_stream {
   char finish_reason[32];
   int no_done;             /* ended cleanly after a finish_reason, no [DONE] */
   size_t invalid_utf8;     /* ill-formed sequences replaced by U+FFFD */
+  int skip_bad;            /* on_bad_frame = "skip" */
+  size_t skipped_frames;   /* malformed frames skipped */
   cJSON *usage, *timings, *stats, *extra;
   double last_rx, stall_s;  /* last byte received (head or body) */
   double retry_after;       /* of an HTTP error: seconds, or -1 */
@@ -290,6 +292,7 @@ static cJSON *make_done(mz_stream *s) {
   if (s->extra) cJSON_AddItemToObject(d, "extra", s->extra);
   if (s->no_done) cJSON_AddTrueToObject(d, "no_done_marker");
   if (s->invalid_utf8) cJSON_AddNumberToObject(d, "invalid_utf8", (double)s->invalid_utf8);
+  if (s->skipped_frames) cJSON_AddNumberToObject(d, "skipped_frames", (double)s->skipped_frames);
   s->usage = s->stats = s->timings = s->extra = NULL;
   return d;
 }
@@ -357,6 +360,11 @@ static int on_sse_event(void *ud, const mz_sse_event *e) {
     return s->term ? 1 : 0;
   }
   if (mz_frame_decode(&f, e->data, e->data_len, err, sizeof err) != 0) {
+    if (s->skip_bad && !is_error) { /* a server known to emit junk */
+      s->skipped_frames++;
+      mz_frame_free(&f);
+      return 0;
+    }
     flush_carry(s);
     set_terminal(s, MZ_EV_ERROR, MZ_E_PROTOCOL, "malformed frame (%s): %.80s", err, e->data);
     s->abort = 1;
@@ -806,6 +814,7 @@ mz_stream *mz_stream_open(mz_client *c, const mz_request *r, char *err, size_t e
   if (!s || !(s->url = strdup(r->url)) || !(s->easy = curl_easy_init())) goto oom;
   s->c = c;
   s->plain = r->plain;
+  s->skip_bad = r->skip_bad_frames;
   s->stall_s = (double)r->stall_timeout_ms / 1000.0;
   s->header_s = (double)r->header_timeout_ms / 1000.0;
   s->last_rx = s->t_open = mz_now();

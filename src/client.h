@@ -70,6 +70,8 @@ typedef struct mz_request {
   long header_timeout_ms;      /* from the start until the whole response
                                   head came (a queued request waits that
                                   long) -> "timeout"; 0: none */
+  int skip_bad_frames;         /* 1: a malformed frame is skipped (counted in
+                                  done.skipped_frames); 0: "protocol" error */
 } mz_request;
 
 enum { MZ_NEXT_EVENT = 1, MZ_NEXT_TIMEOUT = 0, MZ_NEXT_END = -1, MZ_NEXT_INTERRUPTED = -2 };

@@ -223,7 +223,7 @@ static int s_tostring(lua_State *L) {
 static const char *const request_keys[] = {"url",      "body",          "headers",  "api_key",
                                            "timeout",  "stall_timeout", "deadline", "max_event_bytes",
                                            "method",   "plain",         "header_timeout",
-                                           NULL};
+                                           "on_bad_frame", NULL};
 
 static void check_keys(lua_State *L, int idx) {
   lua_pushnil(L);
@@ -314,6 +314,10 @@ static int l_open(lua_State *L) {
   r.stall_timeout_ms = field_ms(L, 1, "stall_timeout");
   r.deadline_ms = field_ms(L, 1, "deadline");
   r.header_timeout_ms = field_ms(L, 1, "header_timeout");
+  const char *bad = field_str(L, 1, "on_bad_frame", NULL);
+  if (bad && strcmp(bad, "skip") != 0 && strcmp(bad, "error") != 0)
+    luaL_error(L, "mirza.open: 'on_bad_frame' must be \"error\" or \"skip\"");
+  r.skip_bad_frames = bad && strcmp(bad, "skip") == 0;
   lua_getfield(L, 1, "plain");
   r.plain = lua_toboolean(L, -1);
   lua_getfield(L, 1, "max_event_bytes");

@@ -459,3 +459,38 @@ describe("redirects", function()
     end)
   end
 end)
+
+describe("malformed frames", function()
+  local sim
+  setup(function() sim = H.start_sim { "--tok-rate", "0", "--ttft-ms", "0" } end)
+  teardown(function() sim.stop() end)
+
+  local function run(opts)
+    local body = H.chat_body("x")
+    body.mirza_sim = { text = "a b c d", fault = "malformed-after=2" }
+    local req = { url = sim.url, body = body }
+    for k, v in pairs(opts) do req[k] = v end
+    return H.drain(mirza.open(req))
+  end
+
+  it("fail the stream with 'protocol' by default, the text before kept", function()
+    local r = run {}
+    assert.equal("protocol", r.last.code)
+    assert.equal("a b ", r.text)
+    local r2 = run { on_bad_frame = "error" }
+    assert.equal("protocol", r2.last.code)
+    assert.equal("a b ", r2.text)
+  end)
+
+  it("are skipped and counted with on_bad_frame = 'skip'", function()
+    local r = run { on_bad_frame = "skip" }
+    assert.equal("done", r.last.type)
+    assert.equal("a b c d", r.text)
+    assert.equal(1, r.last.skipped_frames)
+  end)
+
+  it("on_bad_frame takes 'error' or 'skip' only", function()
+    assert.has_error(function() mirza.open { url = sim.url, on_bad_frame = "ignore" } end,
+      'mirza.open: \'on_bad_frame\' must be "error" or "skip"')
+  end)
+end)
