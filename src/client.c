@@ -791,6 +791,9 @@ static int setup_easy(mz_stream *s, const mz_request *r) {
   rc |= curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
   rc |= curl_easy_setopt(e, CURLOPT_USERAGENT, "mirza/" MIRZA_VERSION);
   rc |= curl_easy_setopt(e, CURLOPT_HTTPHEADER, s->hdrs);
+  /* libcurl decodes any Content-Encoding it supports (gzip, deflate, ...),
+   * also when the script sent its own Accept-Encoding header */
+  rc |= curl_easy_setopt(e, CURLOPT_ACCEPT_ENCODING, "");
   rc |= curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, r->connect_timeout_ms > 0 ? r->connect_timeout_ms : 10000L);
   if (r->deadline_ms > 0) rc |= curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, r->deadline_ms);
   if (r->body) {

@@ -494,3 +494,29 @@ describe("malformed frames", function()
       'mirza.open: \'on_bad_frame\' must be "error" or "skip"')
   end)
 end)
+
+describe("compressed bodies", function()
+  local sim
+  setup(function() sim = H.start_sim { "--tok-rate", "0", "--ttft-ms", "0" } end)
+  teardown(function() sim.stop() end)
+
+  it("decodes a gzip stream", function()
+    local r = H.drain(open(sim, "x", { text = "a b c", fault = "gzip" }))
+    assert.equal("done", r.last.type, r.last.message)
+    assert.equal("a b c", r.text)
+  end)
+
+  it("decodes a gzip stream when the script set Accept-Encoding itself", function()
+    local body = H.chat_body("x")
+    body.mirza_sim = { text = "é b c", fault = "gzip" }
+    local r = H.drain(mirza.open { url = sim.url, body = body, headers = { ["Accept-Encoding"] = "gzip" } })
+    assert.equal("done", r.last.type, r.last.message)
+    assert.equal("é b c", r.text)
+  end)
+
+  it("decodes a gzip error body", function()
+    local ev = open(sim, "x", { fault = "gzip,http=400:bad things" }):next()
+    assert.equal("HTTP 400 Bad Request: bad things", ev.message)
+    assert.equal("bad things", ev.error.message)
+  end)
+end)
