@@ -359,8 +359,12 @@ static int on_sse_event(void *ud, const mz_sse_event *e) {
     handle_fast(s, &ff);
     return s->term ? 1 : 0;
   }
-  if (mz_frame_decode(&f, e->data, e->data_len, err, sizeof err) != 0) {
-    if (s->skip_bad && !is_error) { /* a server known to emit junk */
+  int bad = mz_frame_decode(&f, e->data, e->data_len, err, sizeof err) != 0;
+  if (is_error && (bad || !f.error)) { /* event: error, plain text or no error object */
+    flush_carry(s);
+    set_terminal(s, MZ_EV_ERROR, MZ_E_SERVER, "server error: %.200s", e->data);
+  } else if (bad) {
+    if (s->skip_bad) { /* a server known to emit junk */
       s->skipped_frames++;
       mz_frame_free(&f);
       return 0;
@@ -368,9 +372,6 @@ static int on_sse_event(void *ud, const mz_sse_event *e) {
     flush_carry(s);
     set_terminal(s, MZ_EV_ERROR, MZ_E_PROTOCOL, "malformed frame (%s): %.80s", err, e->data);
     s->abort = 1;
-  } else if (is_error && !f.error) {
-    flush_carry(s);
-    set_terminal(s, MZ_EV_ERROR, MZ_E_SERVER, "server error: %.200s", e->data);
   } else {
     handle_frame(s, &f);
   }
