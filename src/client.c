@@ -10,6 +10,7 @@
  */
 #include "client.h"
 
+#include <ctype.h>
 #include <curl/curl.h>
 #include <errno.h>
 #include <math.h>
@@ -27,6 +28,7 @@
 #include "sse.h"
 
 #define ERRBODY_MAX (64u << 10)   /* error bodies: what we keep */
+#define HEADERS_MAX (16u << 10)   /* response headers kept for ev.headers */
 #define PLAINBODY_MAX (64u << 20) /* plain responses */
 
 typedef struct mz_buf {
@@ -59,8 +61,16 @@ struct mz_stream {
   char carry[2][4];        /* held-back partial UTF-8: [0] think, [1] text */
   size_t carry_len[2];
   char finish_reason[32];
+  int no_done;             /* ended cleanly after a finish_reason, no [DONE] */
+  size_t invalid_utf8;     /* ill-formed sequences replaced by U+FFFD */
+  int skip_bad;            /* on_bad_frame = "skip" */
+  size_t skipped_frames;   /* malformed frames skipped */
   cJSON *usage, *timings, *stats, *extra;
-  double last_rx, stall_s;
+  double last_rx, stall_s;  /* last byte received (head or body) */
+  double retry_after;       /* of an HTTP error: seconds, or -1 */
+  double t_open, header_s; /* header_timeout: until the head is complete */
+  int got_rx, head_done;   /* a response byte came; the final head ended */
+  mz_buf headers;          /* "name: value\n" lines, names in lowercase */
   /* the terminal event */
   mz_evtype term;          /* 0 while none */
   int term_popped;
@@ -164,6 +174,22 @@ static void push_json(mz_stream *s, mz_evtype t, int index, cJSON *json) {
   it->json = json;
 }
 
+/* The new text at arena[off..off+len) as valid UTF-8: scanned once (the
+ * common case ends there), and only when ill-formed rewritten past the end
+ * of the arena and moved back. Returns the new length. */
+static size_t repair_utf8(mz_stream *s, size_t off, size_t len) {
+  size_t v = mz_utf8_valid(s->arena.p + off, len), bad = len - v;
+  if (v == len) return len;
+  if (buf_reserve(&s->arena, len + 3 * bad + 1)) { /* arena.len is still off */
+    out_of_memory(s);
+    return len;
+  }
+  char *tail = s->arena.p + off + v, *out = s->arena.p + off + len;
+  size_t n = mz_utf8_repair(tail, bad, out, &s->invalid_utf8);
+  memmove(tail, out, n);
+  return v + n;
+}
+
 /*
  * Queue a text delta. For choice 0 a trailing incomplete UTF-8 sequence is
  * held back (at most 3 bytes per channel) and put in front of the next
@@ -189,6 +215,7 @@ static void push_text_esc(mz_stream *s, mz_evtype t, int index, const char *p, s
     memcpy(s->carry[ch], s->arena.p + off + keep, total - keep);
   }
   if (keep == 0) return;
+  keep = repair_utf8(s, off, keep);
   item *it = q_push(s, t, index);
   if (!it) {
     out_of_memory(s);
@@ -203,21 +230,19 @@ static void push_text(mz_stream *s, mz_evtype t, int index, const char *p, size_
   push_text_esc(s, t, index, p, len, 0);
 }
 
-/* Release held-back partial characters as they are (the stream is over:
- * better a broken character than a lost byte). */
+/* The stream is over: a held-back partial character will never be
+ * completed, so it becomes one U+FFFD (counted), never silently dropped. */
 static void flush_carry(mz_stream *s) {
   for (int ch = 0; ch < 2; ch++) {
-    size_t n = s->carry_len[ch];
-    if (!n) continue;
-    char tmp[4];
-    memcpy(tmp, s->carry[ch], n);
+    if (!s->carry_len[ch]) continue;
     s->carry_len[ch] = 0;
+    s->invalid_utf8++;
     item *it = q_push(s, ch == 0 ? MZ_EV_THINK : MZ_EV_TEXT, 0);
-    if (!it || buf_add(&s->arena, tmp, n)) {
+    if (!it || buf_add(&s->arena, "\xEF\xBF\xBD", 3)) {
       out_of_memory(s);
       return;
     }
-    it->len = n;
+    it->len = 3;
   }
 }
 
@@ -265,6 +290,9 @@ static cJSON *make_done(mz_stream *s) {
   if (s->stats) cJSON_AddItemToObject(d, "stats", s->stats);
   if (s->timings) cJSON_AddItemToObject(d, "timings", s->timings);
   if (s->extra) cJSON_AddItemToObject(d, "extra", s->extra);
+  if (s->no_done) cJSON_AddTrueToObject(d, "no_done_marker");
+  if (s->invalid_utf8) cJSON_AddNumberToObject(d, "invalid_utf8", (double)s->invalid_utf8);
+  if (s->skipped_frames) cJSON_AddNumberToObject(d, "skipped_frames", (double)s->skipped_frames);
   s->usage = s->stats = s->timings = s->extra = NULL;
   return d;
 }
@@ -331,13 +359,19 @@ static int on_sse_event(void *ud, const mz_sse_event *e) {
     handle_fast(s, &ff);
     return s->term ? 1 : 0;
   }
-  if (mz_frame_decode(&f, e->data, e->data_len, err, sizeof err) != 0) {
+  int bad = mz_frame_decode(&f, e->data, e->data_len, err, sizeof err) != 0;
+  if (is_error && (bad || !f.error)) { /* event: error, plain text or no error object */
+    flush_carry(s);
+    set_terminal(s, MZ_EV_ERROR, MZ_E_SERVER, "server error: %.200s", e->data);
+  } else if (bad) {
+    if (s->skip_bad) { /* a server known to emit junk */
+      s->skipped_frames++;
+      mz_frame_free(&f);
+      return 0;
+    }
     flush_carry(s);
     set_terminal(s, MZ_EV_ERROR, MZ_E_PROTOCOL, "malformed frame (%s): %.80s", err, e->data);
     s->abort = 1;
-  } else if (is_error && !f.error) {
-    flush_carry(s);
-    set_terminal(s, MZ_EV_ERROR, MZ_E_SERVER, "server error: %.200s", e->data);
   } else {
     handle_frame(s, &f);
   }
@@ -352,7 +386,7 @@ static void classify(mz_stream *s) {
   char *ct = NULL;
   curl_easy_getinfo(s->easy, CURLINFO_RESPONSE_CODE, &s->status);
   curl_easy_getinfo(s->easy, CURLINFO_CONTENT_TYPE, &ct);
-  if (s->status >= 400) s->mode = MODE_ERRBODY;
+  if (s->status >= 300) s->mode = MODE_ERRBODY; /* redirects are not followed */
   else if (s->plain) s->mode = MODE_PLAIN;
   else if (ct && strstr(ct, "json") && !strstr(ct, "event-stream")) s->mode = MODE_JSON;
   else s->mode = MODE_SSE;
@@ -362,6 +396,7 @@ static size_t on_write(char *p, size_t size, size_t n, void *ud) {
   mz_stream *s = ud;
   size_t len = size * n;
   s->last_rx = mz_now();
+  s->got_rx = 1;
   if (s->mode == MODE_UNKNOWN) classify(s);
   if (s->abort) return 0;
   if (s->term) return len; /* read to the end so the connection is reused */
@@ -384,13 +419,91 @@ static size_t on_write(char *p, size_t size, size_t n, void *ud) {
   return s->abort ? 0 : len;
 }
 
+/* One line of the response head. Every line counts as received data for
+ * the stall timer (a slow head is no stall). A status line starts a new
+ * head (after a 1xx), so only the final response's headers are kept. */
+static size_t on_header(char *p, size_t size, size_t n, void *ud) {
+  mz_stream *s = ud;
+  size_t len = size * n, name;
+  s->last_rx = mz_now();
+  s->got_rx = 1;
+  if (len >= 5 && memcmp(p, "HTTP/", 5) == 0) {
+    s->headers.len = 0;
+    return len;
+  }
+  while (len && (p[len - 1] == '\n' || p[len - 1] == '\r')) len--;
+  if (!len) { /* the blank line: a final head unless 1xx */
+    long st = 0;
+    curl_easy_getinfo(s->easy, CURLINFO_RESPONSE_CODE, &st);
+    s->head_done = st >= 200;
+    return size * n;
+  }
+  const char *colon = memchr(p, ':', len);
+  if (!colon || colon == p || s->headers.len + len + 2 > HEADERS_MAX) return size * n;
+  name = (size_t)(colon - p);
+  size_t at = s->headers.len;
+  if (buf_add(&s->headers, p, len) || buf_add(&s->headers, "\n", 1)) return size * n;
+  for (size_t i = 0; i < name; i++)
+    s->headers.p[at + i] = (char)tolower((unsigned char)s->headers.p[at + i]);
+  return size * n;
+}
+
+/* The value of a kept response header (name in lowercase), trimmed, into
+ * out; NULL when absent. */
+static const char *header_value(const mz_stream *s, const char *name, char *out, size_t outlen) {
+  size_t n = strlen(name);
+  for (const char *l = s->headers.p, *end = l + s->headers.len; l && l < end;) {
+    const char *nl = memchr(l, '\n', (size_t)(end - l));
+    if (!nl) break;
+    if ((size_t)(nl - l) > n && memcmp(l, name, n) == 0 && l[n] == ':') {
+      const char *v = l + n + 1;
+      while (v < nl && (*v == ' ' || *v == '\t')) v++;
+      size_t vl = (size_t)(nl - v);
+      while (vl && (v[vl - 1] == ' ' || v[vl - 1] == '\t')) vl--;
+      snprintf(out, outlen, "%.*s", (int)vl, v);
+      return out;
+    }
+    l = nl + 1;
+  }
+  return NULL;
+}
+
+/* Retry-After in seconds from now: delta-seconds or an HTTP-date (a date
+ * in the past is 0); -1 when absent or unreadable. */
+static double retry_after(const mz_stream *s) {
+  char v[128], *end;
+  if (!header_value(s, "retry-after", v, sizeof v) || !*v) return -1;
+  errno = 0;
+  long secs = strtol(v, &end, 10);
+  if (*end == '\0' && end != v && !errno) return secs < 0 ? -1 : (double)secs;
+  time_t t = curl_getdate(v, NULL);
+  if (t == (time_t)-1) return -1;
+  double d = difftime(t, time(NULL));
+  return d > 0 ? d : 0;
+}
+
 /* ------------------------------------------------------ completion */
+
+/* A 3xx: not followed (a redirect silently re-sending a chat request is
+ * rarely what a local setup wants): a clear error naming the target. */
+static void finish_redirect(mz_stream *s) {
+  char *to = NULL;
+  curl_easy_getinfo(s->easy, CURLINFO_REDIRECT_URL, &to);
+  const char *reason = mz_http_reason(s->status);
+  set_terminal(s, MZ_EV_ERROR, MZ_E_HTTP, "HTTP %ld%s%s to %s (redirects are not followed: use that url)",
+               s->status, *reason ? " " : "", reason, to ? to : "(no Location)");
+}
 
 static void finish_http_error(mz_stream *s) {
   char msg[sizeof s->term_msg];
+  s->retry_after = retry_after(s);
+  if (s->status < 400) {
+    finish_redirect(s);
+    return;
+  }
   mz_http_error_message(s->status, s->body.p, s->body.len, msg, sizeof msg);
   set_terminal(s, MZ_EV_ERROR, MZ_E_HTTP, "%s", msg);
-  s->term_json = s->body.len ? cJSON_ParseWithLength(s->body.p, s->body.len) : NULL;
+  s->term_json = mz_http_error_object(s->body.p, s->body.len); /* ev.error */
 }
 
 /* A 200 with a JSON body where a stream was asked for: a non-streamed
@@ -451,7 +564,10 @@ static void on_complete(mz_stream *s, CURLcode rc) {
   else if (s->mode == MODE_JSON) finish_json_body(s);
   else if (!s->term) {
     int partial = mz_sse_finish(&s->sse);
-    if (!s->term) {
+    if (!s->term && !partial && s->finish_reason[0]) {
+      s->no_done = 1; /* servers and proxies that never send [DONE] */
+      finish_done(s);
+    } else if (!s->term) {
       flush_carry(s);
       set_terminal(s, MZ_EV_ERROR, MZ_E_CLOSED, "stream ended without [DONE]%s",
                    partial ? " (cut inside an event)" : "");
@@ -462,12 +578,27 @@ static void on_complete(mz_stream *s, CURLcode rc) {
 
 /* ------------------------------------------------------ the driver */
 
+/* When a running transfer times out by our own clocks (INFINITY: never).
+ * Until the first response byte only header_timeout runs: a request
+ * queued by the daemon gets no head for as long as it waits, and that is
+ * no stall. From the first byte on, the stall timer runs. */
+static double own_deadline(const mz_stream *s) {
+  double t = INFINITY;
+  if (s->header_s > 0 && !s->head_done) t = s->t_open + s->header_s;
+  if (s->stall_s > 0 && s->got_rx && s->last_rx + s->stall_s < t) t = s->last_rx + s->stall_s;
+  return t;
+}
+
 static void check_stalls(mz_client *c, double now) {
   for (mz_stream *s = c->streams; s; s = s->next) {
-    if (!s->easy || s->term || s->stall_s <= 0 || now - s->last_rx < s->stall_s) continue;
+    if (!s->easy || s->term || now < own_deadline(s)) continue;
     flush_carry(s);
-    set_terminal(s, MZ_EV_ERROR, MZ_E_TIMEOUT, "no data from %s for %.1f s (stall timeout)", s->url,
-                 now - s->last_rx);
+    if (s->got_rx && s->stall_s > 0 && now >= s->last_rx + s->stall_s)
+      set_terminal(s, MZ_EV_ERROR, MZ_E_TIMEOUT, "no data from %s for %.1f s (stall timeout)", s->url,
+                   now - s->last_rx);
+    else
+      set_terminal(s, MZ_EV_ERROR, MZ_E_TIMEOUT, "no response head from %s after %.1f s (header timeout)", s->url,
+                   now - s->t_open);
     detach_easy(s); /* closes the connection: the daemon stops generating */
   }
 }
@@ -495,11 +626,11 @@ static int count_ready(const mz_client *c) {
   return n;
 }
 
-/* Seconds until the nearest stall deadline (or `cap`). */
+/* Seconds until the nearest stall or header deadline (or `cap`). */
 static double next_stall(const mz_client *c, double now, double cap) {
   for (const mz_stream *s = c->streams; s; s = s->next)
-    if (s->easy && !s->term && s->stall_s > 0) {
-      double left = s->last_rx + s->stall_s - now;
+    if (s->easy && !s->term) {
+      double left = own_deadline(s) - now;
       if (left < cap) cap = left > 0 ? left : 0;
     }
   return cap;
@@ -565,6 +696,7 @@ static void release_popped(mz_stream *s) {
 static const mz_event *pop(mz_stream *s) {
   mz_event *e = &s->cur;
   memset(e, 0, sizeof *e);
+  e->retry_after = -1;
   if (s->qhead < s->qlen) {
     item *it = &s->q[s->qhead++];
     e->type = it->type;
@@ -575,6 +707,9 @@ static const mz_event *pop(mz_stream *s) {
     return e;
   }
   s->term_popped = 1;
+  e->retry_after = s->term == MZ_EV_ERROR ? s->retry_after : -1;
+  e->headers = s->headers.p;
+  e->headers_len = s->headers.len;
   e->type = s->term;
   e->code = s->term_code;
   e->status = s->status;
@@ -650,11 +785,16 @@ static int setup_easy(mz_stream *s, const mz_request *r) {
   rc |= curl_easy_setopt(e, CURLOPT_PRIVATE, (char *)s);
   rc |= curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_write);
   rc |= curl_easy_setopt(e, CURLOPT_WRITEDATA, s);
+  rc |= curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
+  rc |= curl_easy_setopt(e, CURLOPT_HEADERDATA, s);
   rc |= curl_easy_setopt(e, CURLOPT_ERRORBUFFER, s->errbuf);
   rc |= curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
   rc |= curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
   rc |= curl_easy_setopt(e, CURLOPT_USERAGENT, "mirza/" MIRZA_VERSION);
   rc |= curl_easy_setopt(e, CURLOPT_HTTPHEADER, s->hdrs);
+  /* libcurl decodes any Content-Encoding it supports (gzip, deflate, ...),
+   * also when the script sent its own Accept-Encoding header */
+  rc |= curl_easy_setopt(e, CURLOPT_ACCEPT_ENCODING, "");
   rc |= curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, r->connect_timeout_ms > 0 ? r->connect_timeout_ms : 10000L);
   if (r->deadline_ms > 0) rc |= curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, r->deadline_ms);
   if (r->body) {
@@ -678,8 +818,11 @@ mz_stream *mz_stream_open(mz_client *c, const mz_request *r, char *err, size_t e
   if (!s || !(s->url = strdup(r->url)) || !(s->easy = curl_easy_init())) goto oom;
   s->c = c;
   s->plain = r->plain;
+  s->skip_bad = r->skip_bad_frames;
   s->stall_s = (double)r->stall_timeout_ms / 1000.0;
-  s->last_rx = mz_now();
+  s->header_s = (double)r->header_timeout_ms / 1000.0;
+  s->last_rx = s->t_open = mz_now();
+  s->retry_after = -1;
   mz_sse_init(&s->sse, r->max_event_bytes, on_sse_event, s);
   if (build_headers(s, r)) goto oom;
   if (setup_easy(s, r)) {
@@ -724,6 +867,7 @@ void mz_stream_close(mz_stream *s) {
   mz_sse_free(&s->sse);
   buf_free(&s->arena);
   buf_free(&s->body);
+  buf_free(&s->headers);
   free(s->q);
   free(s->url);
   free(s);

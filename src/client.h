@@ -10,8 +10,10 @@
  * parsed and queued inside curl's write callback, and handed out later.
  *
  * Every stream ends with exactly one terminal event, DONE or ERROR, after
- * everything received before it (a failure never drops text: partial
- * UTF-8 held back for joining is flushed before the error).
+ * everything received before it (a failure never drops text: a partial
+ * UTF-8 character held back for joining is flushed, as U+FFFD, before it).
+ * Text is always valid UTF-8: ill-formed input is repaired as browsers'
+ * TextDecoder does and counted in done.invalid_utf8.
  */
 #ifndef MIRZA_CLIENT_H
 #define MIRZA_CLIENT_H
@@ -46,6 +48,10 @@ typedef struct mz_event {
   long status;         /* HTTP status (0 if no response) */
   const char *body;    /* error/response: raw body (may be NULL) */
   size_t body_len;
+  const char *headers; /* error/response: the response headers as "name:
+                          value\n" lines, names in lowercase (may be NULL) */
+  size_t headers_len;
+  double retry_after;  /* error: Retry-After in seconds from now, or -1 */
 } mz_event;
 
 typedef struct mz_request {
@@ -56,10 +62,16 @@ typedef struct mz_request {
   const char *const *headers;  /* "Name: value", NULL-terminated, or NULL */
   const char *api_key;         /* -> Authorization: Bearer (never logged) */
   int plain;                   /* 1: not a stream: one MZ_EV_RESPONSE at the end */
-  long connect_timeout_ms;     /* 0: 10 s */
-  long stall_timeout_ms;       /* no byte for this long -> "timeout"; 0: none */
+  long connect_timeout_ms;     /* TCP connect; 0: 10 s */
+  long stall_timeout_ms;       /* no byte (head or body) for this long once the
+                                  first one came -> "timeout"; 0: none */
   long deadline_ms;            /* whole request; 0: none */
   size_t max_event_bytes;      /* SSE event cap; 0: MZ_SSE_DEFAULT_MAX */
+  long header_timeout_ms;      /* from the start until the whole response
+                                  head came (a queued request waits that
+                                  long) -> "timeout"; 0: none */
+  int skip_bad_frames;         /* 1: a malformed frame is skipped (counted in
+                                  done.skipped_frames); 0: "protocol" error */
 } mz_request;
 
 enum { MZ_NEXT_EVENT = 1, MZ_NEXT_TIMEOUT = 0, MZ_NEXT_END = -1, MZ_NEXT_INTERRUPTED = -2 };

@@ -11,7 +11,9 @@
  */
 #include "decode.h"
 
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static int is_space(char c) {
@@ -87,6 +89,89 @@ static void set_err(char *err, size_t errlen, const char *msg) {
   if (err && errlen) snprintf(err, errlen, "%s", msg);
 }
 
+/* ---- NUL characters ----
+ * cJSON decodes "\u0000" but its strings are NUL-terminated, so the text
+ * after it would be lost. A payload holding that escape (rare: checked
+ * with one scan for a backslash-u-0000) is parsed from a copy where each
+ * one is replaced by the escape of a control character the payload does
+ * not otherwise contain; afterwards that character is turned back into NUL
+ * and the string's real length is kept in its (otherwise unused) valueint,
+ * read by str_len(). */
+
+static int hex_val(char c) {
+  return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+/* Control characters (1..31) the payload holds, raw or escaped, as bits;
+ * returns the number of \u0000 escapes. */
+static int scan_controls(const char *d, size_t len, unsigned long *used) {
+  int nuls = 0;
+  for (size_t i = 0; i < len; i++) {
+    unsigned char c = (unsigned char)d[i];
+    if (c < 32) *used |= 1ul << c;
+    if (c != '\\' || i + 1 >= len) continue;
+    switch (d[++i]) { /* skip the escaped character: an escaped backslash before u0000 is no NUL */
+    case 'b': *used |= 1ul << 8; break;
+    case 't': *used |= 1ul << 9; break;
+    case 'n': *used |= 1ul << 10; break;
+    case 'f': *used |= 1ul << 12; break;
+    case 'r': *used |= 1ul << 13; break;
+    case 'u':
+      if (i + 4 < len && d[i + 1] == '0' && d[i + 2] == '0' && hex_val(d[i + 3]) >= 0 && hex_val(d[i + 3]) < 2 &&
+          hex_val(d[i + 4]) >= 0) {
+        int v = hex_val(d[i + 3]) * 16 + hex_val(d[i + 4]);
+        *used |= 1ul << v;
+        nuls += v == 0;
+      }
+      break;
+    default: break;
+    }
+  }
+  return nuls;
+}
+
+/* A copy of the payload with every \u0000 replaced by \u00XX (XX = the
+ * sentinel), or NULL (none needed, no free sentinel, or out of memory). */
+static char *nul_copy(const char *d, size_t len, char *sentinel) {
+  unsigned long used = 0;
+  *sentinel = 0;
+  if (!memchr(d, '\\', len) || !scan_controls(d, len, &used)) return NULL;
+  for (int c = 1; c < 32 && !*sentinel; c++)
+    if (!(used & (1ul << c))) *sentinel = (char)c;
+  char *copy = *sentinel ? malloc(len ? len : 1) : NULL;
+  if (!copy) return NULL;
+  memcpy(copy, d, len);
+  for (size_t i = 0; i + 5 < len; i++) {
+    if (copy[i] != '\\') continue;
+    if (memcmp(copy + i + 1, "u0000", 5) == 0) {
+      static const char hex[] = "0123456789abcdef";
+      copy[i + 4] = hex[*sentinel >> 4];
+      copy[i + 5] = hex[*sentinel & 15];
+    }
+    i++;
+  }
+  return copy;
+}
+
+/* Turn the sentinel back into NUL everywhere in the tree. */
+static void restore_nuls(cJSON *item, char sentinel) {
+  for (; item; item = item->next) {
+    char *p;
+    if (item->string && (p = strchr(item->string, sentinel))) *p = '\0';
+    if (cJSON_IsString(item) && item->valuestring && strchr(item->valuestring, sentinel)) {
+      size_t n = strlen(item->valuestring);
+      item->valueint = n < (size_t)1 << 30 ? (int)n : 0;
+      for (p = item->valuestring; (p = strchr(p, sentinel)); p++) *p = '\0';
+    }
+    restore_nuls(item->child, sentinel);
+  }
+}
+
+/* Length of a string value, NUL characters included. */
+static size_t str_len(const cJSON *v) {
+  return v->valueint > 0 ? (size_t)v->valueint : strlen(v->valuestring);
+}
+
 int mz_frame_decode(mz_frame *f, const char *data, size_t len, char *err, size_t errlen) {
   const cJSON *item;
   size_t at = 0;
@@ -96,7 +181,11 @@ int mz_frame_decode(mz_frame *f, const char *data, size_t len, char *err, size_t
     f->done = 1;
     return 0;
   }
-  f->root = parse_exact(data, len, &at);
+  char sentinel;
+  char *copy = nul_copy(data, len, &sentinel);
+  f->root = parse_exact(copy ? copy : data, len, &at);
+  free(copy);
+  if (f->root && sentinel) restore_nuls(f->root, sentinel);
   if (!f->root) {
     char msg[64];
     snprintf(msg, sizeof msg, "malformed JSON in SSE data at byte %zu", at);
@@ -135,19 +224,19 @@ static const char *str_val(const cJSON *v) {
  * once per field. Reasoning is "reasoning_content" (llama.cpp, MTPLX),
  * else "reasoning" (vLLM, Ollama); an empty one reads as absent. */
 static void read_delta(const cJSON *src, mz_choice *c) {
-  const char *rc = NULL, *r = NULL;
-  const cJSON *v;
+  const cJSON *v, *cv = NULL, *rc = NULL, *r = NULL;
   for (v = src->child; v; v = v->next) {
     const char *k = v->string;
-    if (strcmp(k, "content") == 0) c->content = str_val(v);
-    else if (strcmp(k, "reasoning_content") == 0) rc = str_val(v);
+    if (strcmp(k, "content") == 0) cv = cJSON_IsString(v) ? v : NULL;
+    else if (strcmp(k, "reasoning_content") == 0) rc = cJSON_IsString(v) ? v : NULL;
     else if (strcmp(k, "role") == 0) c->role = str_val(v);
     else if (strcmp(k, "tool_calls") == 0) c->tool_calls = cJSON_IsArray(v) ? v : NULL;
-    else if (strcmp(k, "reasoning") == 0) r = str_val(v);
+    else if (strcmp(k, "reasoning") == 0) r = cJSON_IsString(v) ? v : NULL;
   }
-  c->content_len = c->content ? strlen(c->content) : 0;
-  c->reasoning = rc && *rc ? rc : r && *r ? r : NULL;
-  c->reasoning_len = c->reasoning ? strlen(c->reasoning) : 0;
+  if (cv) c->content = cv->valuestring, c->content_len = str_len(cv);
+  if (rc && !str_len(rc)) rc = NULL;
+  if (!rc && r && str_len(r)) rc = r;
+  if (rc) c->reasoning = rc->valuestring, c->reasoning_len = str_len(rc);
 }
 
 /* Same single pass over the choice itself. */
@@ -192,54 +281,6 @@ const char *mz_error_message(const cJSON *error, const char **type, char *code_b
   return str_of(error, "message", NULL);
 }
 
-/* One body byte as it appears inside the quotes; returns its length. */
-static size_t escape_byte(unsigned char c, char *esc) {
-  static const char hex[] = "0123456789abcdef";
-  const char *named = c == '"' ? "\\\"" : c == '\\' ? "\\\\" : c == '\n' ? "\\n"
-                    : c == '\r' ? "\\r" : c == '\t' ? "\\t" : NULL;
-  if (named) return (size_t)snprintf(esc, 8, "%s", named);
-  if (c >= 0x20 && c != 0x7f) return esc[0] = (char)c, 1;
-  esc[0] = '\\', esc[1] = 'x', esc[2] = hex[c >> 4], esc[3] = hex[c & 15];
-  return 4;
-}
-
-/* Append s to out as a quoted, escaped string of at most max body bytes
- * (cut on a UTF-8 boundary) ending in ... when anything was left out,
- * whether by max or by the size of out. */
-static void quote_body(const char *s, size_t len, size_t max, char *out, size_t outlen) {
-  size_t o = strlen(out), i, n = len > max ? mz_utf8_complete(s, max) : len;
-  char esc[8];
-  if (o + 1 < outlen) out[o++] = '"';
-  for (i = 0; i < n; i++) {
-    size_t k = escape_byte((unsigned char)s[i], esc);
-    if (o + k + 5 > outlen) break; /* room for ..." and the NUL */
-    memcpy(out + o, esc, k);
-    o += k;
-  }
-  out[o] = '\0';
-  snprintf(out + o, outlen - o, "%s", i < len ? "...\"" : "\"");
-}
-
-char *mz_http_error_message(long status, const char *body, size_t len, char *out, size_t outlen) {
-  cJSON *root;
-  const char *msg = NULL;
-  if (!out || !outlen) return out;
-  while (len && is_space(*body)) body++, len--;
-  while (len && is_space(body[len - 1])) len--;
-  snprintf(out, outlen, "HTTP %ld", status);
-  if (!len) return out;
-  root = cJSON_ParseWithLength(body, len);
-  if (cJSON_IsObject(root)) msg = mz_error_message(cJSON_GetObjectItemCaseSensitive(root, "error"), NULL, NULL, 0);
-  if (msg) {
-    snprintf(out, outlen, "HTTP %ld: %s", status, msg);
-  } else {
-    snprintf(out, outlen, "HTTP %ld: ", status);
-    quote_body(body, len, 200, out, outlen);
-  }
-  cJSON_Delete(root);
-  return out;
-}
-
 /* Length of the sequence a lead byte starts, 0 for ASCII, a continuation
  * byte or a byte that can never start one (C0, C1, F5..FF). */
 static int seq_len(unsigned char b) {
@@ -275,4 +316,56 @@ size_t mz_utf8_complete(const char *s, size_t len) {
   if (need == 0 || have >= (size_t)need) return len;
   if (have >= 2 && !second_ok(u[i], u[i + 1])) return len;
   return i;
+}
+
+/* ---- invalid UTF-8 ----
+ * Text events promise UTF-8. Ill-formed input is repaired the way the
+ * WHATWG Encoding Standard's decoder (browsers' TextDecoder) does: each
+ * "maximal subpart" of an ill-formed sequence (the longest prefix of a
+ * valid sequence, or else one byte) becomes one U+FFFD. */
+
+/* At u[i] (not ASCII): the length of the valid sequence starting there,
+ * or minus the length of the maximal subpart to replace (at least 1). */
+static int utf8_step(const unsigned char *u, size_t i, size_t len) {
+  int need = seq_len(u[i]), k = 2;
+  if (!need || i + 1 >= len || !second_ok(u[i], u[i + 1])) return -1;
+  while (k < need && i + (size_t)k < len && (u[i + k] & 0xC0) == 0x80) k++;
+  return k == need ? need : -k;
+}
+
+size_t mz_utf8_valid(const char *s, size_t len) {
+  const unsigned char *u = (const unsigned char *)s;
+  size_t i = 0;
+  while (i < len) {
+    uint64_t w;
+    if (len - i >= 8 && (memcpy(&w, u + i, 8), !(w & 0x8080808080808080u))) {
+      i += 8; /* eight ASCII bytes */
+      continue;
+    }
+    if (u[i] < 0x80) {
+      i++;
+      continue;
+    }
+    int n = utf8_step(u, i, len);
+    if (n < 0) return i;
+    i += (size_t)n;
+  }
+  return len;
+}
+
+size_t mz_utf8_repair(const char *s, size_t len, char *out, size_t *bad) {
+  const unsigned char *u = (const unsigned char *)s;
+  size_t i = 0, o = 0;
+  while (i < len) {
+    int n = u[i] < 0x80 ? 1 : utf8_step(u, i, len);
+    if (n > 0) {
+      memcpy(out + o, s + i, (size_t)n);
+      o += (size_t)n, i += (size_t)n;
+      continue;
+    }
+    memcpy(out + o, "\xEF\xBF\xBD", 3); /* U+FFFD */
+    o += 3, i += (size_t)-n;
+    if (bad) (*bad)++;
+  }
+  return o;
 }

@@ -44,7 +44,9 @@ typedef struct mz_choice {
   const cJSON *message;      /* non-streamed: choices[i].message, or NULL */
 } mz_choice;
 
-/* Decode one SSE data payload (not necessarily NUL-terminated). "[DONE]"
+/* Decode one SSE data payload (not necessarily NUL-terminated). A "\u0000"
+ * in a delta's content or reasoning is kept: mz_choice lengths count it
+ * (other strings of the tree still end at the first NUL, as in cJSON). "[DONE]"
  * (surrounding whitespace allowed) sets done. Returns 0, or -1 with a short
  * message in err when the payload is not JSON or not a JSON object. The
  * frame must be freed with mz_frame_free in both cases. */
@@ -63,16 +65,41 @@ const char *mz_error_message(const cJSON *error, const char **type,
                              char *code_buf, size_t code_len);
 
 /* Render the message for an HTTP error response into out (always
- * NUL-terminated): "HTTP <status>: <server's error.message>" when the body
- * is a JSON error object, else "HTTP <status>: \"<body, control chars
- * escaped, truncated to ~200 bytes with ...>\"", else "HTTP <status>" for
- * an empty body. Returns out. */
+ * NUL-terminated; httperr.c): "HTTP <status> <reason phrase>: <line>" where
+ * the line is the server's error message for a JSON body (error.message,
+ * error as a string, detail, message), the <title> (else the first line of
+ * text) of an HTML page, or the first line of any other body; whitespace
+ * and control characters collapse to one space, and a line over ~200 bytes
+ * is cut on a UTF-8 boundary and ends in "...". An empty body gives
+ * "HTTP <status> <reason>"; an unknown status has no reason phrase.
+ * Returns out. */
 char *mz_http_error_message(long status, const char *body, size_t len, char *out, size_t outlen);
+
+/* The standard reason phrase of an HTTP status ("" when unknown). */
+const char *mz_http_reason(long status);
+
+/* The error object of an HTTP error body, for scripts to inspect: the
+ * body's "error" object (llama-server, MTPLX, OpenAI), {"message": s} for
+ * "error": s, the whole body for another JSON object, or NULL (not a JSON
+ * object). The caller owns the tree. */
+cJSON *mz_http_error_object(const char *body, size_t len);
 
 /* Length of the longest prefix of s[0..len) that does not end inside an
  * incomplete UTF-8 sequence: the caller holds back s[ret..len) (at most 3
  * bytes) and prepends it to the next piece of the same channel. Invalid
- * bytes are not held back (they pass through as they are). */
+ * bytes are not held back (mz_utf8_repair replaces them). */
 size_t mz_utf8_complete(const char *s, size_t len);
+
+/* Length of the longest prefix of s[0..len) that is valid UTF-8 (len when
+ * all of it is). Fast on ASCII; no allocation. */
+size_t mz_utf8_valid(const char *s, size_t len);
+
+/* Copy s[0..len) to out (room for 3 * len bytes), replacing each maximal
+ * subpart of an ill-formed sequence by U+FFFD as the WHATWG decoder does
+ * ("\xF0\x9F\x98" -> one U+FFFD, "\xFF\xFE" -> two, "\xED\xA0\x80" (a
+ * surrogate) -> three). A sequence cut by the end is replaced too: hold it
+ * back first (mz_utf8_complete) if more may come. Adds the number of
+ * replacements to *bad (NULL is fine). Returns the output length. */
+size_t mz_utf8_repair(const char *s, size_t len, char *out, size_t *bad);
 
 #endif

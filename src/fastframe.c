@@ -7,9 +7,9 @@
  * one rule: accept only what cJSON 1.7 also accepts and reads the same way
  * (the differential test in tests/c/test_fastframe.c holds us to it).
  * Where cJSON is lenient (raw control characters in strings, any byte
- * <= 0x20 as whitespace, a leading BOM, "01") or quirky (\u0000 cuts its
- * strings, numbers over 63 bytes fail, duplicate keys: last one wins) we
- * refuse and let the slow path decide.
+ * <= 0x20 as whitespace, a leading BOM, "01") or quirky (numbers over 63
+ * bytes fail, duplicate keys: last one wins) we refuse and let the slow
+ * path decide. \u0000 is the one quirk decode.c repairs on its side.
  */
 #include "fastframe.h"
 
@@ -78,8 +78,9 @@ static int is_low(long u) {
   return u >= 0xDC00 && u <= 0xDFFF;
 }
 
-/* p is at a backslash: the byte after a valid escape, or NULL. \u0000 and
- * unpaired surrogates are refused like cJSON does (or cuts, for NUL). */
+/* p is at a backslash: the byte after a valid escape, or NULL. Unpaired
+ * surrogates are refused like cJSON does; \u0000 is taken (decode.c keeps
+ * NUL characters in cJSON's strings too, so both paths read the same). */
 static const unsigned char *scan_escape(const unsigned char *p, const unsigned char *end) {
   long u;
   if (end - p < 2) return NULL;
@@ -91,7 +92,7 @@ static const unsigned char *scan_escape(const unsigned char *p, const unsigned c
   default:
     return NULL;
   }
-  if (end - p < 6 || (u = hex4(p + 2)) <= 0 || is_low(u)) return NULL;
+  if (end - p < 6 || (u = hex4(p + 2)) < 0 || is_low(u)) return NULL;
   if (!is_high(u)) return p + 6;
   if (end - p < 12 || p[6] != '\\' || p[7] != 'u' || !is_low(hex4(p + 8))) return NULL;
   return p + 12;

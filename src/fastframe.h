@@ -42,7 +42,8 @@ typedef struct mz_fast {
  *   delta: an object whose keys are among content, reasoning_content and
  *   reasoning, each a string or null.
  * No key may repeat or contain an escape; strings may not hold raw control
- * characters, \u0000 or unpaired surrogates; numbers are at most 63 bytes;
+ * characters or unpaired surrogates (\u0000 is fine: a NUL in the
+ * text); numbers are at most 63 bytes;
  * nesting is at most 32 deep. Returns 0 for anything else (then *out is
  * unspecified): the caller falls back to mz_frame_decode.
  */

@@ -54,6 +54,32 @@ static void set_string(lua_State *L, const char *k, const char *v, size_t len) {
   lua_setfield(L, -2, k);
 }
 
+/* ev.headers = {name = value} from "name: value\n" lines (names already
+ * in lowercase); a repeated header's values are joined with ", ". */
+static void push_headers(lua_State *L, const char *h, size_t len) {
+  const char *end = h + len;
+  lua_createtable(L, 0, 8); /* [ev, headers] */
+  while (h && h < end) {
+    const char *nl = memchr(h, '\n', (size_t)(end - h)), *colon = memchr(h, ':', (size_t)(nl - h));
+    const char *v = colon + 1;
+    while (v < nl && (*v == ' ' || *v == '\t')) v++;
+    lua_pushlstring(L, h, (size_t)(colon - h)); /* [ev, headers, name] */
+    if (lua_rawget(L, -2) == LUA_TSTRING) { /* [ev, headers, old] */
+      lua_pushliteral(L, ", ");
+      lua_pushlstring(L, v, (size_t)(nl - v));
+      lua_concat(L, 3);
+    } else {
+      lua_pop(L, 1);
+      lua_pushlstring(L, v, (size_t)(nl - v));
+    }
+    lua_pushlstring(L, h, (size_t)(colon - h)); /* [ev, headers, value, name] */
+    lua_insert(L, -2);
+    lua_rawset(L, -3);
+    h = nl + 1;
+  }
+  lua_setfield(L, -2, "headers");
+}
+
 static void push_error(lua_State *L, const mz_event *e) {
   set_string(L, "message", e->text, e->len);
   lua_pushstring(L, e->code);
@@ -68,6 +94,11 @@ static void push_error(lua_State *L, const mz_event *e) {
   }
   if (e->body && e->body_len && e->code && strcmp(e->code, MZ_E_HTTP) == 0)
     set_string(L, "body", e->body, e->body_len);
+  if (e->headers_len) push_headers(L, e->headers, e->headers_len);
+  if (e->retry_after >= 0) {
+    lua_pushinteger(L, (lua_Integer)e->retry_after);
+    lua_setfield(L, -2, "retry_after");
+  }
 }
 
 /* The event as a plain table: {type = ..., ...}. */
@@ -95,6 +126,7 @@ static void push_event(lua_State *L, const mz_event *e) {
     set_string(L, "body", e->text, e->len);
     lua_pushinteger(L, e->status);
     lua_setfield(L, -2, "status");
+    if (e->headers_len) push_headers(L, e->headers, e->headers_len);
     break;
   }
   if (e->index) {
@@ -190,7 +222,8 @@ static int s_tostring(lua_State *L) {
 
 static const char *const request_keys[] = {"url",      "body",          "headers",  "api_key",
                                            "timeout",  "stall_timeout", "deadline", "max_event_bytes",
-                                           "method",   "plain",         NULL};
+                                           "method",   "plain",         "header_timeout",
+                                           "on_bad_frame", NULL};
 
 static void check_keys(lua_State *L, int idx) {
   lua_pushnil(L);
@@ -280,6 +313,11 @@ static int l_open(lua_State *L) {
   r.connect_timeout_ms = field_ms(L, 1, "timeout");
   r.stall_timeout_ms = field_ms(L, 1, "stall_timeout");
   r.deadline_ms = field_ms(L, 1, "deadline");
+  r.header_timeout_ms = field_ms(L, 1, "header_timeout");
+  const char *bad = field_str(L, 1, "on_bad_frame", NULL);
+  if (bad && strcmp(bad, "skip") != 0 && strcmp(bad, "error") != 0)
+    luaL_error(L, "mirza.open: 'on_bad_frame' must be \"error\" or \"skip\"");
+  r.skip_bad_frames = bad && strcmp(bad, "skip") == 0;
   lua_getfield(L, 1, "plain");
   r.plain = lua_toboolean(L, -1);
   lua_getfield(L, 1, "max_event_bytes");

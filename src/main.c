@@ -2,9 +2,12 @@
  * main.c - the `mirza` host, shaped like lua.c: everything runs in pmain
  * under lua_pcall with a traceback handler; `arg` is built like lua's;
  * SIGINT/SIGTERM raise "interrupted" at the next Lua instruction or wake a
- * wait in progress, the state is closed (closing every stream, which
- * cancels its transfer, and stopping started daemons), and the exit code
- * is 130 (SIGINT) or 143 (SIGTERM).
+ * wait in progress; they do not restart an interrupted system call, so a
+ * script blocked elsewhere (io.read at a prompt) is stopped too. The state
+ * is closed (closing every stream, which cancels its transfer, and
+ * stopping started daemons), one line "interrupted" goes to stderr, and the
+ * exit code is 130 (SIGINT) or 143 (SIGTERM). A second signal changes
+ * nothing (the cleanup runs to its end); a third kills at once.
  *
  *   mirza [options] [script [args]]
  */
@@ -23,7 +26,7 @@
 #include "repl.h"
 
 static lua_State *globalL; /* for the signal handler only, as in lua.c */
-static volatile sig_atomic_t signal_number;
+static volatile sig_atomic_t signal_number, signal_count;
 
 static const char usage_text[] =
     "usage: mirza [options] [script|job [args]]\n"
@@ -52,10 +55,26 @@ static void stop_hook(lua_State *L, lua_Debug *ar) {
 
 static void on_signal(int sig) {
   int flag = LUA_MASKCALL | LUA_MASKRET | LUA_MASKLINE | LUA_MASKCOUNT;
-  signal_number = sig;
-  signal(sig, SIG_DFL); /* a second Ctrl-C kills at once */
+  if (++signal_count >= 3) { /* the cleanup hangs: give up on it */
+    signal(sig, SIG_DFL);
+    raise(sig);
+    return;
+  }
+  if (!signal_number) signal_number = sig;
   if (globalL) lua_sethook(globalL, stop_hook, flag, 1);
   mz_l_signal(); /* wake a wait inside the client */
+}
+
+/* Without SA_RESTART: a read blocked in the script (io.read) fails with
+ * EINTR instead of waiting for its line, and the hook fires right after. */
+static void catch_signals(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+  signal(SIGPIPE, SIG_IGN);
 }
 
 static int msghandler(lua_State *L) {
@@ -81,7 +100,10 @@ static int docall(lua_State *L, int narg, int nres) {
 static int report(lua_State *L, int status) {
   if (status != LUA_OK) {
     const char *msg = lua_tostring(L, -1);
-    fprintf(stderr, "mirza: %s\n", msg ? msg : "(error object is not a string)");
+    if (signal_number) /* whatever the error says (EINTR, "interrupted"): */
+      fputs("interrupted\n", stderr);
+    else
+      fprintf(stderr, "mirza: %s\n", msg ? msg : "(error object is not a string)");
     fflush(stderr);
     lua_pop(L, 1);
   }
@@ -228,9 +250,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   globalL = L;
-  signal(SIGINT, on_signal);
-  signal(SIGTERM, on_signal);
-  signal(SIGPIPE, SIG_IGN);
+  catch_signals();
   lua_pushcfunction(L, pmain);
   lua_pushinteger(L, argc);
   lua_pushlightuserdata(L, argv);

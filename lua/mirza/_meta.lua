@@ -8,15 +8,20 @@
 ---@field method? string             default: POST with a body, GET without
 ---@field headers? table<string,string>|string[]  extra headers: {["X-MTPLX-Session-Id"]="s1"} or {"Name: value"}
 ---@field api_key? string            sent as `Authorization: Bearer <key>` (never logged)
----@field timeout? number            connect timeout in seconds (default 10)
----@field stall_timeout? number      seconds without any received byte (heartbeats count) before the stream fails with code "timeout"; default none
+---@field timeout? number            connect timeout in seconds (default 10): TCP connect only
+---@field stall_timeout? number      seconds without any received byte (head or body; heartbeats count) before the stream fails with code "timeout"; runs from the first response byte on, so a request queued by the daemon (no head yet) never stalls; default none
 ---@field deadline? number           whole-request limit in seconds; default none
 ---@field max_event_bytes? integer   cap on one SSE event (default 4 MiB); over it: error code "protocol"
 ---@field plain? boolean             not a stream: one {type="response"} event with the body
+---@field header_timeout? number     seconds from the start until the whole response head arrived (a queued request waits that long), else code "timeout"; default none
+---@field on_bad_frame? "error"|"skip"  a frame that is not JSON: "error" (default) ends the stream with code "protocol", text before it kept; "skip" drops it and counts it in done.skipped_frames
+--- Redirects (3xx) are not followed: the stream ends with code "http" and a
+--- message naming the target (also in `ev.headers.location`). Compressed
+--- bodies (gzip, deflate...) are decoded, whatever Accept-Encoding was sent.
 
 ---@class mirza.Event
 ---@field type "think"|"text"|"tool_call"|"progress"|"heartbeat"|"done"|"error"|"response"
----@field text? string        think/text: the delta (whole UTF-8 characters)
+---@field text? string        think/text: the delta (whole, valid UTF-8 characters: ill-formed input becomes U+FFFD as browsers' TextDecoder does; may hold NUL)
 ---@field index? integer      choice index when not 0
 ---@field calls? table        tool_call: the delta's tool_calls array
 ---@field finish_reason? string  done: "stop", "length", "tool_calls", ...
@@ -24,11 +29,16 @@
 ---@field stats? table        done: MTPLX mtplx_stats (ttft_s, decode_tok_s, accepted_by_depth, ...)
 ---@field timings? table      done: llama.cpp timings (prompt_ms, predicted_per_second, cache_n, ...)
 ---@field extra? table        done: top-level frame fields mirza does not know (last value of each)
+---@field no_done_marker? boolean  done: the stream ended cleanly after a finish_reason but without `data: [DONE]` (a cut before any finish_reason is an error, code "closed")
+---@field invalid_utf8? integer    done: ill-formed UTF-8 sequences replaced by U+FFFD (absent when none)
+---@field skipped_frames? integer  done: malformed frames skipped with on_bad_frame = "skip" (absent when none)
 ---@field message? string     error: what went wrong
 ---@field code? string        error: "refused", "timeout", "http", "closed", "protocol", "server", "io"
 ---@field status? integer     error/response: HTTP status
----@field error? table        error: the server's error object
----@field body? string        response: the body; http error: the raw body
+---@field error? table        error: the server's error object (mid-stream error frames; for HTTP errors the body's `error` object, e.g. llama-server's {code, message, type, n_prompt_tokens, n_ctx}, `{message=s}` for a string, or the whole JSON body)
+---@field headers? table<string,string>  error/response: the response headers, names in lowercase (repeated ones joined with ", ")
+---@field retry_after? integer  error: seconds to wait, from a Retry-After header (delta-seconds or HTTP-date)
+---@field body? string        response: the body; http error: the raw body (the message is "HTTP <status> <reason>: <server message, page title or first line>")
 --- progress/heartbeat events carry the fields of `mtplx_progress`
 --- (completion_tokens, decode_tok_s, decode_elapsed_s, phase, elapsed_s, ...).
 

@@ -18,6 +18,7 @@ void faults_clear(sim_faults *f) {
   f->error_after = f->cut_after = f->stall_after = -1;
   f->malformed_after = f->crash_after = -1;
   f->stall_ms = -1;
+  f->bad_utf8_after = f->nul_after = -1;
 }
 
 /* Parse a non-negative decimal integer that must fill [s, s+n). */
@@ -46,14 +47,15 @@ static int parse_after(const char *v, size_t n, long *count, long *ms) {
   return parse_count(colon + 1, n - (size_t)(colon - v) - 1, ms);
 }
 
-static int parse_http(sim_faults *f, const char *v, size_t n, bool text) {
+static int parse_http(sim_faults *f, const char *v, size_t n, int body) {
   const char *colon = memchr(v, ':', n);
   size_t sn = colon ? (size_t)(colon - v) : n;
   long st;
   if (parse_count(v, sn, &st) || st < 100 || st > 599)
     return -1;
   f->http_status = (int)st;
-  f->http_text = text;
+  f->http_text = body != HTTP_BODY_JSON;
+  f->http_body = body;
   f->http_msg[0] = '\0';
   if (colon) {
     size_t mn = n - sn - 1;
@@ -65,11 +67,58 @@ static int parse_http(sim_faults *f, const char *v, size_t n, bool text) {
   return 0;
 }
 
+static int copy_value(char *dst, size_t cap, const char *v, size_t n) {
+  if (n == 0 || n >= cap)
+    return -1;
+  memcpy(dst, v, n);
+  dst[n] = '\0';
+  return 0;
+}
+
+/* redirect=STATUS[:LOCATION] */
+static int parse_redirect(sim_faults *f, const char *v, size_t n) {
+  const char *colon = memchr(v, ':', n);
+  size_t sn = colon ? (size_t)(colon - v) : n;
+  long st;
+  if (parse_count(v, sn, &st) || (st != 301 && st != 302 && st != 303 && st != 307 && st != 308))
+    return -1;
+  f->redirect = (int)st;
+  f->location[0] = '\0';
+  return colon ? copy_value(f->location, sizeof f->location, colon + 1, n - sn - 1) : 0;
+}
+
+/* The items added for issue 8. Returns 1 when k is none of them. */
+static int parse_more(sim_faults *f, const char *k, size_t kn, const char *v, size_t vn) {
+#define KEY(s) (kn == sizeof(s) - 1 && memcmp(k, s, kn) == 0)
+  if (KEY("http-html"))
+    return parse_http(f, v, vn, HTTP_BODY_HTML_PAGE);
+  if (KEY("http-plain"))
+    return parse_http(f, v, vn, HTTP_BODY_PLAIN);
+  if (KEY("bad-utf8-after"))
+    return parse_count(v, vn, &f->bad_utf8_after);
+  if (KEY("nul-after"))
+    return parse_count(v, vn, &f->nul_after);
+  if (KEY("slow-head"))
+    return parse_count(v, vn, &f->slow_head_ms);
+  if (KEY("head-delay"))
+    return parse_count(v, vn, &f->head_delay_ms);
+  if (KEY("redirect"))
+    return parse_redirect(f, v, vn);
+  if (KEY("retry-after"))
+    return copy_value(f->retry_after, sizeof f->retry_after, v, vn);
+  return 1;
+#undef KEY
+}
+
 static int parse_item(sim_faults *f, const char *k, size_t kn, const char *v, size_t vn,
                       bool has_v) {
 #define KEY(s) (kn == sizeof(s) - 1 && memcmp(k, s, kn) == 0)
   if (KEY("utf8-split") && !has_v)
     return f->utf8_split = true, 0;
+  if (KEY("no-done") && !has_v)
+    return f->no_done = true, 0;
+  if (KEY("gzip") && !has_v)
+    return f->gzip = true, 0;
   if (KEY("loop")) {
     if (!has_v)
       return f->loop = LOOP_LINE, 0;
@@ -82,9 +131,9 @@ static int parse_item(sim_faults *f, const char *k, size_t kn, const char *v, si
   if (!has_v)
     return -1;
   if (KEY("http"))
-    return parse_http(f, v, vn, false);
+    return parse_http(f, v, vn, HTTP_BODY_JSON);
   if (KEY("http-text"))
-    return parse_http(f, v, vn, true);
+    return parse_http(f, v, vn, HTTP_BODY_TEXT_HTML);
   if (KEY("error-after"))
     return parse_after(v, vn, &f->error_after, NULL);
   if (KEY("cut-after"))
@@ -99,6 +148,9 @@ static int parse_item(sim_faults *f, const char *k, size_t kn, const char *v, si
   }
   if (KEY("oversized"))
     return parse_count(v, vn, &f->oversized);
+  int more = parse_more(f, k, kn, v, vn);
+  if (more != 1)
+    return more;
   if (KEY("replay")) {
     if (vn == 0 || vn >= sizeof f->replay)
       return -1;

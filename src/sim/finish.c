@@ -211,7 +211,7 @@ int finish_ok(job *j, const char *finish) {
     cJSON_AddItemToObject(x, "mtplx_stats", stats_obj(j, t_end));
     add_frame_extra(j, finish, x);
   }
-  end_stream(j, true);
+  end_stream(j, !j->f.no_done);
   return 200;
 }
 

@@ -30,6 +30,11 @@ const char *http_reason(int status) {
   switch (status) {
   case 100: return "Continue";
   case 200: return "OK";
+  case 301: return "Moved Permanently";
+  case 302: return "Found";
+  case 303: return "See Other";
+  case 307: return "Temporary Redirect";
+  case 308: return "Permanent Redirect";
   case 400: return "Bad Request";
   case 401: return "Unauthorized";
   case 403: return "Forbidden";
@@ -290,38 +295,136 @@ static void status_head(conn *c, sbuf *h, int status, const char *ctype, const c
   sbuf_adds(h, c->must_close ? "Connection: close\r\n" : "Keep-Alive: timeout=5, max=100\r\n");
 }
 
+/* ---- response faults: slow head, gzip ----------------------------------- */
+
+void http_faults(conn *c, const sim_faults *f) {
+  c->slow_head_ms = f ? f->slow_head_ms : 0;
+  c->gzip = f && f->gzip;
+  c->gz_crc = 0;
+  c->gz_size = 0;
+}
+
+/* The head, at once or (slow-head fault) one line at a time with a pause
+ * before each: a client must not take a slow head for a stall. */
+static int write_head(conn *c, const sbuf *h) {
+  if (c->slow_head_ms <= 0)
+    return http_write_all(c, h->p, h->len);
+  for (size_t off = 0; off < h->len;) {
+    const char *nl = memchr(h->p + off, '\n', h->len - off);
+    size_t n = nl ? (size_t)(nl - h->p) + 1 - off : h->len - off;
+    struct timespec ts = {c->slow_head_ms / 1000, (c->slow_head_ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) && errno == EINTR)
+      ;
+    if (http_write_all(c, h->p + off, n))
+      return -1;
+    off += n;
+  }
+  return 0;
+}
+
+/* Bitwise CRC-32 (gzip's): no table, no shared state between threads. */
+static uint32_t crc32_update(uint32_t crc, const unsigned char *p, size_t n) {
+  crc = ~crc;
+  while (n--) {
+    crc ^= *p++;
+    for (int k = 0; k < 8; k++)
+      crc = crc >> 1 ^ (0xEDB88320u & (0u - (crc & 1u)));
+  }
+  return ~crc;
+}
+
+/* Append p[0..n) to out as gzip: the 10-byte header first (first), the
+ * bytes as stored (uncompressed) deflate blocks, and with last an empty
+ * final block and the CRC/size trailer. Valid gzip any decoder reads; the
+ * point is the Content-Encoding, not the ratio. */
+static void gz_wrap(conn *c, sbuf *out, const char *p, size_t n, bool first, bool last) {
+  static const unsigned char head[10] = {0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3};
+  if (first)
+    sbuf_add(out, head, sizeof head);
+  c->gz_crc = crc32_update(c->gz_crc, (const unsigned char *)p, n);
+  c->gz_size += (uint32_t)n;
+  for (size_t off = 0; off < n || (last && off == n);) {
+    size_t k = n - off > 65535 ? 65535 : n - off;
+    bool fin = last && off + k == n;
+    unsigned char b[5] = {fin, (unsigned char)k, (unsigned char)(k >> 8),
+                          (unsigned char)~k, (unsigned char)(~k >> 8)};
+    sbuf_add(out, b, 5);
+    sbuf_add(out, p + off, k);
+    off += k;
+    if (fin)
+      break;
+  }
+  if (last) {
+    unsigned char t[8];
+    for (int i = 0; i < 4; i++) {
+      t[i] = (unsigned char)(c->gz_crc >> (8 * i));
+      t[4 + i] = (unsigned char)(c->gz_size >> (8 * i));
+    }
+    sbuf_add(out, t, 8);
+  }
+}
+
 /* A complete response with Content-Length. Set c->must_close before the
  * call to answer with "Connection: close". */
 int http_send(conn *c, int status, const char *ctype, const char *extra, const char *body,
               size_t n) {
-  sbuf h = {0};
+  sbuf h = {0}, z = {0};
   status_head(c, &h, status, ctype, extra);
+  if (c->gzip) {
+    gz_wrap(c, &z, body, n, true, true);
+    body = z.p, n = z.len;
+    sbuf_adds(&h, "Content-Encoding: gzip\r\n");
+  }
   sbuf_printf(&h, "Content-Length: %zu\r\n\r\n", n);
-  struct iovec iov[2] = {{h.p, h.len}, {(void *)body, n}};
-  int rc = writev_all(c, iov, n ? 2 : 1);
+  int rc = write_head(c, &h);
+  if (!rc && n)
+    rc = http_write_all(c, body, n);
   sbuf_free(&h);
+  sbuf_free(&z);
   return rc;
 }
 
 int http_begin_chunked(conn *c, int status, const char *ctype, const char *extra) {
   sbuf h = {0};
   status_head(c, &h, status, ctype, extra);
+  if (c->gzip)
+    sbuf_adds(&h, "Content-Encoding: gzip\r\n");
   sbuf_adds(&h, "Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n\r\n");
-  int rc = http_write_all(c, h.p, h.len);
+  int rc = write_head(c, &h);
   sbuf_free(&h);
   return rc;
 }
 
-int http_chunk(conn *c, const char *p, size_t n) {
-  if (n == 0)
-    return 0; /* a zero-length chunk would end the body */
+static int raw_chunk(conn *c, const char *p, size_t n) {
   char size[24];
   int sn = snprintf(size, sizeof size, "%zx\r\n", n);
   struct iovec iov[3] = {{size, (size_t)sn}, {(void *)p, n}, {"\r\n", 2}};
   return writev_all(c, iov, 3);
 }
 
-int http_end_chunked(conn *c) { return http_write_all(c, "0\r\n\r\n", 5); }
+int http_chunk(conn *c, const char *p, size_t n) {
+  if (n == 0)
+    return 0; /* a zero-length chunk would end the body */
+  if (!c->gzip)
+    return raw_chunk(c, p, n);
+  sbuf z = {0};
+  gz_wrap(c, &z, p, n, c->gz_size == 0, false);
+  int rc = raw_chunk(c, z.p, z.len);
+  sbuf_free(&z);
+  return rc;
+}
+
+int http_end_chunked(conn *c) {
+  if (c->gzip) {
+    sbuf z = {0};
+    gz_wrap(c, &z, "", 0, c->gz_size == 0, true);
+    int rc = raw_chunk(c, z.p, z.len);
+    sbuf_free(&z);
+    if (rc)
+      return rc;
+  }
+  return http_write_all(c, "0\r\n\r\n", 5);
+}
 
 /* Has the peer closed (or reset) the connection? Pipelined request bytes
  * do not count: only POLLRDHUP/HUP/ERR do. */

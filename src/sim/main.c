@@ -73,6 +73,18 @@ static void usage(FILE *out) {
       "  http=STATUS[:MSG]  http-text=STATUS  error-after=N  cut-after=N\n"
       "  stall-after=N[:MS]  malformed-after=N  utf8-split  loop  loop=phrase\n"
       "  oversized=BYTES  replay=PATH  crash-after=N\n"
+      "  no-done            finish normally but never send data: [DONE]\n"
+      "  bad-utf8-after=N   after N tokens a frame with invalid UTF-8 in its content\n"
+      "  nul-after=N        after N tokens a frame whose content holds \\u0000\n"
+      "  slow-head=MS       pause MS ms before each line of the response head\n"
+      "  head-delay=MS      send nothing for MS ms (a queued request), then answer\n"
+      "  redirect=STATUS[:LOCATION]  answer 301/302/303/307/308 with Location\n"
+      "                     (default: the request path + /moved)\n"
+      "  http-html=STATUS[:MSG]   nginx-style HTML error page with a <title>\n"
+      "  http-plain=STATUS[:MSG]  plain-text error body\n"
+      "  retry-after=N|date+N     Retry-After of http faults: seconds, or an\n"
+      "                     HTTP-date N seconds ahead\n"
+      "  gzip               Content-Encoding: gzip on every answer\n"
       "Per-request body overrides: \"mirza_sim\":{\"text\",\"reasoning\",\"answer_tokens\",\n"
       "  \"reasoning_tokens\",\"tok_rate\",\"ttft_ms\",\"fault\"}\n",
       out);

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "sim.h"
@@ -68,17 +69,78 @@ static const char *type_for(int status) {
   }
 }
 
-/* The http= / http-text= faults: a failure before any stream starts. */
+/* "Retry-After: ...\r\n" for an error answer: the retry-after= fault
+ * ("N" as is, "date+N" as the HTTP-date N seconds ahead), else 1 s for
+ * 429/503, else none. */
+static const char *retry_after(const sim_faults *f, int status, char *out, size_t n) {
+  long ahead;
+  if (!f->retry_after[0])
+    return status == 429 || status == 503 ? "Retry-After: 1\r\n" : NULL;
+  if (strncmp(f->retry_after, "date+", 5) != 0) {
+    snprintf(out, n, "Retry-After: %s\r\n", f->retry_after);
+    return out;
+  }
+  ahead = strtol(f->retry_after + 5, NULL, 10);
+  time_t t = time(NULL) + ahead;
+  struct tm tm;
+  gmtime_r(&t, &tm);
+  strftime(out, n, "Retry-After: %a, %d %b %Y %H:%M:%S GMT\r\n", &tm);
+  return out;
+}
+
+/* The body of an http= fault other than JSON: a bare HTML fragment
+ * (http-text), an nginx-style error page with a <title> (http-html) or a
+ * line of plain text (http-plain). */
+static int fault_body(const sim_faults *f, const char *msg, char *body, size_t n,
+                      const char **ctype) {
+  int st = f->http_status;
+  *ctype = "text/html";
+  switch (f->http_body) {
+  case HTTP_BODY_HTML_PAGE:
+    return snprintf(body, n,
+                    "<html>\r\n<head><title>%d %s</title></head>\r\n<body>\r\n"
+                    "<center><h1>%d %s</h1></center>\r\n<hr><center>nginx</center>\r\n"
+                    "</body>\r\n</html>\r\n",
+                    st, msg, st, msg);
+  case HTTP_BODY_PLAIN:
+    *ctype = "text/plain; charset=utf-8";
+    return snprintf(body, n, "%s\n", msg);
+  default:
+    return snprintf(body, n, "<html><body>%s</body></html>\n", msg);
+  }
+}
+
+/* The http= / http-text= / http-html= / http-plain= faults: a failure
+ * before any stream starts. */
 static int send_http_fault(conn *c, const sim_faults *f) {
   const char *msg = f->http_msg[0] ? f->http_msg : http_reason(f->http_status);
-  if (!f->http_text)
+  char ra[96], body[1024];
+  const char *extra = retry_after(f, f->http_status, ra, sizeof ra), *ctype;
+  if (!f->http_text && !f->retry_after[0])
     return send_error(c, f->http_status, msg, type_for(f->http_status), NULL);
-  char body[512];
-  int n = snprintf(body, sizeof body, "<html><body>%s</body></html>\n", msg);
-  const char *extra =
-      f->http_status == 429 || f->http_status == 503 ? "Retry-After: 1\r\n" : NULL;
-  http_send(c, f->http_status, "text/html", extra, body, (size_t)n);
+  if (!f->http_text) { /* JSON error with a chosen Retry-After */
+    char js[512];
+    int jn = snprintf(js, sizeof js, "{\"error\":{\"message\":\"%s\",\"type\":\"%s\",\"code\":%d}}",
+                      msg, type_for(f->http_status), f->http_status);
+    http_send(c, f->http_status, "application/json", extra, js, (size_t)jn);
+    return f->http_status;
+  }
+  int n = fault_body(f, msg, body, sizeof body, &ctype);
+  http_send(c, f->http_status, ctype, extra, body, (size_t)n);
   return f->http_status;
+}
+
+/* The redirect= fault: a 3xx with Location and a short text body. */
+static int send_redirect(conn *c, const http_request *r, const sim_faults *f) {
+  char loc[560], extra[600], body[600];
+  if (f->location[0])
+    snprintf(loc, sizeof loc, "%s", f->location);
+  else
+    snprintf(loc, sizeof loc, "%s/moved", r->path);
+  snprintf(extra, sizeof extra, "Location: %s\r\n", loc);
+  int n = snprintf(body, sizeof body, "Redirecting to %s\n", loc);
+  http_send(c, f->redirect, "text/plain", extra, body, (size_t)n);
+  return f->redirect;
 }
 
 static int route_health(conn *c) {
@@ -284,6 +346,9 @@ static int prepare_chat(job *j, const http_request *r, cJSON *body) {
   const char *bad = check_fields(j, body);
   if (bad)
     return send_error(j->c, 400, bad, "invalid_request_error", NULL);
+  http_faults(j->c, &j->f);
+  if (j->f.redirect)
+    return send_redirect(j->c, r, &j->f);
   if (j->f.http_status)
     return send_http_fault(j->c, &j->f);
   char *prompt = cJSON_PrintUnformatted(messages);
@@ -465,6 +530,7 @@ void serve_connection(server *s, int fd) {
       break;
     }
     c.must_close = !r.keep_alive;
+    http_faults(&c, NULL);
     double t0 = sim_now();
     int status = route(&c, &r);
     if (s->cfg.verbosity >= 2)

@@ -88,7 +88,20 @@ typedef struct sim_faults {
   bool utf8_split;
   int loop;
   char replay[1024];
+  /* faults of the response head and body (mirza issue 8) */
+  bool no_done;            /* normal end without data: [DONE] */
+  long bad_utf8_after;     /* frame with invalid UTF-8 after N tokens; -1 = off */
+  long nul_after;          /* frame with "\u0000" in its content after N; -1 = off */
+  long slow_head_ms;       /* pause before each line of the response head */
+  long head_delay_ms;      /* no response byte for this long (queued) */
+  int redirect;            /* 301/302/303/307/308; 0 = none */
+  char location[256];      /* redirect target (default: the same path + "/moved") */
+  int http_body;           /* http=/http-text=: HTTP_BODY_* below */
+  bool gzip;               /* Content-Encoding: gzip on every response */
+  char retry_after[64];    /* Retry-After value of error answers ("" = default) */
 } sim_faults;
+
+enum { HTTP_BODY_JSON, HTTP_BODY_TEXT_HTML, HTTP_BODY_HTML_PAGE, HTTP_BODY_PLAIN };
 
 void faults_clear(sim_faults *f);
 int faults_parse(sim_faults *f, const char *spec, char *err, size_t errlen);
@@ -148,6 +161,9 @@ typedef struct conn {
   char *buf; /* read buffer: the current request, then pipelined bytes */
   size_t len, cap, used;
   bool must_close; /* the connection cannot carry another request */
+  long slow_head_ms; /* faults of the current response: slow head, gzip */
+  bool gzip;
+  uint32_t gz_crc, gz_size;
 } conn;
 
 int http_read_request(conn *c, http_request *r);
@@ -159,6 +175,7 @@ int http_send(conn *c, int status, const char *ctype, const char *extra, const c
 int http_begin_chunked(conn *c, int status, const char *ctype, const char *extra);
 int http_chunk(conn *c, const char *p, size_t n);
 int http_end_chunked(conn *c);
+void http_faults(conn *c, const sim_faults *f); /* slow head, gzip: per response */
 bool conn_gone(conn *c);
 int conn_wait_until(conn *c, double deadline, atomic_bool *cancel);
 
@@ -240,6 +257,7 @@ typedef struct job {
   size_t split_n;
   bool slot, gone, cancelled, role_sent, oversized_done;
   bool fired_error, fired_cut, fired_stall, fired_malformed, fired_crash;
+  bool fired_bad_utf8, fired_nul;
 } job;
 
 int job_run(job *j);

@@ -191,6 +191,23 @@ static void malformed_frame(job *j) {
   sbuf_adds(&j->out, "{\"content\":\"x\"\n\n");
 }
 
+/* A token frame whose content is written into the JSON as is: raw bytes
+ * (bad-utf8) or an escape (nul). Not counted as a token. */
+static void raw_content_frame(job *j, const char *raw) {
+  if (!j->stream)
+    return;
+  frame_open(j, NULL);
+  sbuf_adds(&j->out, "{\"content\":\"");
+  sbuf_adds(&j->out, raw);
+  sbuf_adds(&j->out, "\"}");
+  frame_close(j, NULL, "");
+}
+
+/* Invalid UTF-8: a lone 0xFF, a truncated 3-byte sequence (E2 82), then a
+ * valid 4-byte one; a decoder following the WHATWG rule reads
+ * "A\uFFFDB\uFFFDC\U0001F600D" (two replacements). */
+static const char SIM_BAD_UTF8[] = "A\xFF" "B\xE2\x82" "C\xF0\x9F\x98\x80" "D";
+
 #define DUE(n, fired) ((n) >= 0 && !(fired) && (j->frames >= (n) || end))
 
 /* Apply the faults due after j->frames token frames (all pending ones at
@@ -226,6 +243,14 @@ static int checkpoint(job *j, bool end) {
   if (DUE(f->malformed_after, j->fired_malformed)) {
     j->fired_malformed = true;
     malformed_frame(j);
+  }
+  if (DUE(f->bad_utf8_after, j->fired_bad_utf8)) {
+    j->fired_bad_utf8 = true;
+    raw_content_frame(j, SIM_BAD_UTF8);
+  }
+  if (DUE(f->nul_after, j->fired_nul)) {
+    j->fired_nul = true;
+    raw_content_frame(j, "a\\u0000b"); /* "a", NUL, "b" */
   }
   return 0;
 }
@@ -383,6 +408,8 @@ int job_run(job *j) {
   snprintf(j->fl.id, sizeof j->fl.id, "%s", j->id);
   inflight_add(j->srv, &j->fl);
   build_pieces(j);
+  if (j->f.head_delay_ms > 0) /* queued without a response head */
+    j->gone = conn_wait_until(j->c, j->t0 + (double)j->f.head_delay_ms / 1000.0, &j->fl.cancel) != 0;
   if (j->stream && j->srv->cfg.dialect == DIALECT_MTPLX) {
     if (http_begin_chunked(j->c, 200, "text/event-stream", NULL))
       j->gone = true;

@@ -631,24 +631,81 @@ static void check_http(const char *name, long want_status, const char *want) {
   free(body);
 }
 
+/* "\u0000" in a delta: the whole text, NUL included, on the cJSON path
+ * too (issue 8: cJSON's strings ended at the NUL). */
+static void test_nul_in_delta(void **state) {
+  mz_frame f;
+  mz_choice c;
+  (void)state;
+  static const char frame[] = "{\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\\u0000b\\u0000\","
+                              "\"reasoning_content\":\"\\u0000r\"},\"finish_reason\":\"stop\"}]}";
+  assert_int_equal(mz_frame_decode(&f, frame, sizeof frame - 1, NULL, 0), 0);
+  assert_int_equal(mz_frame_choice(&f, 0, &c), 0);
+  assert_int_equal(c.content_len, 4);
+  assert_memory_equal(c.content, "a\0b\0", 4);
+  assert_int_equal(c.reasoning_len, 2);
+  assert_memory_equal(c.reasoning, "\0r", 2);
+  assert_string_equal(c.finish_reason, "stop");
+  mz_frame_free(&f);
+  /* control characters already in use are not taken as the stand-in */
+  static const char busy[] = "{\"choices\":[{\"delta\":{\"content\":\"\\u0001\\u0000\\u0002\\\\u0000\"}}]}";
+  assert_int_equal(mz_frame_decode(&f, busy, sizeof busy - 1, NULL, 0), 0);
+  assert_int_equal(mz_frame_choice(&f, 0, &c), 0);
+  assert_int_equal(c.content_len, 9);
+  assert_memory_equal(c.content, "\x01\0\x02\\u0000", 9);
+  mz_frame_free(&f);
+}
+
+/* One repair against its expected output and count. */
+static void repaired(const char *in, size_t len, const char *want, size_t want_bad) {
+  char out[256];
+  size_t bad = 0, n = mz_utf8_repair(in, len, out, &bad);
+  if (n != strlen(want) || memcmp(out, want, n) != 0 || bad != want_bad)
+    fail_msg("repair of %zu bytes: got %zu bytes, %zu bad", len, n, bad);
+  assert_int_equal(mz_utf8_valid(out, n), n);
+}
+#define REPAIRED(in, want, nbad) repaired(in, sizeof(in) - 1, want, nbad)
+#define FFFD "\xEF\xBF\xBD"
+
+/* The WHATWG decoder's "maximal subpart" rule, with the examples of the
+ * Unicode Standard (table 3-8) and the classic ill-formed shapes. */
+static void test_utf8_repair(void **state) {
+  (void)state;
+  REPAIRED("a\xF1\x80\x80\xE1\x80\xC2" "b\x80" "c\x80\xBF" "d",
+           "a" FFFD FFFD FFFD "b" FFFD "c" FFFD FFFD "d", 6);
+  REPAIRED("\xED\xA0\x80", FFFD FFFD FFFD, 3);         /* surrogate */
+  REPAIRED("\xC0\xAF", FFFD FFFD, 2);                   /* overlong */
+  REPAIRED("\xE0\x80\x80", FFFD FFFD FFFD, 3);          /* overlong */
+  REPAIRED("\xF4\x90\x80\x80", FFFD FFFD FFFD FFFD, 4); /* past U+10FFFF */
+  REPAIRED("\xF0\x9F\x98" "x", FFFD "x", 1);            /* truncated 4-byte */
+  REPAIRED("\xF0\x9F\x98", FFFD, 1);                    /* cut by the end */
+  REPAIRED("\xFF\xFE", FFFD FFFD, 2);
+  REPAIRED("A\xFF" "B\xE2\x82" "C\xF0\x9F\x98\x80" "D", "A" FFFD "B" FFFD "C\xF0\x9F\x98\x80" "D", 2);
+  REPAIRED("plain ascii, \xC3\xA9t\xC3\xA9 \xE2\x82\xAC", "plain ascii, \xC3\xA9t\xC3\xA9 \xE2\x82\xAC", 0);
+  /* the valid prefix stops at the first ill-formed byte, past runs of ASCII */
+  assert_int_equal(mz_utf8_valid("0123456789abcdef\xFFxyz", 20), 16);
+  assert_int_equal(mz_utf8_valid("\xC3\xA9\xC3", 3), 2);
+  assert_int_equal(mz_utf8_valid("", 0), 0);
+}
+
 static void test_http_error_json(void **state) {
   char out[256];
   (void)state;
   check_http("llama-server.err_ctx_exceeded_stream.txt", 400,
-             "HTTP 400: request (298 tokens) exceeds the available context size (256 tokens), try increasing it");
+             "HTTP 400 Bad Request: request (298 tokens) exceeds the available context size (256 tokens), try increasing it");
   check_http("llama-server.err_invalid_json.txt", 500,
-             "HTTP 500: [json.exception.parse_error.101] parse error at line 1, column 44: syntax error while "
+             "HTTP 500 Internal Server Error: [json.exception.parse_error.101] parse error at line 1, column 44: syntax error while "
              "parsing array - unexpected end of input; expected ']'");
-  check_http("llama-server.err_missing_messages_stream.txt", 400, "HTTP 400: 'messages' is required");
+  check_http("llama-server.err_missing_messages_stream.txt", 400, "HTTP 400 Bad Request: 'messages' is required");
   check_http("mtplx.reconstructed.err_context.txt", 400,
-             "HTTP 400: Prompt contains 33000 tokens, but the served context window is 32768 tokens. The prompt "
+             "HTTP 400 Bad Request: Prompt contains 33000 tokens, but the served context window is 32768 tokens. The prompt "
              "must be shorter than the context window to leave room for at least one generated token.");
   /* the health endpoint while llama-server loads; a plain string error */
   mz_http_error_message(503, "{\"error\":{\"message\":\"Loading model\",\"type\":\"unavailable_error\",\"code\":503}}",
                         76, out, sizeof out);
-  assert_string_equal(out, "HTTP 503: Loading model");
+  assert_string_equal(out, "HTTP 503 Service Unavailable: Loading model");
   mz_http_error_message(429, "{\"error\":\"slow down\"}\n", 22, out, sizeof out);
-  assert_string_equal(out, "HTTP 429: slow down");
+  assert_string_equal(out, "HTTP 429 Too Many Requests: slow down");
 }
 
 static void test_http_error_not_json(void **state) {
@@ -656,39 +713,83 @@ static void test_http_error_not_json(void **state) {
   size_t i;
   (void)state;
   mz_http_error_message(404, "Not Found\n", 10, out, sizeof out);
-  assert_string_equal(out, "HTTP 404: \"Not Found\"");
+  assert_string_equal(out, "HTTP 404 Not Found: Not Found");
   mz_http_error_message(503, "", 0, out, sizeof out);
-  assert_string_equal(out, "HTTP 503");
+  assert_string_equal(out, "HTTP 503 Service Unavailable");
   mz_http_error_message(502, " \r\n", 3, out, sizeof out);
-  assert_string_equal(out, "HTTP 502");
+  assert_string_equal(out, "HTTP 502 Bad Gateway");
   mz_http_error_message(500, NULL, 0, out, sizeof out);
-  assert_string_equal(out, "HTTP 500");
+  assert_string_equal(out, "HTTP 500 Internal Server Error");
+  mz_http_error_message(599, "x", 1, out, sizeof out);
+  assert_string_equal(out, "HTTP 599: x");
   mz_http_error_message(200, "{\"status\":\"ok\"}", 15, out, sizeof out);
-  assert_string_equal(out, "HTTP 200: \"{\\\"status\\\":\\\"ok\\\"}\"");
-  mz_http_error_message(500, "a\tb\x01\x7f\\c\r\nd", 10, out, sizeof out);
-  assert_string_equal(out, "HTTP 500: \"a\\tb\\x01\\x7f\\\\c\\r\\nd\"");
-  /* a long HTML page: quoted, cut near 200 bytes, "..." at the end */
-  snprintf(body, sizeof body, "<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>");
+  assert_string_equal(out, "HTTP 200: {\"status\":\"ok\"}");
+  mz_http_error_message(404, "{\"detail\":\"Not Found\"}", 22, out, sizeof out);
+  assert_string_equal(out, "HTTP 404 Not Found: Not Found");
+  /* plain text: the first line with text, controls as spaces */
+  mz_http_error_message(500, "\n\n  a\tb\x01\x7f\\c\r\nd", 14, out, sizeof out);
+  assert_string_equal(out, "HTTP 500 Internal Server Error: a b \\c");
+  /* a proxy's page: its title */
+  static const char nginx[] = "<html>\r\n<head><title>503 Service Temporarily Unavailable</title></head>\r\n"
+                              "<body>\r\n<center><h1>503 Service Temporarily Unavailable</h1></center>\r\n"
+                              "<hr><center>nginx</center>\r\n</body>\r\n</html>\r\n";
+  mz_http_error_message(503, nginx, sizeof nginx - 1, out, sizeof out);
+  assert_string_equal(out, "HTTP 503 Service Unavailable: 503 Service Temporarily Unavailable");
+  /* no title: the first line of text outside tags, entities decoded */
+  static const char page[] = "<!DOCTYPE html>\n<html><head><style>p{color:red}</style>\n"
+                             "<script>var a = '<b>';</script></head>\n<body>\n<p>Upstream &amp; <b>model</b> "
+                             "&lt;down&gt;</p>\n<p>second</p></body></html>";
+  mz_http_error_message(502, page, sizeof page - 1, out, sizeof out);
+  assert_string_equal(out, "HTTP 502 Bad Gateway: Upstream & model <down>");
+  mz_http_error_message(502, "<html><body>Bad Gateway</body></html>\n", 38, out, sizeof out);
+  assert_string_equal(out, "HTTP 502 Bad Gateway: Bad Gateway");
+  mz_http_error_message(502, "<html><title></title><unclosed", 30, out, sizeof out);
+  assert_string_equal(out, "HTTP 502 Bad Gateway");
+  /* a long line: cut near 200 bytes, "..." at the end */
+  snprintf(body, sizeof body, "<html>\r\n<head><title>");
   for (i = strlen(body); i < sizeof body - 1; i++) body[i] = (char)('a' + i % 26);
   body[sizeof body - 1] = '\0';
   mz_http_error_message(502, body, strlen(body), out, sizeof out);
-  assert_true(strncmp(out, "HTTP 502: \"<html>\\r\\n<head><title>502", 37) == 0);
-  assert_string_equal(out + strlen(out) - 4, "...\"");
-  assert_true(strlen(out) < 10 + 2 + 200 + 4 + 8 + 4);
-  for (i = 0; out[i]; i++) assert_true((unsigned char)out[i] >= 0x20);
+  assert_true(strncmp(out, "HTTP 502 Bad Gateway: ", 22) == 0);
+  assert_string_equal(out + strlen(out) - 3, "...");
+  assert_true(strlen(out) <= 22 + 200 + 3);
   /* the cut never splits a UTF-8 character */
   memset(body, 'a', 199);
   memcpy(body + 199, "\xC3\xA9tail", 7);
   mz_http_error_message(500, body, 206, out, sizeof out);
-  assert_string_equal(out + strlen(out) - 5, "a...\"");
+  assert_string_equal(out + strlen(out) - 4, "a...");
   assert_null(strchr(out, '\xC3'));
   /* a tiny output buffer: still terminated, still marked as cut */
   mz_http_error_message(500, "0123456789", 10, tiny, sizeof tiny);
   assert_int_equal(strlen(tiny), sizeof tiny - 1);
-  assert_string_equal(tiny, "HTTP 500: \"");
-  mz_http_error_message(500, "0123456789", 10, out, 20);
-  assert_string_equal(out, "HTTP 500: \"0123...\"");
+  mz_http_error_message(599, "0123456789", 10, out, 16);
+  assert_string_equal(out, "HTTP 599: 01...");
   assert_null(mz_http_error_message(500, "x", 1, NULL, 0));
+}
+
+/* The error object a script gets as ev.error. */
+static void test_http_error_object(void **state) {
+  long status;
+  size_t len;
+  char *body = http_body("llama-server.err_ctx_exceeded_stream.txt", &status, &len);
+  cJSON *e = mz_http_error_object(body, len);
+  (void)state;
+  assert_non_null(e);
+  assert_string_equal(cJSON_GetObjectItem(e, "type")->valuestring, "exceed_context_size_error");
+  assert_int_equal(cJSON_GetObjectItem(e, "n_ctx")->valueint, 256);
+  assert_int_equal(cJSON_GetObjectItem(e, "n_prompt_tokens")->valueint, 298);
+  assert_int_equal(cJSON_GetObjectItem(e, "code")->valueint, 400);
+  cJSON_Delete(e);
+  free(body);
+  e = mz_http_error_object("{\"error\":\"slow down\"}", 22);
+  assert_string_equal(cJSON_GetObjectItem(e, "message")->valuestring, "slow down");
+  cJSON_Delete(e);
+  e = mz_http_error_object("{\"detail\":\"x\"}", 14);
+  assert_string_equal(cJSON_GetObjectItem(e, "detail")->valuestring, "x");
+  cJSON_Delete(e);
+  assert_null(mz_http_error_object("<html>", 6));
+  assert_null(mz_http_error_object("[1]", 3));
+  assert_null(mz_http_error_object(NULL, 0));
 }
 
 /* ---- UTF-8 ---- */
@@ -797,6 +898,9 @@ int main(void) {
       cmocka_unit_test(test_tool_calls),
       cmocka_unit_test(test_n2_choices),
       cmocka_unit_test(test_nonstream_message),
+      cmocka_unit_test(test_nul_in_delta),
+      cmocka_unit_test(test_utf8_repair),
+      cmocka_unit_test(test_http_error_object),
       cmocka_unit_test(test_detach),
       cmocka_unit_test(test_http_error_json),
       cmocka_unit_test(test_http_error_not_json),

@@ -339,6 +339,12 @@ static void test_fast_accepts(void **state) {
   assert_null(f.reasoning.p);
   assert_int_equal(fast("{\"choices\":[{\"delta\":{}}]}", &f), 1);
   assert_int_equal(fast("{\"choices\":[{\"delta\":{\"content\":\"\\ud83d\\ude00\"}}]}", &f), 1);
+  /* a NUL character is text like any other (issue 8: it was cut) */
+  char out[8];
+  assert_int_equal(fast("{\"choices\":[{\"delta\":{\"content\":\"a\\u0000b\"}}]}", &f), 1);
+  assert_true(f.content.esc);
+  assert_int_equal(mz_json_unescape(f.content.p, f.content.len, out), 3);
+  assert_memory_equal(out, "a\0b", 3);
 }
 
 static void test_fast_refuses(void **state) {
@@ -353,7 +359,7 @@ static void test_fast_refuses(void **state) {
     "{\"choices\":[{\"delta\":{\"content\":\"a\"}}],\"choices\":[{\"delta\":{}}]}",
     "{\"choices\":[{\"delta\":{\"content\":\"a\"}}]}x", "{\"choices\":[{\"delta\":{\"content\":\"a\"}}]",
     "{\"choices\":[{\"delta\":{\"content\":\"\\ud800\"}}]}", "{\"choices\":[{\"delta\":{\"content\":\"\\udc00\"}}]}",
-    "{\"choices\":[{\"delta\":{\"content\":\"\\u0000\"}}]}", "{\"choices\":[{\"delta\":{\"content\":\"a\tb\"}}]}",
+    "{\"choices\":[{\"delta\":{\"content\":\"a\tb\"}}]}",
     "{\"choices\":[{\"delta\":{\"content\":\"\\q\"}}]}", "{\"choices\":[{\"delta\":{\"content\":1}}]}",
     "{\"choices\":[{\"delta\":{\"con\\u0074ent\":\"a\"}}]}", "{\"choices\":[{\"index\":1.0,\"delta\":{}}]}",
     "{\"choices\":[{\"index\":-1,\"delta\":{}}]}", "{\"choices\":[{\"index\":01,\"delta\":{}}]}",

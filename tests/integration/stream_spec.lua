@@ -163,12 +163,27 @@ describe("streaming from mirza-sim (mtplx dialect)", function()
     assert.is_nil(s:next())
   end)
 
-  it("quotes a non-JSON error body", function()
+  it("sums up a non-JSON error body in one line, the raw body kept", function()
     local s <close> = open(sim, "x", { fault = "http-text=502" })
     local ev = s:next()
     assert.equal("http", ev.code)
     assert.equal(502, ev.status)
-    assert.matches('HTTP 502: "', ev.message, 1, true)
+    assert.equal("HTTP 502 Bad Gateway: Bad Gateway", ev.message)
+    assert.equal("<html><body>Bad Gateway</body></html>\n", ev.body)
+  end)
+
+  it("names an HTML error page by its title", function()
+    local ev = open(sim, "x", { fault = "http-html=503" }):next()
+    assert.equal("http", ev.code)
+    assert.equal(503, ev.status)
+    assert.equal("HTTP 503 Service Unavailable: 503 Service Unavailable", ev.message)
+    assert.matches("^<html>\r\n<head><title>", ev.body)
+  end)
+
+  it("gives the first line of a plain-text error body", function()
+    local ev = open(sim, "x", { fault = "http-plain=500:model crashed" }):next()
+    assert.equal("HTTP 500 Internal Server Error: model crashed", ev.message)
+    assert.equal("model crashed\n", ev.body)
   end)
 
   it("mirza.request returns nil, message, 'http', status for HTTP errors", function()
@@ -243,5 +258,265 @@ describe("transport failures", function()
     s:close()
     s:close() -- idempotent
     assert.has_error(function() s:next() end, "attempt to use a closed stream")
+  end)
+end)
+
+-- Streams that misbehave (issue 8): each case here failed before its fix.
+describe("misbehaving streams", function()
+  local sim, llama
+  setup(function()
+    sim = H.start_sim { "--tok-rate", "0", "--ttft-ms", "0" }
+    llama = H.start_sim { "--dialect", "llama", "--tok-rate", "0", "--ttft-ms", "0" }
+  end)
+  teardown(function()
+    sim.stop()
+    llama.stop()
+  end)
+  after_each(function() collectgarbage("collect") end)
+
+  it("ends with done when the server finishes without [DONE] (finish_reason and usage kept)", function()
+    local s <close> = open(sim, "x", { text = "a b c", fault = "no-done" })
+    local r = H.drain(s)
+    assert.equal("a b c", r.text)
+    assert.equal("done", r.last.type)
+    assert.equal("stop", r.last.finish_reason)
+    assert.equal(3, r.last.usage.completion_tokens)
+    assert.is_true(r.last.no_done_marker)
+  end)
+
+  it("ends with done without [DONE] in the llama dialect (usage-only frame last)", function()
+    local s <close> = open(llama, "x", { text = "a b", fault = "no-done" }, { stream_options = { include_usage = true }, chat_template_kwargs = { enable_thinking = false } })
+    local r = H.drain(s)
+    assert.equal("done", r.last.type)
+    assert.equal("stop", r.last.finish_reason)
+    assert.equal(2, r.last.usage.completion_tokens)
+    assert.is_true(r.last.no_done_marker)
+  end)
+
+  it("has no no_done_marker on a normal end", function()
+    local r = H.drain(open(sim, "x", { text = "a b" }))
+    assert.equal("done", r.last.type)
+    assert.is_nil(r.last.no_done_marker)
+  end)
+end)
+
+describe("NUL characters in a delta", function()
+  local sim
+  setup(function() sim = H.start_sim { "--tok-rate", "0", "--ttft-ms", "0" } end)
+  teardown(function() sim.stop() end)
+
+  it("keeps the text after \\u0000 (token frame: fast path)", function()
+    local r = H.drain(open(sim, "x", { text = "a b", fault = "nul-after=1" }))
+    assert.equal("done", r.last.type)
+    assert.equal("a a\0bb", r.text)
+  end)
+
+  it("keeps the text after \\u0000 (frames read by cJSON)", function()
+    local r = H.drain(open(sim, "x", { fault = "replay=" .. H.fixtures .. "/nul_in_delta.sse" }))
+    assert.equal("done", r.last.type)
+    assert.equal("x\0y1\0002", r.text)
+  end)
+end)
+
+describe("invalid UTF-8 in a delta", function()
+  local sim
+  setup(function() sim = H.start_sim { "--tok-rate", "0", "--ttft-ms", "0" } end)
+  teardown(function() sim.stop() end)
+
+  it("is replaced by U+FFFD (one per maximal subpart) and counted on done", function()
+    local r = H.drain(open(sim, "x", { text = "a b", fault = "bad-utf8-after=1" }))
+    assert.equal("done", r.last.type)
+    assert.equal("a A\u{FFFD}B\u{FFFD}C\u{1F600}Db", r.text)
+    assert.truthy(utf8.len(r.text))
+    assert.equal(2, r.last.invalid_utf8)
+  end)
+
+  it("is not counted when there is none", function()
+    local r = H.drain(open(sim, "x", { text = "é à ü" }))
+    assert.equal("é à ü", r.text)
+    assert.is_nil(r.last.invalid_utf8)
+  end)
+end)
+
+describe("HTTP error events carry the server's error object", function()
+  local llama, mtplx
+  setup(function()
+    llama = H.start_sim { "--dialect", "llama", "--context-window", "40" }
+    mtplx = H.start_sim { "--context-window", "40" }
+  end)
+  teardown(function()
+    llama.stop()
+    mtplx.stop()
+  end)
+
+  local long = string.rep("a long prompt that overflows the context ", 10)
+
+  it("llama-server: a context overflow is told from other 400s without parsing", function()
+    local ev = open(llama, long):next()
+    assert.equal("http", ev.code)
+    assert.equal(400, ev.status)
+    assert.equal("exceed_context_size_error", ev.error.type)
+    assert.equal(400, ev.error.code)
+    assert.equal(40, ev.error.n_ctx)
+    assert.is_true(ev.error.n_prompt_tokens > 40)
+    assert.matches("exceeds the available context size", ev.error.message)
+  end)
+
+  it("MTPLX: the error object with its string code", function()
+    local ev = open(mtplx, long):next()
+    assert.equal(400, ev.status)
+    assert.equal("invalid_request_error", ev.error.type)
+    assert.equal("HTTPException", ev.error.code)
+    assert.matches("^Prompt contains %d+ tokens", ev.error.message)
+  end)
+
+  it("a non-JSON error body has no error object", function()
+    local ev = open(mtplx, "x", { fault = "http-text=502" }):next()
+    assert.is_nil(ev.error)
+  end)
+end)
+
+describe("response headers on error events", function()
+  local sim
+  setup(function() sim = H.start_sim { "--tok-rate", "0", "--ttft-ms", "0" } end)
+  teardown(function() sim.stop() end)
+
+  it("exposes Retry-After in delta-seconds as ev.retry_after, and the headers", function()
+    local ev = open(sim, "x", { fault = "http=429,retry-after=7" }):next()
+    assert.equal(429, ev.status)
+    assert.equal(7, ev.retry_after)
+    assert.equal("7", ev.headers["retry-after"])
+    assert.equal("application/json", ev.headers["content-type"])
+    assert.equal("mirza-sim", ev.headers.server)
+  end)
+
+  it("reads an HTTP-date Retry-After as seconds from now", function()
+    local ev = open(sim, "x", { fault = "http-html=503,retry-after=date+60" }):next()
+    assert.equal(503, ev.status)
+    assert.is_true(ev.retry_after >= 55 and ev.retry_after <= 61, tostring(ev.retry_after))
+    assert.matches("GMT$", ev.headers["retry-after"])
+  end)
+
+  it("has no retry_after without the header", function()
+    local ev = open(sim, "x", { fault = "http=400" }):next()
+    assert.equal(400, ev.status)
+    assert.is_nil(ev.retry_after)
+    assert.is_table(ev.headers)
+  end)
+end)
+
+describe("waiting for the response head", function()
+  local sim
+  setup(function() sim = H.start_sim { "--tok-rate", "0", "--ttft-ms", "0" } end)
+  teardown(function() sim.stop() end)
+
+  local function run(fault, opts)
+    local body = H.chat_body("x")
+    body.mirza_sim = { text = "a b", fault = fault }
+    local req = { url = sim.url, body = body }
+    for k, v in pairs(opts) do req[k] = v end
+    local s <close> = mirza.open(req)
+    local t0 = mirza.now()
+    local r = H.drain(s)
+    return r, mirza.now() - t0
+  end
+
+  it("a slow head is no stall: each header line resets the stall timer", function()
+    local r = run("slow-head=150", { stall_timeout = 0.5 })
+    assert.equal("done", r.last.type, r.last.message)
+    assert.equal("a b", r.text)
+  end)
+
+  it("a queued request without headers for longer than stall_timeout does not stall", function()
+    local r, took = run("head-delay=1200", { stall_timeout = 0.4 })
+    assert.equal("done", r.last.type, r.last.message)
+    assert.equal("a b", r.text)
+    assert.is_true(took >= 1.1)
+  end)
+
+  it("header_timeout limits the wait for the head", function()
+    local r, took = run("head-delay=5000", { header_timeout = 0.3, stall_timeout = 10 })
+    assert.equal("error", r.last.type)
+    assert.equal("timeout", r.last.code)
+    assert.matches("header timeout", r.last.message)
+    assert.is_true(took < 4, tostring(took))
+  end)
+end)
+
+describe("redirects", function()
+  local sim
+  setup(function() sim = H.start_sim { "--tok-rate", "0", "--ttft-ms", "0" } end)
+  teardown(function() sim.stop() end)
+
+  for _, st in ipairs { 307, 308, 301 } do
+    it("fails a " .. st .. " with an http error naming the Location (not followed)", function()
+      local ev = open(sim, "x", { fault = "redirect=" .. st }):next()
+      assert.equal("error", ev.type)
+      assert.equal("http", ev.code)
+      assert.equal(st, ev.status)
+      assert.matches("^HTTP " .. st .. " [%a ]+ to " .. sim.url:gsub("%p", "%%%0") .. "/moved %(redirects are not followed", ev.message)
+      assert.equal("/v1/chat/completions/moved", ev.headers.location)
+    end)
+  end
+end)
+
+describe("malformed frames", function()
+  local sim
+  setup(function() sim = H.start_sim { "--tok-rate", "0", "--ttft-ms", "0" } end)
+  teardown(function() sim.stop() end)
+
+  local function run(opts)
+    local body = H.chat_body("x")
+    body.mirza_sim = { text = "a b c d", fault = "malformed-after=2" }
+    local req = { url = sim.url, body = body }
+    for k, v in pairs(opts) do req[k] = v end
+    return H.drain(mirza.open(req))
+  end
+
+  it("fail the stream with 'protocol' by default, the text before kept", function()
+    local r = run {}
+    assert.equal("protocol", r.last.code)
+    assert.equal("a b ", r.text)
+    local r2 = run { on_bad_frame = "error" }
+    assert.equal("protocol", r2.last.code)
+    assert.equal("a b ", r2.text)
+  end)
+
+  it("are skipped and counted with on_bad_frame = 'skip'", function()
+    local r = run { on_bad_frame = "skip" }
+    assert.equal("done", r.last.type)
+    assert.equal("a b c d", r.text)
+    assert.equal(1, r.last.skipped_frames)
+  end)
+
+  it("on_bad_frame takes 'error' or 'skip' only", function()
+    assert.has_error(function() mirza.open { url = sim.url, on_bad_frame = "ignore" } end,
+      'mirza.open: \'on_bad_frame\' must be "error" or "skip"')
+  end)
+end)
+
+describe("compressed bodies", function()
+  local sim
+  setup(function() sim = H.start_sim { "--tok-rate", "0", "--ttft-ms", "0" } end)
+  teardown(function() sim.stop() end)
+
+  it("decodes a gzip stream", function()
+    local r = H.drain(open(sim, "x", { text = "a b c", fault = "gzip" }))
+    assert.equal("done", r.last.type, r.last.message)
+    assert.equal("a b c", r.text)
+  end)
+
+  it("decodes a gzip stream when the script set Accept-Encoding itself", function()
+    local body = H.chat_body("x")
+    body.mirza_sim = { text = "é b c", fault = "gzip" }
+    local r = H.drain(mirza.open { url = sim.url, body = body, headers = { ["Accept-Encoding"] = "gzip" } })
+    assert.equal("done", r.last.type, r.last.message)
+    assert.equal("é b c", r.text)
+  end)
+
+  it("decodes a gzip error body", function()
+    local ev = open(sim, "x", { fault = "gzip,http=400:bad things" }):next()
+    assert.equal("HTTP 400 Bad Request: bad things", ev.message)
+    assert.equal("bad things", ev.error.message)
   end)
 end)
