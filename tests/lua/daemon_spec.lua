@@ -73,6 +73,18 @@ describe("mirza.daemon presets", function()
   end)
 end)
 
+describe("mirza.daemon.is_loopback", function()
+  it("knows this machine's loopback names and nothing else", function()
+    for _, h in ipairs { "127.0.0.1", "127.1.2.3", "::1", "[::1]", "localhost", "LOCALHOST" } do
+      assert.is_true(daemon.is_loopback(h), h)
+    end
+    for _, h in ipairs { "10.0.0.1", "128.0.0.1", "gpu.example.com", "localhost.example.com", "127.0.0.1.nip.io",
+      "::2", "0.0.0.0" } do
+      assert.is_false(daemon.is_loopback(h), h)
+    end
+  end)
+end)
+
 describe("mirza.daemon option validation", function()
   local function fails(opts, pattern)
     local ok, err = pcall(daemon.resolve, opts)
