@@ -30,7 +30,7 @@ local M = {}
 ---@field model? string           model directory/repo (mtplx) or .gguf file (llama-server); required by those presets
 ---@field model_id? string        id the daemon serves the model as; checked on adoption (default: the model's base name; mirza-sim: "mirza-sim")
 ---@field context_window? integer default 16384 (llama-server: per slot, `-c` = context_window * parallel)
----@field kv_bits? integer        KV cache quantization: 8, 4, or anything else for none (default 8)
+---@field kv_bits? integer        KV cache quantization: 8, 4, or anything else for none (default: mtplx 8; llama-server none, its f16)
 ---@field depth? integer          MTPLX MTP draft depth (default 3)
 ---@field parallel? integer       llama-server slots `-np` (default 1)
 ---@field jinja? boolean          llama-server `--jinja` (default true)
@@ -134,7 +134,9 @@ M.presets["llama-server"] = function(o)
     o.bin or "llama-server", "-m", need_model(o), "--host", o.host, "--port", tostring(o.port),
     "-c", tostring(o.context_window * o.parallel),
   }
-  local kv = kv_type[o.kv_bits]
+  -- llama-server's own default is f16, and q8 KV crashes some models at
+  -- load: quantize only when kv_bits was asked for.
+  local kv = o.kv_explicit and kv_type[o.kv_bits]
   if kv then append(argv, { "-ctk", kv, "-ctv", kv }) end
   append(argv, { "-np", tostring(o.parallel) })
   if o.jinja then argv[#argv + 1] = "--jinja" end
@@ -195,6 +197,7 @@ function M.resolve(opts)
     check_type(k, v)
     o[k] = v
   end
+  o.kv_explicit = opts.kv_bits ~= nil
   for k, v in pairs(defaults) do
     if o[k] == nil then o[k] = v end
   end
