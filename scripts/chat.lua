@@ -1,98 +1,130 @@
---- chat.lua - an assistant loop over stdin lines (or a FIFO).
+--- chat.lua - an assistant loop over stdin lines (or a FIFO, or a file).
 ---
----   build/mirza scripts/chat.lua [behaviour.lua] [--sim] [--fifo PATH]
+---   build/mirza scripts/chat.lua [behaviour.lua] [--sim] [--port N] [--fifo PATH]
 ---
 --- Each input line is one user turn; the thinking goes to stderr, the
 --- answer to stdout sentence by sentence, stats after each turn. Commands:
 ---   /think on|off   toggle thinking        /budget N   reasoning budget
----   /clear          clear the daemon cache /reload     reload behaviour now
----   /stats          last turn's figures    /quit       leave
+---   /clear          clear the session cache /new       fresh conversation and session
+---   /reload         reload behaviour now   /stats      last turn's figures
+---   /help           list the commands      /quit       leave
+--- An unknown /command is reported, never sent as a prompt.
 --- A behaviour file (a Lua module returning a table) is hot-reloaded when it
---- changes, between turns; a broken edit keeps the previous version. It may
---- define: system (string), stage (function(upstream) -> iterator, a
---- pipeline stage inserted in every turn), on_turn(text, engine) -> text.
+--- changes, between turns (mirza.behaviour): a broken edit keeps the
+--- previous version; a hook or stage that raises at run time is reported
+--- with file:line and the previous version (or the built-in default) runs
+--- that turn. It may define: system (string; a change applies from the
+--- next turn and is prefilled), stage (function(upstream) -> iterator, a
+--- pipeline stage in every turn), on_turn(text, engine) -> text.
 --- Engine settings come from the environment (MIRZA_BASE_URL, MIRZA_MODEL,
 --- MIRZA_PRESET, ...) or ~/.config/mirza/config.lua; --sim runs against
---- mirza-sim.
-local mirza = require "mirza"
+--- mirza-sim (port 18767, or --port). At the end the chat stops a daemon it
+--- started and leaves an adopted one running.
 local engine = require "mirza.engine"
+local behaviour_mod = require "mirza.behaviour"
 
-local behaviour_path, use_sim, fifo
+local behaviour_path, use_sim, fifo, port
 local i = 1
 while arg[i] do
   if arg[i] == "--sim" then use_sim = true
   elseif arg[i] == "--fifo" then i = i + 1; fifo = arg[i]
+  elseif arg[i] == "--port" then i = i + 1; port = tonumber(arg[i])
   else behaviour_path = arg[i] end
   i = i + 1
 end
 
-local BEHAVIOUR = "chat_behaviour"
-local function behaviour() return package.loaded[BEHAVIOUR] or {} end
+local function say_err(...) io.stderr:write(...) io.stderr:write("\n") end
+
+local b = behaviour_mod.default()
 if behaviour_path then
-  local mod, err = require("mirza.reload").load(BEHAVIOUR, behaviour_path)
-  if not mod then
-    io.stderr:write("chat: ", err, "\n")
+  local err
+  b, err = behaviour_mod.new("chat_behaviour", behaviour_path, function(m) say_err("behaviour error: ", m) end)
+  if not b then
+    say_err("chat: ", err)
     os.exit(1)
   end
-  package.loaded[BEHAVIOUR] = mod
-  mirza.watch(BEHAVIOUR, behaviour_path)
 end
 
-local e = engine.new(use_sim and { preset = "mirza-sim", port = 18767, daemon = { args = { "--tok-rate", "60" } } } or {})
-e.stages = { { name = "behaviour", fn = function(up)
-  local st = behaviour().stage
-  return st and st(up) or up
-end } }
-local ok, msg = e:load(behaviour().system)
+local e = engine.new(use_sim and { preset = "mirza-sim", port = port or 18767,
+  daemon = { args = { "--tok-rate", "60" } } } or (port and { port = port }) or {})
+e.stages = { b:stage_spec() }
+local ok, msg = e:load(b:system())
 if not ok then
-  io.stderr:write("chat: ", msg, "\n")
+  say_err("chat: ", msg)
   os.exit(1)
 end
-io.stderr:write(("chat: %s on %s (session %s). /quit to leave.\n"):format(
-  e.daemon.adopted and "adopted" or "started", e.base_url, e.cfg.session_id))
+local how = not e.daemon and "using" or e.daemon.adopted and "adopted" or "started"
+say_err(("chat: %s %s (session %s). /help for commands, /quit to leave."):format(how, e.base_url, e.cfg.session_id))
 
 local function show_stats(st)
   if not st then return end
-  io.stderr:write(("[ttft %.0f ms, %.1f tok/s, %d tokens, kv %d%s]\n"):format(st.ttft_ms, st.tok_s, st.tokens,
-    st.kv_tokens, st.cached_tokens and (", cached " .. st.cached_tokens) or ""))
+  say_err(("[ttft %.0f ms, %.1f tok/s, %d tokens, kv %d%s%s]"):format(st.ttft_ms, st.tok_s, st.tokens,
+    st.kv_tokens, st.cached_tokens and (", cached " .. st.cached_tokens) or "",
+    st.session_cache_hit == false and (", cache miss: " .. tostring(st.cache_miss_reason)) or ""))
 end
 
-local commands = {
-  think = function(a) e:set_thinking(a ~= "off") io.stderr:write("thinking ", a ~= "off" and "on" or "off", "\n") end,
+-- Between turns: a reloaded behaviour is taken up; a changed system
+-- prompt applies from this turn on (and is prefilled).
+local function refresh()
+  e:reload()
+  b:refresh()
+  local sys = b:system()
+  if sys ~= e.system_prompt and sys then e:load(sys) end
+end
+
+local commands
+commands = {
+  think = function(a) e:set_thinking(a ~= "off") say_err("thinking ", a ~= "off" and "on" or "off") end,
   budget = function(a) e:set_reasoning_budget(tonumber(a) or 0) end,
-  clear = function() io.stderr:write(e:clear_cache() and "cache cleared\n" or "cache clear skipped\n") end,
+  clear = function()
+    local done, why = e:clear_cache()
+    say_err(done and "session cache cleared" or ("cache not cleared: " .. tostring(why)))
+  end,
+  new = function() e:reset() say_err("new conversation (session ", e.cfg.session_id, ")") end,
   reload = function()
     local done, failed = e:reload()
-    for _, n in ipairs(done) do io.stderr:write("reloaded ", n, "\n") end
-    for n in pairs(failed) do io.stderr:write("kept old ", n, "\n") end
+    for _, n in ipairs(done) do say_err("reloaded ", n) end
+    for n in pairs(failed) do say_err("kept old ", n) end
   end,
   stats = function() show_stats(e.last) end,
+  help = function()
+    local names = {}
+    for n in pairs(commands) do names[#names + 1] = "/" .. n end
+    table.sort(names)
+    say_err("commands: ", table.concat(names, " "), " /quit")
+  end,
 }
 
 local dim, undim = "", ""
 if os.execute("test -t 2") == true then dim, undim = "\27[2m", "\27[0m" end
 
+local function turn(line)
+  refresh()
+  local text = b:on_turn(line, e)
+  local thinking = false
+  local st, res, _, routed = e:say(text, {
+    mode = "sentence",
+    think = function(t) thinking = true io.stderr:write(dim, t, undim) end,
+    answer = function(s)
+      if thinking then io.stderr:write("\n") thinking = false end
+      io.write(s, "\n")
+      io.flush()
+    end,
+    error = function(m) say_err("error: ", m) end,
+  })
+  if st then show_stats(st)
+  elseif not routed then say_err("turn failed: ", tostring(res)) end -- else the error sink said it
+end
+
 local input = fifo and assert(io.open(fifo)) or io.stdin
 for line in input:lines() do
-  local cmd, a = line:match("^/(%a+)%s*(.-)%s*$")
+  local cmd, a = line:match("^/(%S+)%s*(.-)%s*$")
   if cmd == "quit" then break end
-  if cmd and commands[cmd] then
-    commands[cmd](a)
+  if cmd then
+    if commands[cmd] then commands[cmd](a)
+    else say_err("error: unknown command /", cmd, " (/help lists them)") end
   elseif line:find("%S") then
-    local hook = behaviour().on_turn
-    local text = hook and hook(line, e) or line
-    local thinking = false
-    local st, res = e:say(text, {
-      mode = "sentence",
-      think = function(t) thinking = true io.stderr:write(dim, t, undim) end,
-      answer = function(s)
-        if thinking then io.stderr:write("\n") thinking = false end
-        io.write(s, "\n")
-        io.flush()
-      end,
-      error = function(m) io.stderr:write("error: ", m, "\n") end,
-    })
-    if st then show_stats(st) else io.stderr:write("turn failed: ", tostring(res), "\n") end
+    turn(line)
   end
 end
-e:unload()
+e:close() -- stops a daemon we started; an adopted one stays

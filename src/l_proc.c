@@ -7,7 +7,8 @@
  * starts the child, so an error in between leaks nothing. close(), __close
  * and __gc are one idempotent function: it stops the process group
  * (SIGTERM, grace, SIGKILL) unless the process was spawned keep_alive, and
- * frees the handle. The host closes the Lua state on a normal end, an
+ * frees the handle. A process not closed yet is anchored in the registry,
+ * so dropping its handle does not stop it at the next collection. The host closes the Lua state on a normal end, an
  * uncaught error and SIGINT/SIGTERM, so every spawned daemon is stopped in
  * all three cases; SIGKILL of mirza is covered by PDEATHSIG (supervisor.c).
  *
@@ -30,12 +31,14 @@
 #define DEFAULT_GRACE_MS 5000    /* SIGTERM -> SIGKILL delay on close */
 #define DEFAULT_TAIL_LINES 20
 #define TAIL_BYTES 16384         /* log_tail/file_tail return at most this */
+#define LIVE_KEY "mirza.live_procs" /* registry: spawned processes not closed yet */
 
 typedef struct lproc {
   mz_proc *p;     /* NULL when closed */
   long pid;       /* kept after close, for __tostring */
   int keep_alive; /* close() leaves the child running */
   int grace_ms;   /* grace used by close() */
+  int pidfile;    /* port whose pid file names this child, or 0 */
 } lproc;           /* uservalue 1: the log path, or nil */
 
 static lproc *to_proc(lua_State *L, int idx) {
@@ -122,12 +125,41 @@ static int p_log_path(lua_State *L) {
   return 1;
 }
 
+/* The registry's set of running processes, pushed. A spawned process is
+ * anchored there until close(): a daemon must live until it is stopped,
+ * closed or the state ends, not until its handle becomes garbage (the
+ * finalizer then only runs at lua_close, which finalizes everything). */
+static void push_live(lua_State *L) {
+  if (lua_getfield(L, LUA_REGISTRYINDEX, LIVE_KEY) == LUA_TTABLE) return;
+  lua_pop(L, 1);
+  lua_newtable(L);
+  lua_pushvalue(L, -1);
+  lua_setfield(L, LUA_REGISTRYINDEX, LIVE_KEY);
+}
+
+/* live[value at idx] = on (true) or nil. */
+static void set_live(lua_State *L, int idx, int on) {
+  idx = lua_absindex(L, idx);
+  push_live(L);
+  lua_pushvalue(L, idx);
+  if (on) lua_pushboolean(L, 1);
+  else lua_pushnil(L);
+  lua_rawset(L, -3);
+  lua_pop(L, 1);
+}
+
 /* close, __close and __gc: stop unless keep_alive, then free. Safe to
  * call again, and from a finalizer at lua_close. */
 static int p_close(lua_State *L) {
   lproc *u = to_proc(L, 1);
   if (u->p) {
-    if (!u->keep_alive) mz_proc_stop(u->p, u->grace_ms);
+    set_live(L, 1, 0);
+    if (!u->keep_alive) {
+      mz_proc_stop(u->p, u->grace_ms);
+      /* a pid file naming a stopped child would let its recycled pid be
+       * adopted later: it goes with the child (a keep_alive one keeps it) */
+      if (u->pidfile && mz_pidfile_read(u->pidfile) == (pid_t)u->pid) mz_pidfile_remove(u->pidfile);
+    }
     mz_proc_free(u->p);
     u->p = NULL;
   }
@@ -148,7 +180,7 @@ static int p_tostring(lua_State *L) {
 
 /* ------------------------------------------------------------ spawn */
 
-static const char *const spawn_keys[] = {"argv", "env", "cwd", "log", "keep_alive", "grace", NULL};
+static const char *const spawn_keys[] = {"argv", "env", "cwd", "log", "keep_alive", "grace", "pidfile", NULL};
 
 static void check_keys(lua_State *L, int idx) {
   lua_pushnil(L);
@@ -214,8 +246,10 @@ static const char **push_env(lua_State *L, int idx) {
 
 /*
  * mirza.core.spawn{argv = {...}, env = {...}, cwd = , log = , keep_alive = ,
- * grace = } -> proc | nil, message, "spawn"
- * The program is looked up in PATH, never run through a shell.
+ * grace = , pidfile = port} -> proc | nil, message, "spawn"
+ * The program is looked up in PATH, never run through a shell. With
+ * pidfile, the child's pid is written to that port's pid file (best
+ * effort) and removed again when close() stops the child.
  */
 static int l_spawn(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
@@ -233,6 +267,12 @@ static int l_spawn(lua_State *L) {
   o.keep_alive = u->keep_alive = lua_toboolean(L, -1);
   lua_getfield(L, 1, "grace"); /* [opts, u, keep_alive, grace] */
   u->grace_ms = opt_grace(L, 4, DEFAULT_GRACE_MS);
+  lua_getfield(L, 1, "pidfile"); /* [opts, u, keep_alive, grace, pidfile] */
+  if (!lua_isnil(L, 5)) {
+    lua_Integer port = luaL_checkinteger(L, 5);
+    luaL_argcheck(L, port > 0 && port <= 65535, 1, "pidfile must be a port 1..65535");
+    u->pidfile = (int)port;
+  }
   o.argv = push_argv(L, 1);
   o.env = push_env(L, 1);
   char err[512];
@@ -241,6 +281,8 @@ static int l_spawn(lua_State *L) {
   u->p = p;
   u->pid = (long)mz_proc_pid(p);
   lua_settop(L, 2);
+  set_live(L, 2, 1);
+  if (u->pidfile) mz_pidfile_write(u->pidfile, (pid_t)u->pid); /* best effort: adoption is a bonus */
   return 1;
 }
 
@@ -272,6 +314,17 @@ static int l_pid_stop(lua_State *L) {
 
 static int l_pid_alive(lua_State *L) {
   lua_pushboolean(L, mz_pid_alive(check_pid(L, 1)));
+  return 1;
+}
+
+/* pid_listens(pid, port) -> boolean | nil, message, "io"
+ * Whether pid holds the socket listening on port (see supervisor.h). */
+static int l_pid_listens(lua_State *L) {
+  pid_t pid = check_pid(L, 1);
+  int port = check_port(L, 2);
+  int r = mz_pid_listens(pid, port);
+  if (r < 0) return fail_errno(L, "cannot inspect the sockets of pid", pid);
+  lua_pushboolean(L, r);
   return 1;
 }
 
@@ -349,6 +402,7 @@ int luaopen_mirza_proc(lua_State *L) {
   static const luaL_Reg funcs[] = {{"spawn", l_spawn},
                                    {"pid_stop", l_pid_stop},
                                    {"pid_alive", l_pid_alive},
+                                   {"pid_listens", l_pid_listens},
                                    {"pidfile_read", l_pidfile_read},
                                    {"pidfile_write", l_pidfile_write},
                                    {"pidfile_remove", l_pidfile_remove},

@@ -22,6 +22,7 @@
 #define _GNU_SOURCE
 #include "supervisor.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -460,6 +461,65 @@ int mz_pid_alive(pid_t pid)
 {
   if (pid <= 0) return 0; /* kill(0 or -n, 0) asks about groups */
   return kill(pid, 0) == 0 || errno == EPERM;
+}
+
+/* ---- who listens on a port --------------------------------------------- */
+
+#define LISTEN_MAX 16 /* listening sockets on one port we look at (SO_REUSEPORT) */
+
+/* Add to inodes[*n] the inodes of the LISTEN (state 0A) sockets of one
+ * /proc/net/tcp* table whose local port is port. Lines look like
+ * "  0: 0100007F:1F90 00000000:0000 0A ... uid timeout inode ...". */
+static void listen_inodes(const char *table, int port, unsigned long *inodes, int *n)
+{
+  char line[512];
+  FILE *f = fopen(table, "re");
+  if (!f) return;
+  while (*n < LISTEN_MAX && fgets(line, sizeof line, f)) {
+    unsigned lport, st;
+    unsigned long inode;
+    char *colon = strchr(line, ':');             /* after the slot number */
+    char *pcolon = colon ? strchr(colon + 1, ':') : NULL; /* before the local port */
+    if (!pcolon) continue;
+    if (sscanf(pcolon + 1, "%x %*s %x %*s %*s %*s %*s %*s %lu", &lport, &st, &inode) != 3) continue;
+    if ((int)lport == port && st == 0x0A && inode != 0) inodes[(*n)++] = inode;
+  }
+  fclose(f);
+}
+
+/* 1 if fd link text is "socket:[inode]" for one of the inodes. */
+static int is_listen_fd(const char *link, const unsigned long *inodes, int n)
+{
+  unsigned long ino;
+  if (sscanf(link, "socket:[%lu]", &ino) != 1) return 0;
+  for (int i = 0; i < n; i++)
+    if (inodes[i] == ino) return 1;
+  return 0;
+}
+
+int mz_pid_listens(pid_t pid, int port)
+{
+  unsigned long inodes[LISTEN_MAX];
+  char dir[64], path[64 + 256], link[64];
+  int n = 0, found = 0;
+  if (pid <= 0 || port <= 0 || port > 65535) return errno = EINVAL, -1;
+  listen_inodes("/proc/net/tcp", port, inodes, &n);
+  listen_inodes("/proc/net/tcp6", port, inodes, &n);
+  if (n == 0) return 0;
+  snprintf(dir, sizeof dir, "/proc/%ld/fd", (long)pid);
+  DIR *d = opendir(dir);
+  if (!d) return errno == ENOENT ? 0 : -1;
+  struct dirent *e;
+  while (!found && (e = readdir(d))) {
+    if (e->d_name[0] == '.') continue;
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    ssize_t len = readlink(path, link, sizeof link - 1);
+    if (len <= 0) continue;
+    link[len] = '\0';
+    found = is_listen_fd(link, inodes, n);
+  }
+  closedir(d);
+  return found;
 }
 
 /* ---- log tail ------------------------------------------------------------ */

@@ -60,6 +60,14 @@ int mz_pid_stop(pid_t pid, int grace_ms);
 /* 1 if a process with this pid exists (kill(pid,0) succeeds or EPERM). */
 int mz_pid_alive(pid_t pid);
 
+/* Whether process pid holds a TCP socket listening on port (IPv4 or IPv6,
+ * any local address): the inodes of the LISTEN entries of /proc/net/tcp
+ * and /proc/net/tcp6 for that port, matched against the "socket:[inode]"
+ * links of /proc/<pid>/fd. Returns 1 (yes), 0 (no, or no such process),
+ * -1 (errno) when /proc cannot be read (EACCES for another user's
+ * process: we cannot tell). Used before trusting a pid a daemon reports. */
+int mz_pid_listens(pid_t pid, int port);
+
 /* The last n lines of a file (a log), at most len-1 bytes, into buf (NUL-
  * terminated; "" when missing or empty). Reads only the file's tail. */
 char *mz_file_tail(const char *path, int nlines, char *buf, size_t len);

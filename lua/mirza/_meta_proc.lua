@@ -10,10 +10,12 @@
 ---@field log? string         stdout+stderr appended here (created 0644); default /dev/null
 ---@field keep_alive? boolean the child may outlive mirza (own session, no PDEATHSIG), and close() leaves it running
 ---@field grace? number       seconds between SIGTERM and SIGKILL when close() stops it (default 5)
+---@field pidfile? integer    a port: the child's pid goes to that port's pid file, removed when close() stops it
 
----A child process in a process group of its own. `close()`, `<close>` and
----the garbage collector stop the group (unless keep_alive) and free the
----handle; other methods on a closed process raise.
+---A child process in a process group of its own. `close()` and `<close>`
+---stop the group (unless keep_alive) and free the handle; other methods on
+---a closed process raise. A running process is anchored in the registry:
+---dropping the handle does not stop it; the end of the Lua state does.
 ---@class mirza.Process
 local Process = {}
 
@@ -73,6 +75,16 @@ function core.pid_stop(pid, grace) end
 ---@param pid integer
 ---@return boolean alive a process with this pid exists
 function core.pid_alive(pid) end
+
+---Whether a process holds the TCP socket listening on a port (IPv4 or
+---IPv6; read from /proc/net/tcp{,6} and /proc/<pid>/fd). The daemon
+---supervisor trusts a pid reported by `/health` only when this is true.
+---@param pid integer
+---@param port integer 1..65535
+---@return boolean|nil listens
+---@return string? message when /proc cannot be read (another user's process)
+---@return string? code "io"
+function core.pid_listens(pid, port) end
 
 ---The pid recorded for a port (`$XDG_RUNTIME_DIR/mirza/daemon-<port>.pid`,
 ---else `/tmp/mirza-<uid>/`), or nil when none, unreadable, or the directory

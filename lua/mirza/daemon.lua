@@ -7,9 +7,13 @@
 --- until it answers, the child exits (fail at once with the exit status
 --- and the log tail) or the deadline passes. The pid of a daemon mirza
 --- started goes into a per-port pid file, so a later run can adopt *and*
---- stop it. A started daemon is stopped when the script ends, fails or is
---- interrupted (the Process userdata's finalizer), unless `keep_alive`.
---- Adopted daemons are left running unless `stop()` is called.
+--- stop it. A started daemon is stopped by `stop()`, `close()` or when the
+--- script ends, fails or is interrupted (the Process userdata's finalizer
+--- at the end of the state), unless `keep_alive` — never merely because the
+--- supervisor object became garbage. Adopted daemons are left running
+--- unless `stop()` is called, and `stop()` signals one only when its pid is
+--- plausibly the daemon's: a loopback host, and the pid holds the port's
+--- listening socket or is named by our pid file.
 ---
 --- Presets build the command line from the seed's settings; `custom`
 --- takes an argv (with `{host}`, `{port}`, `{model}`, `{model_id}`
@@ -26,7 +30,7 @@ local M = {}
 ---@field model? string           model directory/repo (mtplx) or .gguf file (llama-server); required by those presets
 ---@field model_id? string        id the daemon serves the model as; checked on adoption (default: the model's base name; mirza-sim: "mirza-sim")
 ---@field context_window? integer default 16384 (llama-server: per slot, `-c` = context_window * parallel)
----@field kv_bits? integer        KV cache quantization: 8, 4, or anything else for none (default 8)
+---@field kv_bits? integer        KV cache quantization: 8, 4, or anything else for none (default: mtplx 8; llama-server none, its f16)
 ---@field depth? integer          MTPLX MTP draft depth (default 3)
 ---@field parallel? integer       llama-server slots `-np` (default 1)
 ---@field jinja? boolean          llama-server `--jinja` (default true)
@@ -130,7 +134,9 @@ M.presets["llama-server"] = function(o)
     o.bin or "llama-server", "-m", need_model(o), "--host", o.host, "--port", tostring(o.port),
     "-c", tostring(o.context_window * o.parallel),
   }
-  local kv = kv_type[o.kv_bits]
+  -- llama-server's own default is f16, and q8 KV crashes some models at
+  -- load: quantize only when kv_bits was asked for.
+  local kv = o.kv_explicit and kv_type[o.kv_bits]
   if kv then append(argv, { "-ctk", kv, "-ctv", kv }) end
   append(argv, { "-np", tostring(o.parallel) })
   if o.jinja then argv[#argv + 1] = "--jinja" end
@@ -191,6 +197,7 @@ function M.resolve(opts)
     check_type(k, v)
     o[k] = v
   end
+  o.kv_explicit = opts.kv_bits ~= nil
   for k, v in pairs(defaults) do
     if o[k] == nil then o[k] = v end
   end
@@ -292,20 +299,41 @@ function Daemon:_check_model(info)
   return nil, ("%s serves model '%s', expected '%s'"):format(self.url, served, self.model_id), "foreign"
 end
 
--- The pid of a daemon we did not start: /health startup.pid, else a live
--- pid from our pid file.
-local function adopted_pid(info, port)
+---Whether a host is this machine's loopback (127.0.0.0/8, ::1,
+---localhost). Only a loopback daemon's pid can be ours to stop. Tests
+---replace it to make a local simulator look remote.
+---@param host string
+---@return boolean
+function M.is_loopback(host)
+  host = host:gsub("^%[(.*)%]$", "%1"):lower()
+  return host == "localhost" or host == "::1" or host:find("^127%.%d+%.%d+%.%d+$") ~= nil
+end
+
+-- The pid of a daemon we did not start, and why it is trusted (or why
+-- none is). A pid reported by /health (startup.pid) is trusted only when
+-- that process holds the port's listening socket or our pid file names
+-- it; a pid file alone only when that pid is alive and not seen to miss
+-- the socket (a recycled pid does not hold it). Never for a remote host:
+-- a pid there means nothing here.
+function Daemon:_adopted_pid(info)
+  if not M.is_loopback(self.host) then return nil, "the host is not this machine" end
+  local port = self.port
+  local ours = core.pidfile_read(port)
   local st = type(info) == "table" and info.startup
   local pid = type(st) == "table" and math.tointeger(st.pid)
-  if pid and pid > 0 then return pid end
-  pid = core.pidfile_read(port)
-  return pid and core.pid_alive(pid) and pid or nil
+  if pid and pid > 0 then
+    if pid == ours or core.pid_listens(pid, port) then return pid end
+    return nil, ("the pid it reports (%d) does not hold port %d"):format(pid, port)
+  end
+  if ours and core.pid_alive(ours) and core.pid_listens(ours, port) ~= false then return ours end
+  return nil, "it reports no pid and no pid file of ours names it"
 end
 
 function Daemon:_adopt(info)
   local ok, msg, code = self:_check_model(info)
   if not ok then return nil, msg, code end
-  self.adopted, self.pid = true, adopted_pid(info, self.port)
+  self.adopted = true
+  self.pid, self._unowned = self:_adopted_pid(info)
   return true
 end
 
@@ -409,10 +437,9 @@ function Daemon:_spawn()
   local o = self._o
   self:_rotate_log()
   local proc, msg, code = core.spawn { argv = self.argv, env = o.env, cwd = o.cwd, log = self.log_path,
-    keep_alive = o.keep_alive, grace = o.grace }
+    keep_alive = o.keep_alive, grace = o.grace, pidfile = self.port }
   if not proc then return nil, msg, code end
   self._proc, self.pid, self.adopted, self._status = proc, proc:pid(), false, nil
-  core.pidfile_write(self.port, self.pid) -- best effort: adoption by pid is a bonus
   local ok, err, ecode = self:_wait()
   if not ok then
     self:_drop()
@@ -447,16 +474,22 @@ end
 
 ---Stop the daemon, whether started or adopted: SIGTERM to its process
 ---group, `grace` seconds, then SIGKILL; removes the pid file. Idempotent.
+---An adopted daemon is stopped only when its pid is known to be the
+---daemon's (see `_adopted_pid`): otherwise it is not ours to stop, and
+---nothing is signalled.
 ---@return true|nil ok
----@return string? message when an adopted daemon's pid is unknown or it cannot be signalled
----@return string? code "io"
+---@return string? message
+---@return string? code "unowned" (adopted, pid unknown or untrusted: left running), "io" (cannot signal)
 function Daemon:stop()
   if self._proc then
     self:_drop()
     return true
   end
   if self.adopted then
-    if not self.pid then return nil, ("pid of the daemon at %s unknown: cannot stop it"):format(self.url), "io" end
+    if not self.pid then
+      return nil, ("the daemon at %s was adopted and is not ours to stop (%s)"):format(self.url,
+        self._unowned or "pid unknown"), "unowned"
+    end
     local ok, msg, code = core.pid_stop(self.pid, self._o.grace)
     if not ok then return nil, msg, code end
     if core.pidfile_read(self.port) == self.pid then core.pidfile_remove(self.port) end
@@ -526,7 +559,9 @@ end
 
 ---Release the supervisor: stop a started daemon unless keep_alive (its pid
 ---file then stays, for the next run to adopt); adopted daemons are left
----running. Idempotent; also `__close` and `__gc`.
+---running. Idempotent; also `__close`. Not a finalizer: a started daemon
+---lives until stop(), close() or the end of the Lua state (its process is
+---anchored in the registry), never just because this table became garbage.
 function Daemon:close()
   local proc = self._proc
   if not proc then return end
@@ -543,7 +578,6 @@ function Daemon:close()
 end
 
 Daemon.__close = Daemon.close
-Daemon.__gc = Daemon.close
 
 function Daemon:__tostring()
   local state = self._proc and "started" or self.adopted and "adopted" or "stopped"

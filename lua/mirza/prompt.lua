@@ -136,13 +136,17 @@ function M.strip_reasoning(text)
   return (text:gsub("^%s+", ""))
 end
 
----Append a message to the history, without its reasoning.
+---Append a message to the history, without its reasoning. An assistant
+---message may carry `interrupted = true` (a turn cut short): kept in the
+---history, never sent.
 ---@param h table history
 ---@param m table a message
 function M.add(h, m)
   local why = invalid(m, #h.messages + 1)
   if why then error("prompt.add: " .. why, 2) end
+  local interrupted = m.interrupted == true or nil
   m = clean(m)
+  m.interrupted = interrupted
   if m.role == "assistant" and type(m.content) == "string" then
     m.content = M.strip_reasoning(m.content)
   end
@@ -165,15 +169,25 @@ end
 
 ---Record a finished turn: the current messages (`info.current` from
 ---`build`, or `prompt.messages(input)`; system messages are skipped), then
----the answer.
+---the answer with its tool calls (`{id, type, function = {name,
+---arguments}}`, so a following `role = "tool"` message is valid), and
+---`interrupted` for a turn cut short.
 ---@param h table history
 ---@param current table[]
 ---@param answer string|nil nil for a turn that produced nothing to keep
-function M.add_turn(h, current, answer)
+---@param extra? {tool_calls?: table[], interrupted?: boolean}
+function M.add_turn(h, current, answer, extra)
   for _, m in ipairs(current) do
     if m.role ~= "system" then M.add(h, m) end
   end
-  if answer then M.add_assistant(h, answer) end
+  local calls = extra and extra.tool_calls
+  if not answer and not calls then return end
+  local content = answer or ""
+  if calls and content == "" then
+    local json = json_lib()
+    content = json and json.null or ""
+  end
+  M.add(h, { role = "assistant", content = content, tool_calls = calls, interrupted = extra and extra.interrupted })
 end
 
 local function text_bytes(content)
@@ -300,6 +314,9 @@ function M.build(h, input, opts)
   local dropped, tokens = drop_count(fixed, older, o)
   if h and dropped > 0 then drop_stored(h, dropped) end
   local out = concat(head, table.move(older, dropped + 1, #older, 1, {}), current)
+  for i, m in ipairs(out) do
+    if m.interrupted then out[i] = clean(m) end -- a history mark, not a message field
+  end
   local budget = o.context_window - o.reserve
   return out, { tokens = tokens, budget = budget, dropped = dropped, fits = tokens <= budget, current = current }
 end

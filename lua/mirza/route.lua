@@ -29,7 +29,7 @@ local M = {}
 M.ABBREVIATIONS = {}
 for a in ([[mr mrs ms dr st mt jr sr prof pr mme mlle mm mgr me m vs cf ex e.g i.e
   fig réf ref vol no n° chap art env approx av apr ca cie dept gen gov lt col sgt
-  capt rev]]):gmatch("%S+") do M.ABBREVIATIONS[a] = true end
+  capt rev p pp al ed eds éd op cit ibid vv nos resp cap]]):gmatch("%S+") do M.ABBREVIATIONS[a] = true end
 M.ABBREVIATIONS["me"] = nil -- "Tell me. Then..." ends; Maître is written Me without a dot
 
 local ELLIPSIS = "\226\128\166"
@@ -308,9 +308,11 @@ function handlers.error(r, ev)
   r.error_sink(ev.message or "error", ev)
 end
 
+-- A cut: the repetition guard's delivers what is held back; a cancelled
+-- turn (barge-in) delivers nothing more.
 function handlers.cut(r, ev)
   r.result.cut = ev
-  r:_close(ev)
+  r:_close(ev, ev.reason ~= "cancelled")
 end
 
 ---Route one event.

@@ -175,10 +175,16 @@ end
 ---@param prompt_text string
 ---@param dialect "mtplx"|"llama"
 ---@param limits? {max_tokens?: integer, max_tokens_thinking?: integer}
+---@param budget? integer this turn's budget, overriding the state and the decide hook
 ---@return {budget: integer, fields: table, max_tokens: integer|nil}
-function M.plan(state, prompt_text, dialect, limits)
+function M.plan(state, prompt_text, dialect, limits, budget)
   limits = limits or {}
-  local budget = M.decide(prompt_text, state)
+  if budget ~= nil then
+    if type(budget) ~= "number" then error("thinking.plan: budget must be a number", 2) end
+    budget = math.max(0, math.floor(budget))
+  else
+    budget = M.decide(prompt_text, state)
+  end
   local turn = { budget = budget, efforts = state.efforts }
   return {
     budget = budget,

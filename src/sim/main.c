@@ -36,6 +36,7 @@ static const struct option long_opts[] = {
     {"health-delay-ms", 1, 0, 'D'}, {"fail-start", 1, 0, 'F'},   {"crash-after", 1, 0, 'C'},
     {"fault", 1, 0, 'f'},         {"seed", 1, 0, 's'},           {"keepalive-ms", 1, 0, 'K'},
     {"quiet", 0, 0, 'q'},         {"verbose", 0, 0, 'v'},        {"help", 0, 0, 'h'},
+    {"health-pid", 1, 0, 0x100},
     {0, 0, 0, 0}};
 
 static void usage(FILE *out) {
@@ -67,7 +68,8 @@ static void usage(FILE *out) {
       "  --keepalive-ms N        close idle keep-alive connections after N ms (default 5000)\n"
       "  --quiet                 log nothing to stderr but fatal startup errors\n"
       "  --verbose               log one line per request (method, path, status, time)\n"
-      "  --help                  show this help\n\n"
+      "  --help                  show this help\n"
+      "  --health-pid N          report N as /health startup.pid (a foreign pid)\n\n"
       "Fault SPEC: comma-separated items, also per request with header\n"
       "'X-Mirza-Sim-Fault: SPEC' or body {\"mirza_sim\":{\"fault\":\"SPEC\"}}:\n"
       "  http=STATUS[:MSG]  http-text=STATUS  error-after=N  cut-after=N\n"
@@ -152,6 +154,7 @@ static void parse_args(server *s, int argc, char **argv) {
     case 'q': c->verbosity = 0; break;
     case 'v': c->verbosity = 2; break;
     case 'h': usage(stdout); exit(0);
+    case 0x100: c->health_pid = num(nm, optarg, 1, 0x7fffffffL); break;
     default: usage(stderr); exit(2);
     }
   }

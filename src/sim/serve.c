@@ -154,7 +154,7 @@ static int route_health(conn *c) {
   cJSON_AddStringToObject(r, "model", s->cfg.model_id);
   cJSON_AddNumberToObject(r, "context_window", (double)s->cfg.context_window);
   cJSON *st = cJSON_AddObjectToObject(r, "startup");
-  cJSON_AddNumberToObject(st, "pid", getpid());
+  cJSON_AddNumberToObject(st, "pid", s->cfg.health_pid ? (double)s->cfg.health_pid : (double)getpid());
   cJSON_AddStringToObject(st, "launch_id", s->launch_id);
   cJSON_AddBoolToObject(st, "ready", 1);
   cJSON_AddStringToObject(st, "server", "mirza-sim");

@@ -56,6 +56,7 @@ typedef struct sim_config {
   int verbosity; /* 0 quiet, 1 default, 2 verbose */
   long parallel;
   long keepalive_ms;
+  long health_pid; /* pid reported by /health; 0 = our own */
 } sim_config;
 
 /* ---- buf.c ---------------------------------------------------------- */

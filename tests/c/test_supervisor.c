@@ -16,7 +16,10 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <arpa/inet.h>
 #include <dirent.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -764,6 +767,64 @@ static int group_teardown(void **state)
   return 0;
 }
 
+/* ---- who listens on a port ------------------------------------------------ */
+
+/* A socket of ours listening on loopback (family AF_INET or AF_INET6) on a
+ * free port picked by the kernel; its port in *port. */
+static int listen_loopback(int family, int *port)
+{
+  struct sockaddr_storage ss;
+  socklen_t len;
+  memset(&ss, 0, sizeof ss);
+  if (family == AF_INET) {
+    struct sockaddr_in *a = (struct sockaddr_in *)&ss;
+    a->sin_family = AF_INET;
+    a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    len = sizeof *a;
+  } else {
+    struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
+    a->sin6_family = AF_INET6;
+    a->sin6_addr = in6addr_loopback;
+    len = sizeof *a;
+  }
+  int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  assert_true(fd >= 0);
+  assert_int_equal(bind(fd, (struct sockaddr *)&ss, len), 0);
+  assert_int_equal(listen(fd, 4), 0);
+  assert_int_equal(getsockname(fd, (struct sockaddr *)&ss, &len), 0);
+  *port = ntohs(family == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port
+                                  : ((struct sockaddr_in6 *)&ss)->sin6_port);
+  return fd;
+}
+
+static void test_pid_listens(void **state)
+{
+  (void)state;
+  int port;
+  int fd = listen_loopback(AF_INET, &port);
+  assert_int_equal(mz_pid_listens(getpid(), port), 1);
+  /* another process (a child of ours without the socket) does not */
+  const char *argv[] = { "sleep", "30", NULL };
+  mz_proc *p = spawn_ok(argv, NULL, 0);
+  assert_int_equal(mz_pid_listens(mz_proc_pid(p), port), 0);
+  mz_proc_stop(p, 1000);
+  mz_proc_free(p);
+  /* a port nobody listens on, once closed */
+  close(fd);
+  assert_int_equal(mz_pid_listens(getpid(), port), 0);
+  /* IPv6 loopback (skipped where the host has no IPv6) */
+  int fd6 = socket(AF_INET6, SOCK_STREAM, 0);
+  if (fd6 >= 0) {
+    close(fd6);
+    fd6 = listen_loopback(AF_INET6, &port);
+    assert_int_equal(mz_pid_listens(getpid(), port), 1);
+    close(fd6);
+  }
+  assert_int_equal(mz_pid_listens(0, 80), -1);
+  assert_int_equal(errno, EINVAL);
+  assert_int_equal(mz_pid_listens(getpid(), 0), -1);
+}
+
 int main(void)
 {
   const struct CMUnitTest tests[] = {
@@ -789,6 +850,7 @@ int main(void)
     cmocka_unit_test_teardown(test_pidfile_validation, restore_xdg),
     cmocka_unit_test_teardown(test_pidfile_unsafe_dir, restore_xdg),
     cmocka_unit_test_teardown(test_pidfile_fallback, restore_xdg),
+    cmocka_unit_test(test_pid_listens),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

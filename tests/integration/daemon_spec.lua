@@ -174,6 +174,54 @@ describe("mirza.daemon with mirza-sim", function()
     assert.truthy(msg:find("status 3", 1, true), msg)
   end)
 
+  it("does not trust a /health pid that does not hold the port: not ours to stop", function()
+    local sh = assert(io.popen("sleep 120 >/dev/null 2>&1 & echo $!"))
+    local victim = tonumber(sh:read("l"))
+    sh:close()
+    finally(function() os.execute("kill " .. victim .. " 2>/dev/null") end)
+    local s = H.start_sim { "--health-pid", tostring(victim) }
+    finally(s.stop)
+    local d = sim(s.port)
+    assert.is_true(d:start())
+    assert.is_true(d.adopted)
+    assert.is_nil(d.pid)
+    local ok, msg, code = d:stop()
+    assert.is_nil(ok)
+    assert.equal("unowned", code)
+    assert.truthy(msg:find(("the pid it reports (%d) does not hold port %d"):format(victim, s.port), 1, true), msg)
+    assert.truthy(core.pid_alive(victim), "the unrelated process was not signalled")
+    assert.truthy(H.ps(s.pid) and not H.ps(s.pid).stat:find("Z"), "the daemon was left running")
+    assert.is_true(d.adopted)
+  end)
+
+  it("never adopts a pid for a host that is not this machine", function()
+    local daemon = require "mirza.daemon"
+    local s = H.start_sim {}
+    finally(s.stop)
+    local real = daemon.is_loopback
+    daemon.is_loopback = function() return false end -- 127.0.0.1 now looks remote
+    finally(function() daemon.is_loopback = real end)
+    local d = sim(s.port)
+    assert.is_true(d:start())
+    assert.is_true(d.adopted)
+    assert.is_nil(d.pid)
+    local ok, msg, code = d:stop()
+    assert.is_nil(ok)
+    assert.equal("unowned", code)
+    assert.truthy(msg:find("not ours to stop (the host is not this machine)", 1, true), msg)
+    assert.truthy(H.ps(s.pid) and not H.ps(s.pid).stat:find("Z"), "left running")
+  end)
+
+  it("adopts the /health pid when it holds the listening socket", function()
+    local s = H.start_sim {}
+    finally(s.stop)
+    assert.is_true(core.pid_listens(s.pid, s.port))
+    assert.is_false(core.pid_listens(H.self_pid(), s.port))
+    local d = sim(s.port)
+    assert.is_true(d:start())
+    assert.equal(s.pid, d.pid)
+  end)
+
   it("leaves other stream errors alone", function()
     local d <close> = sim(H.free_port())
     assert.is_true(d:start())
@@ -209,6 +257,27 @@ io.stdout:flush()
     assert.equal(0, run2.wait(60), run2.output())
     assert.truthy(run2.output():find(("pid=%d adopted=true"):format(pid), 1, true), run2.output())
     assert.truthy(H.wait_for(function() return gone(pid) end, 15))
+    assert.is_nil(core.pidfile_read(port))
+  end)
+
+  it("a started daemon survives its supervisor becoming garbage, until the state ends", function()
+    local port = H.free_port()
+    local run = H.spawn_mirza(([[
+local mirza = require "mirza"
+local core = require "mirza.core"
+local d = mirza.daemon { preset = "mirza-sim", port = %d, grace = 2, progress = false }
+assert(d:start())
+local pid = d.pid
+d = nil
+collectgarbage("collect") collectgarbage("collect")
+local body = mirza.request { url = "http://127.0.0.1:%d/health", timeout = 2, deadline = 5 }
+print(("pid=%%d alive=%%s healthy=%%s pidfile=%%s"):format(pid, tostring(core.pid_alive(pid)), tostring(body ~= nil),
+  tostring(core.pidfile_read(%d) == pid)))
+]]):format(port, port, port))
+    assert.equal(0, run.wait(60), run.output())
+    local pid = tonumber(run.output():match("pid=(%d+) alive=true healthy=true pidfile=true"))
+    assert.is_number(pid, run.output())
+    assert.truthy(H.wait_for(function() return gone(pid) end, 15), "stopped at the end of the state")
     assert.is_nil(core.pidfile_read(port))
   end)
 

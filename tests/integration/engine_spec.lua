@@ -83,15 +83,18 @@ describe("mirza.engine against mirza-sim", function()
     local e2 = new_engine { body_extra = { mirza_sim = { text = "Un deux trois. Quatre cinq six.", fault = "error-after=4" } } }
     assert(e2:load())
     local answer, errors = {}, {}
-    local stats, res = e2:say("x", { mode = "sentence",
+    local stats, msg, code, res = e2:say("x", { mode = "sentence",
       answer = function(s) answer[#answer + 1] = s end, error = function(m) errors[#errors + 1] = m end })
     e2:unload()
+    assert.is_nil(stats) -- one convention: a failed turn is nil, message, code, result
+    assert.equal("server", code)
+    assert.equal(errors[1], msg)
     assert.equal(1, #errors)
     assert.matches("simulated failure", errors[1])
     assert.equal("Un deux trois.", answer[1])
     assert.equal("Un deux trois. Quatre ", res.answer)
     for _, s in ipairs(answer) do assert.is_nil(s:find("failure")) end
-    assert.equal("server", stats.error)
+    assert.equal("server", e2.last.error)
   end)
 
   it("cuts a degenerate reasoning loop early and closes the request", function()

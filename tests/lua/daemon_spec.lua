@@ -28,10 +28,15 @@ describe("mirza.daemon presets", function()
   end)
 
   it("builds the llama-server command line (per-slot context, KV type, slots, jinja, alias)", function()
+    -- KV cache left at llama-server's default (f16) unless kv_bits is asked for
+    assert.same({ "llama-server", "-m", "/models/qwen3-0.6b.gguf", "--host", "127.0.0.1", "--port", "8080",
+      "-c", "8192", "-np", "2", "--jinja", "--alias", "qwen3-0.6b" },
+      argv { preset = "llama-server", model = "/models/qwen3-0.6b.gguf", port = 8080, context_window = 4096,
+        parallel = 2 })
     assert.same({ "llama-server", "-m", "/models/qwen3-0.6b.gguf", "--host", "127.0.0.1", "--port", "8080",
       "-c", "8192", "-ctk", "q8_0", "-ctv", "q8_0", "-np", "2", "--jinja", "--alias", "qwen3-0.6b" },
       argv { preset = "llama-server", model = "/models/qwen3-0.6b.gguf", port = 8080, context_window = 4096,
-        parallel = 2 })
+        parallel = 2, kv_bits = 8 })
     assert.same({ "llama-server", "-m", "m.gguf", "--host", "127.0.0.1", "--port", "8766", "-c", "16384",
       "-ctk", "q4_0", "-ctv", "q4_0", "-np", "1", "--alias", "id", "--flash-attn" },
       argv { preset = "llama-server", model = "m.gguf", model_id = "id", kv_bits = 4, jinja = false,
@@ -70,6 +75,18 @@ describe("mirza.daemon presets", function()
     assert.is_nil(d.pid)
     assert.equal("", d:log_tail())
     assert.truthy(tostring(d):match("stopped"))
+  end)
+end)
+
+describe("mirza.daemon.is_loopback", function()
+  it("knows this machine's loopback names and nothing else", function()
+    for _, h in ipairs { "127.0.0.1", "127.1.2.3", "::1", "[::1]", "localhost", "LOCALHOST" } do
+      assert.is_true(daemon.is_loopback(h), h)
+    end
+    for _, h in ipairs { "10.0.0.1", "128.0.0.1", "gpu.example.com", "localhost.example.com", "127.0.0.1.nip.io",
+      "::2", "0.0.0.0" } do
+      assert.is_false(daemon.is_loopback(h), h)
+    end
   end)
 end)
 

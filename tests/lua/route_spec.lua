@@ -271,3 +271,19 @@ describe("mirza.route", function()
     end)
   end)
 end)
+
+describe("mirza.route splitter: FR/EN abbreviations", function()
+  local route = require "mirza.route"
+  it("does not end a sentence after p., pp., no., art., M., Mr., Dr., e.g., i.e.", function()
+    assert.same({ "Voir p. 12 et pp. 30-31 du no. 4, art. 5 du code.", "Fin." },
+      route.split("Voir p. 12 et pp. 30-31 du no. 4, art. 5 du code. Fin."))
+    assert.same({ "M. Dupont et Mr. Smith ont vu Dr. Who.", "Ensuite ?" },
+      route.split("M. Dupont et Mr. Smith ont vu Dr. Who. Ensuite ?"))
+    assert.same({ "Fruits, e.g. Apples, i.e. Red ones, etc. are fine.", "Next." },
+      route.split("Fruits, e.g. Apples, i.e. Red ones, etc. are fine. Next."))
+  end)
+  it("still ends a sentence after etc. before a capital", function()
+    assert.same({ "Des pommes, des poires, etc.", "Puis le reste." },
+      route.split("Des pommes, des poires, etc. Puis le reste."))
+  end)
+end)

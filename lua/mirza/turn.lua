@@ -1,0 +1,279 @@
+--- mirza.turn: one turn of the engine — `e:turn`, `e:say`, `e:cancel`.
+---
+--- `e:turn(input, opts)` returns the generic-for quadruple
+--- `iter, stream, nil, turn`: the turn object is the loop's closing value,
+--- so `break` (or an error in the loop body) closes the request at once —
+--- the daemon sees the disconnect and stops generating — like
+--- `s:events()` does for a raw stream. `e:cancel()` stops the turn in
+--- flight from anywhere (a sink callback, another coroutine): the stream is
+--- closed at once and the iterator's next event is
+--- `{type = "cut", reason = "cancelled"}`, then the end.
+---
+--- History: a turn that ends with `done` stores the user message and the
+--- answer (reasoning excluded, tool calls kept). A cancelled or broken-off
+--- turn stores what was received so far, marked `interrupted = true` on the
+--- assistant message (a field never sent to the daemon), so the model sees
+--- the part the user heard; when nothing was received it stores nothing at
+--- all. A turn that failed (error event) or was cut by the repetition guard
+--- stores nothing. `e.last` (the stats) has `interrupted = true` for a
+--- cancelled turn.
+---
+--- One error convention for `say`: it returns `stats, result` when the
+--- turn ran (ended with `done`, or was cut: cancelled or repetition), and
+--- `nil, message, code, result` when it failed, whether before the request
+--- (daemon down, bad input) or during the stream (`result` then holds the
+--- partial answer; the error also went to the error sink, and `e.last` has
+--- the stats with `.error`).
+local mirza = require "mirza"
+local stats = require "mirza.stats"
+
+local M = {}
+
+---Per-turn options of `e:turn` (and of `e:say`, with the route's options).
+M.TURN_KEYS = { budget = true, max_tokens = true, temperature = true, top_p = true, stages = true,
+  think_tags = true, body_extra = true }
+---Route options `e:say` accepts (mirza.route), also under `sinks = {...}`.
+M.ROUTE_KEYS = { answer = true, think = true, error = true, mode = true, think_mode = true, on_event = true,
+  flush_on_error = true, abbreviations = true }
+
+local function check_turn_opts(opts)
+  for k in pairs(opts or {}) do
+    if not M.TURN_KEYS[k] then error(("mirza.engine: unknown turn option %q"):format(tostring(k)), 3) end
+  end
+  return opts or {}
+end
+
+-- Merge streamed tool_call deltas into whole calls, by index: the id and
+-- name come once, the arguments in pieces.
+local function add_calls(calls, delta)
+  for _, c in ipairs(type(delta) == "table" and delta or {}) do
+    local i = (math.tointeger(c.index) or 0) + 1
+    local call = calls[i]
+    if not call then
+      call = { id = "", type = "function", ["function"] = { name = "", arguments = "" } }
+      calls[i] = call
+    end
+    if type(c.id) == "string" then call.id = c.id end
+    local f = c["function"]
+    if type(f) == "table" then
+      if type(f.name) == "string" then call["function"].name = call["function"].name .. f.name end
+      if type(f.arguments) == "string" then call["function"].arguments = call["function"].arguments .. f.arguments end
+    end
+  end
+end
+
+---@class mirza.Turn
+---@field cancelled boolean
+---@field finished boolean
+local Turn = {}
+Turn.__index = Turn
+
+-- The end of the turn, once: stats, history, stream closed.
+function Turn:finish()
+  if self.finished then return end
+  self.finished = true
+  local e, acc = self.engine, self.acc
+  self.s:close()
+  acc.t1 = acc.t1 or mirza.now()
+  e.last = stats.stats(acc)
+  local answer = table.concat(self.answer)
+  local calls = self.calls[1] and self.calls or nil
+  local done = acc.final and acc.final.type == "done"
+  if done then
+    self.prompt.add_turn(e.history, self.info.current, answer, { tool_calls = calls })
+  elseif self.cancelled then
+    e.last.interrupted = true
+    if answer ~= "" or calls then
+      self.prompt.add_turn(e.history, self.info.current, answer, { tool_calls = calls, interrupted = true })
+    end
+  end
+  if e._turn == self then e._turn = nil end
+end
+
+---Stop the turn: the request is closed now; the iterator then yields a
+---`cut` event (reason "cancelled") and ends.
+---@return boolean cancelled false when the turn was over already
+function Turn:cancel()
+  if self.finished or self.cancelled then return false end
+  if self.acc.final then return false end -- the last event came: nothing to stop
+  self.cancelled = true
+  self.s:close()
+  return true
+end
+
+---Closing value of the generic for: `break` or an error in the loop body
+---cancels and finishes the turn; after a normal end it only releases the
+---pipeline's coroutines.
+function Turn:close()
+  if not self.finished then
+    self:cancel()
+    self:finish()
+  end
+  if self.pipeline_closer then
+    local c = self.pipeline_closer
+    self.pipeline_closer = nil
+    getmetatable(c).__close(c)
+  end
+end
+Turn.__close = Turn.close
+
+-- The stats tap: observes every event, keeps the answer and tool calls.
+local function tap_stage(e, t)
+  return function(up)
+    return function()
+      local ev = up()
+      if ev then
+        stats.observe(t.acc, ev)
+        local ty = ev.type
+        if ty == "text" then t.answer[#t.answer + 1] = ev.text
+        elseif ty == "tool_call" then add_calls(t.calls, ev.calls)
+        elseif ty == "progress" and ev.decode_tok_s then e.live_tok_s = ev.decode_tok_s end
+      end
+      return ev
+    end
+  end
+end
+
+-- The source: the stream's events, a dead daemon diagnosed ("exited" with
+-- the status and log tail), and one `cut` event after a cancel.
+local function source(e, t)
+  local s, cut_sent = t.s, false
+  return function()
+    if t.cancelled then
+      if cut_sent then return nil end
+      cut_sent = true
+      return { type = "cut", reason = "cancelled" }
+    end
+    if s:closed() then return nil end
+    local ev = s:next()
+    if ev and ev.type == "error" and e.daemon then ev = e.daemon:stream_error(ev) end
+    return ev
+  end
+end
+
+local function merge(into, from)
+  for k, v in pairs(from or {}) do into[k] = v end
+  return into
+end
+
+-- The turn's stages: think tags, stats, repetition guard, the script's,
+-- the turn's own.
+local function stages_of(e, t, opts, plan)
+  local cfg = e.cfg
+  local tags = opts.think_tags
+  if tags == nil then tags = cfg.think_tags end
+  local list = {
+    { name = "think_tags", fn = require("mirza.thinktags").stage, opts = { mode = tags, hold = plan.budget > 0 } },
+    { name = "stats", fn = tap_stage(e, t) },
+  }
+  if cfg.repetition ~= false then
+    local ropts = merge({ on_cut = function(info)
+      e:log("warning", ("degenerate reasoning cut on %q (%d repetitions)"):format(info.line, info.count))
+      t.s:close()
+    end }, type(cfg.repetition) == "table" and cfg.repetition or nil)
+    list[#list + 1] = { name = "repetition", fn = require("mirza.repetition").stage, opts = ropts }
+  end
+  for _, st in ipairs(e.stages) do list[#list + 1] = st end
+  for _, st in ipairs(opts.stages or {}) do list[#list + 1] = st end
+  return list
+end
+
+-- Everything before the request: the daemon up, reload, the plan, the
+-- messages. Returns plan, messages, info, prompt module, or nil, msg, code.
+local function prepare(e, input, opts)
+  if not e.loaded then
+    local ok, msg, code = e:load()
+    if not ok then return nil, msg, code end
+  end
+  if e.daemon and e.daemon._proc then -- our child: restart or diagnose a dead one
+    local ok, msg, code = e.daemon:ensure()
+    if not ok then return nil, msg, code end
+  end
+  if e.cfg.auto_reload then e:reload() end -- between turns only
+  local prompt, thinking = require "mirza.prompt", require "mirza.thinking"
+  local user, err = prompt.messages(input)
+  if not user then return nil, err, "prompt" end
+  local plan = thinking.plan(e.thinking, prompt.last_user_text(user), e.cfg.dialect,
+    { max_tokens = e.cfg.max_tokens, max_tokens_thinking = e.cfg.max_tokens_thinking }, opts.budget)
+  if opts.max_tokens then plan.max_tokens = opts.max_tokens end
+  local messages, info, code = prompt.build(e.history, input,
+    { context_window = e.cfg.context_window, reserve = plan.max_tokens or 0 })
+  if not messages then return nil, info, code end
+  if not info.fits then e:log("warning", "the prompt does not fit the context window even alone") end
+  return plan, messages, info, prompt
+end
+
+---Start one turn (see the module comment). A turn still in flight on this
+---engine is cancelled first (one turn at a time per session).
+---@param input string|table a prompt string, a message list, or a JSON message list
+---@param opts? {budget?: integer, max_tokens?: integer, temperature?: number, top_p?: number, stages?: table, think_tags?: boolean|string, body_extra?: table}
+---@return (fun(): table|nil)|nil iter
+---@return mirza.Stream|string stream_or_message
+---@return string? code
+---@return mirza.Turn? turn the closing value
+local function turn(e, input, opts)
+  opts = check_turn_opts(opts)
+  if e._turn then
+    e._turn:cancel()
+    e._turn:finish()
+  end
+  local plan, messages, info, prompt = prepare(e, input, opts)
+  if not plan then return nil, messages, info end
+  local acc = stats.new_acc() -- TTFT counts from here: request sent → first delta
+  local s = mirza.open { url = e.chat_url, body = e:body(messages, plan, opts), headers = e:headers(),
+    api_key = e.cfg.api_key, stall_timeout = e.cfg.stall_timeout, timeout = e.cfg.connect_timeout }
+  local t = setmetatable({ engine = e, s = s, acc = acc, answer = {}, calls = {}, info = info, prompt = prompt,
+    cancelled = false, finished = false }, Turn)
+  e._turn, e.live_tok_s = t, nil
+  local it, _, _, closer = require("mirza.pipeline").compose(source(e, t), stages_of(e, t, opts, plan))
+  t.pipeline_closer = closer
+  return function()
+    if t.finished then return nil end
+    local ev = it()
+    if ev == nil then t:finish() end
+    return ev
+  end, s, nil, t
+end
+
+---Cancel the turn in flight, if any (barge-in).
+---@return boolean cancelled
+local function cancel(e)
+  local t = e._turn
+  return t ~= nil and t:cancel()
+end
+
+---Run a turn to the end with output routing (mirza.route); see the
+---module comment for the return convention.
+---@param input string|table
+---@param opts? table turn options (`TURN_KEYS`) and route options (`ROUTE_KEYS`, or under `sinks`)
+---@return table|nil stats
+---@return table|string result_or_message
+---@return string? code
+---@return table? result on failure: what was routed before it
+local function say(e, input, opts)
+  local topts, ropts = {}, {}
+  for k, v in pairs(opts or {}) do
+    if M.TURN_KEYS[k] then topts[k] = v
+    elseif M.ROUTE_KEYS[k] then ropts[k] = v
+    elseif k == "sinks" then merge(ropts, v)
+    else error(("mirza.engine: unknown say option %q"):format(tostring(k)), 2) end
+  end
+  local it, s, code, t = turn(e, input, topts)
+  if not it then return nil, s, code end
+  local result
+  do
+    local _ <close> = t
+    result = require("mirza.route").run(it, ropts)
+  end
+  local err = result.error
+  if err then return nil, err.message or "error", err.code or "error", result end
+  return e.last, result
+end
+
+---Add turn, cancel and say to the engine's class.
+---@param Engine table
+function M.install(Engine)
+  Engine.turn, Engine.cancel, Engine.say = turn, cancel, say
+end
+
+return M

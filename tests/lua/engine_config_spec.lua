@@ -1,0 +1,92 @@
+-- mirza.engine configuration: precedence defaults < config file < code
+-- table < environment, every MIRZA_* variable, option checks, endpoints.
+local engine = require "mirza.engine"
+local H = require "tests.helper"
+
+local function env_of(t)
+  return function(name) return t[name] end
+end
+
+local function config_file(text)
+  local path = H.tmpname(".lua")
+  local f = assert(io.open(path, "w"))
+  f:write(text)
+  f:close()
+  return path
+end
+
+describe("mirza.engine configuration", function()
+  after_each(function() collectgarbage("collect") end)
+
+  it("precedence: defaults < config file < code table < environment", function()
+    local path = config_file("return { temperature = 0.1, max_tokens = 111, top_p = 0.5, port = 7001 }")
+    finally(function() os.remove(path) end)
+    local cfg = engine.config({ config_file = path, max_tokens = 222, port = 7002 }, env_of { MIRZA_PORT = "7003" })
+    assert.equal(0.1, cfg.temperature)   -- file over default
+    assert.equal(222, cfg.max_tokens)    -- code over file
+    assert.equal(0.5, cfg.top_p)         -- file
+    assert.equal(7003, cfg.port)         -- environment over code
+    assert.equal(engine.defaults.stall_timeout, cfg.stall_timeout) -- default
+    local no_file = engine.config({ config_file = false }, env_of {})
+    assert.equal(engine.defaults.temperature, no_file.temperature)
+  end)
+
+  it("reads MIRZA_CONFIG and rejects unknown keys in the file and in code", function()
+    local path = config_file("return { context_window = 4096 }")
+    finally(function() os.remove(path) end)
+    local saved = os.getenv
+    os.getenv = function(n) if n == "MIRZA_CONFIG" then return path end return saved(n) end -- luacheck: ignore
+    local ok, cfg = pcall(engine.config, {}, env_of {})
+    os.getenv = saved -- luacheck: ignore
+    assert(ok, cfg)
+    assert.equal(4096, cfg.context_window)
+    local bad = config_file("return { tempreature = 1 }")
+    finally(function() os.remove(bad) end)
+    assert.has_error(function() engine.config({ config_file = bad }, env_of {}) end,
+      'mirza.engine: unknown option "tempreature"')
+    assert.has_error(function() engine.config({ config_file = false, nope = 1 }, env_of {}) end,
+      'mirza.engine: unknown option "nope"')
+  end)
+
+  it("honours every MIRZA_* variable", function()
+    local env = {
+      MIRZA_BASE_URL = "http://127.0.0.1:9100/v1", MIRZA_MODEL = "/m/llama.gguf", MIRZA_MODEL_ID = "mid",
+      MIRZA_API_KEY = "key", MIRZA_HOST = "127.0.0.2", MIRZA_PORT = "9200", MIRZA_PRESET = "llama-server",
+      MIRZA_SESSION_ID = "sess", MIRZA_DIALECT = "llama", MIRZA_CONTEXT_WINDOW = "2048", MIRZA_MAX_TOKENS = "77",
+      MIRZA_TEMPERATURE = "0.3", MIRZA_AUTOSTART = "0", MIRZA_DAEMON = "0", MIRZA_THINK_TAGS = "open",
+    }
+    local cfg = engine.config({ config_file = false }, env_of(env))
+    local got = {}
+    for name, spec in pairs(engine.ENV) do got[name] = cfg[spec[1]] end
+    assert.same({
+      MIRZA_BASE_URL = "http://127.0.0.1:9100/v1", MIRZA_MODEL = "/m/llama.gguf", MIRZA_MODEL_ID = "mid",
+      MIRZA_API_KEY = "key", MIRZA_HOST = "127.0.0.1", -- the base URL's host wins over MIRZA_HOST
+      MIRZA_PORT = 9100, MIRZA_PRESET = "llama-server", MIRZA_SESSION_ID = "sess", MIRZA_DIALECT = "llama",
+      MIRZA_CONTEXT_WINDOW = 2048, MIRZA_MAX_TOKENS = 77, MIRZA_TEMPERATURE = 0.3, MIRZA_AUTOSTART = false,
+      MIRZA_DAEMON = false, MIRZA_THINK_TAGS = "open",
+    }, got)
+    -- without a base URL, host and port come through; booleans and tags parse
+    cfg = engine.config({ config_file = false, autostart = false }, env_of { MIRZA_HOST = "127.0.0.2",
+      MIRZA_PORT = "9300", MIRZA_AUTOSTART = "yes", MIRZA_THINK_TAGS = "0" })
+    assert.same({ "127.0.0.2", 9300, true, false }, { cfg.host, cfg.port, cfg.autostart, cfg.think_tags })
+    local e = engine.new { config_file = false, port = 9400 }
+    assert.is_table(e.daemon)
+    assert.equal(15, #(function() local n = {} for k in pairs(engine.ENV) do n[#n + 1] = k end return n end)())
+  end)
+
+  it("empty variables are ignored", function()
+    local cfg = engine.config({ config_file = false, max_tokens = 5 }, env_of { MIRZA_MAX_TOKENS = "" })
+    assert.equal(5, cfg.max_tokens)
+  end)
+
+  it("parses base URLs: IPv6, default ports, https not supervised", function()
+    local cfg = engine.config({ config_file = false, base_url = "http://[::1]:8123/v1/" }, env_of {})
+    assert.same({ "[::1]", 8123, "http://[::1]:8123/v1" }, { cfg.host, cfg.port, cfg.base_url })
+    assert.is_nil(cfg.daemon)
+    cfg = engine.config({ config_file = false, base_url = "https://api.example.com/v1" }, env_of {})
+    assert.same({ "api.example.com", 443, false }, { cfg.host, cfg.port, cfg.daemon })
+    cfg = engine.config({ config_file = false, base_url = "http://gpu.lan/v1" }, env_of {})
+    assert.same({ 80, false }, { cfg.port, cfg.daemon })
+    assert.is_nil(cfg.model) -- an endpoint used as is gets no preset model
+  end)
+end)
