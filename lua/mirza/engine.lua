@@ -52,6 +52,8 @@ E.defaults = {
   reasoning_budget = 0,
   keep_alive = false,          -- leave a started daemon running at exit
   stall_timeout = 120,         -- seconds without a byte (heartbeats count)
+  busy_wait = 5,               -- seconds a 409 "session busy" is waited out (the daemon
+                               -- releasing this engine's previous request); 0: fail at once
   connect_timeout = 10,
   auto_reload = true,          -- check watched modules for changes before each turn
   think_tags = "auto",         -- <think> tags in content: "auto" | true | false | "open" (mirza.thinktags)

@@ -134,20 +134,43 @@ local function tap_stage(e, t)
   end
 end
 
--- The source: the stream's events, a dead daemon diagnosed ("exited" with
--- the status and log tail), and one `cut` event after a cancel.
+-- A 409 on the engine's own session before anything arrived means the
+-- daemon has not yet released it from this engine's previous request (the
+-- client saw its end, or closed it, first): MTPLX frees a session only
+-- after its last write, or once it notices a disconnect between tokens.
+-- The source waits and asks again, up to `cfg.busy_wait` seconds in all.
+local function busy(e, t, ev)
+  if ev.type ~= "error" or ev.status ~= 409 or t.got_any then return false end
+  local left = (e.cfg.busy_wait or 0) - (mirza.now() - t.acc.t0)
+  if left <= 0 then return false end
+  t.busy_tries = (t.busy_tries or 0) + 1
+  mirza.sleep(math.min(left, 0.025 * 2 ^ math.min(t.busy_tries, 5)))
+  return not t.cancelled
+end
+
+-- The source: the stream's events (a 409 from the engine's own previous
+-- request waited out), a dead daemon diagnosed ("exited" with the status
+-- and log tail), and one `cut` event after a cancel.
 local function source(e, t)
-  local s, cut_sent = t.s, false
+  local cut_sent = false
   return function()
-    if t.cancelled then
-      if cut_sent then return nil end
-      cut_sent = true
-      return { type = "cut", reason = "cancelled" }
+    while true do
+      if t.cancelled then
+        if cut_sent then return nil end
+        cut_sent = true
+        return { type = "cut", reason = "cancelled" }
+      end
+      local s = t.s
+      if s:closed() then return nil end
+      local ev = s:next()
+      if not (ev and busy(e, t, ev)) then
+        if ev and ev.type == "error" and e.daemon then ev = e.daemon:stream_error(ev) end
+        t.got_any = true
+        return ev
+      end
+      s:close()
+      t.s = t.open()
     end
-    if s:closed() then return nil end
-    local ev = s:next()
-    if ev and ev.type == "error" and e.daemon then ev = e.daemon:stream_error(ev) end
-    return ev
   end
 end
 
@@ -220,10 +243,12 @@ local function turn(e, input, opts)
   local plan, messages, info, prompt = prepare(e, input, opts)
   if not plan then return nil, messages, info end
   local acc = stats.new_acc() -- TTFT counts from here: request sent → first delta
-  local s = mirza.open { url = e.chat_url, body = e:body(messages, plan, opts), headers = e:headers(),
+  local req = { url = e.chat_url, body = e:body(messages, plan, opts), headers = e:headers(),
     api_key = e.cfg.api_key, stall_timeout = e.cfg.stall_timeout, timeout = e.cfg.connect_timeout }
-  local t = setmetatable({ engine = e, s = s, acc = acc, answer = {}, calls = {}, info = info, prompt = prompt,
-    cancelled = false, finished = false }, Turn)
+  local function open() return mirza.open(req) end
+  local s = open()
+  local t = setmetatable({ engine = e, s = s, open = open, acc = acc, answer = {}, calls = {}, info = info,
+    prompt = prompt, cancelled = false, finished = false }, Turn)
   e._turn, e.live_tok_s = t, nil
   local it, _, _, closer = require("mirza.pipeline").compose(source(e, t), stages_of(e, t, opts, plan))
   t.pipeline_closer = closer

@@ -332,7 +332,7 @@ describe("a daemon that dies", function()
     local pid = e.daemon.pid
     local st, msg, code = e:say("deux", { mode = "whole", answer = function() end, error = function() end })
     assert.is_nil(st)
-    assert.equal("exited", code)
+    assert.equal("exited", code, msg)
     assert.truthy(msg:find("exited with status 3", 1, true), msg)
     assert.truthy(msg:find("mirza-sim", 1, true), msg) -- the log tail
     assert.is_nil(H.ps(pid), "reaped, not a zombie")
@@ -401,5 +401,46 @@ describe("tool calls and the prefill", function()
     pipeline.collect(assert(e:turn("x", { body_extra = { mirza_sim = { ttft_ms = 400 } } })))
     assert.is_true(e.last.ttft_ms >= 390, tostring(e.last.ttft_ms))
     assert.is_number(e.last.server_ttft_ms)
+  end)
+end)
+
+describe("a session the daemon has not released yet", function()
+  local e, sid
+  setup(function()
+    sid = "busy-" .. math.random(1e9)
+    e = new_engine { session_id = sid }
+    assert(e:load())
+    e:set_thinking(false)
+  end)
+  teardown(function() e:unload() end)
+
+  -- A request on the engine's session that the daemon is still serving
+  -- (~0.5 s of tokens that nobody reads: the simulator writes on).
+  local function hold_session()
+    local s = mirza.open { url = e.chat_url, headers = e:headers(), body = { model = e:model(), stream = true,
+      messages = { { role = "user", content = "tiens" } },
+      mirza_sim = { text = "un deux trois quatre cinq six sept huit neuf dix", tok_rate = 20 } } }
+    local ev = s:next(5)
+    assert.equal("text", ev and ev.type) -- the daemon is generating on the session now
+    return s
+  end
+
+  it("is waited out: the turn asks again until the 409 clears", function()
+    local s <close> = hold_session()
+    local t0 = mirza.now()
+    local st, res = e:say("Bonjour", { mode = "whole", answer = function() end })
+    assert.is_table(st, tostring(res))
+    assert.equal("Bonjour", e.history.messages[#e.history.messages - 1].content)
+    assert.is_true(mirza.now() - t0 >= 0.2, "the first answer was a 409")
+  end)
+
+  it("fails with the daemon's 409 when busy_wait is 0", function()
+    e.cfg.busy_wait = 0
+    local s <close> = hold_session()
+    local ok, msg, code = e:say("Bonjour", { mode = "whole", answer = function() end, error = function() end })
+    e.cfg.busy_wait = 5
+    assert.is_nil(ok)
+    assert.equal("http", code)
+    assert.truthy(msg:find("409", 1, true), msg)
   end)
 end)
