@@ -256,10 +256,15 @@ static int collect_faults(job *j, const http_request *r, const cJSON *ctl, char 
   const char *b = json_str(ctl, "fault");
   if (b && faults_parse(&j->f, b, err, errlen))
     return -1;
+  return 0;
+}
+
+/* --crash-after N: arm the crash on the Nth chat request that is served
+ * (one refused with an error, a 409 say, does not count). */
+static void count_chat(job *j) {
   long n = atomic_fetch_add(&j->srv->chat_count, 1) + 1;
   if (j->srv->cfg.crash_after > 0 && n == j->srv->cfg.crash_after && j->f.crash_after < 0)
     j->f.crash_after = 3;
-  return 0;
 }
 
 static bool thinking_on(const job *j, const cJSON *body) {
@@ -433,6 +438,7 @@ static int route_chat(conn *c, const http_request *r) {
   j->c = c;
   int st = prepare_chat(j, r, body);
   if (!st) {
+    count_chat(j);
     configure_chat(j, r, body);
     st = j->f.replay[0] ? replay_run(j) : job_run(j);
   }
