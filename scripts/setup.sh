@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 BUILD=${1:-build}
 [ $# -gt 0 ] && shift
 
-PACKAGES="build-essential cmake pkg-config liblua5.4-dev lua5.4 libcurl4-openssl-dev libcjson-dev libcmocka-dev lua-busted procps"
+PACKAGES="build-essential cmake pkg-config liblua5.4-dev lua5.4 libcurl4-openssl-dev libcjson-dev libcmocka-dev lua-busted procps curl jq python3"
 PACKAGES="$PACKAGES libreadline-dev" # line editing in the interactive prompt
 # scripts/setup.sh --packages P...: install just these (check tools), no build.
 [ "$BUILD" = "--packages" ] && PACKAGES="$*"

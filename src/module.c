@@ -19,8 +19,10 @@ int luaopen_mirza(lua_State *L) {
     lua_getfield(L, -1, "searchers");
     lua_rawgeti(L, -1, 2); /* the Lua file searcher */
     lua_pushliteral(L, "mirza");
-    lua_call(L, 1, 2);
+    lua_call(L, 1, 2); /* [package, searchers, loader, path] */
     if (!lua_isfunction(L, -2)) return luaL_error(L, "mirza: %s", lua_tostring(L, -2));
+    lua_pushliteral(L, "mirza");
+    lua_insert(L, -2); /* [package, searchers, loader, "mirza", path] */
   } else {
     lua_pushliteral(L, "mirza");
     lua_pushliteral(L, "(embedded)");

@@ -73,9 +73,11 @@ function H.chat_body(prompt, extra)
 end
 
 --- Collect every event of a stream into {events, text, think, last}.
-function H.drain(s, timeout)
+--- Bounded: a stream that never ends fails after `max_events` (default
+--- 1,000,000) instead of hanging until the runner's timeout.
+function H.drain(s, timeout, max_events)
   local r = { events = {}, text = {}, think = {} }
-  while true do
+  for _ = 1, max_events or 1000000 do
     local ev, msg = s:next(timeout)
     if not ev then
       assert(msg == nil, msg)
@@ -86,6 +88,8 @@ function H.drain(s, timeout)
     if ev.type == "think" then r.think[#r.think + 1] = ev.text end
     r.last = ev
   end
+  assert(r.last == nil or r.last.type == "done" or r.last.type == "error",
+    "H.drain: no final event after " .. (max_events or 1000000) .. " events")
   r.text, r.think = table.concat(r.text), table.concat(r.think)
   return r
 end

@@ -39,3 +39,23 @@ if(BUSTED)
 else()
   message(WARNING "busted not found: Lua spec tiers are not registered")
 endif()
+
+# --- The benchmarks are built and run briefly, so that they cannot rot
+# (their figures are not checked here; see README "Performance").
+if(TARGET mirza_core)
+  file(GLOB C_BENCHES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/c/bench_*.c)
+  foreach(src ${C_BENCHES})
+    get_filename_component(name ${src} NAME_WE)
+    add_executable(${name} ${src})
+    target_link_libraries(${name} PRIVATE mirza_core)
+    add_test(NAME bench.${name} COMMAND ${name} 20000)
+    set_tests_properties(bench.${name} PROPERTIES ENVIRONMENT "${TEST_ENV}" LABELS bench TIMEOUT 120)
+  endforeach()
+endif()
+
+# --- mirza-sim's own end-to-end smoke test, with curl as an independent client.
+find_program(BASH bash)
+if(TARGET mirza-sim AND BASH)
+  add_test(NAME sim.smoke COMMAND ${BASH} ${CMAKE_SOURCE_DIR}/tests/sim/smoke.sh $<TARGET_FILE:mirza-sim>)
+  set_tests_properties(sim.smoke PROPERTIES ENVIRONMENT "${TEST_ENV}" LABELS sim TIMEOUT 300)
+endif()

@@ -83,7 +83,7 @@ static size_t via_cjson(const char *data, size_t len, char *scratch) {
  * (unescaping when needed), as push_text does into the arena. */
 static size_t copy_out(const mz_fast_str *s, char *out) {
   if (s->esc) return mz_json_unescape(s->p, s->len, out);
-  memcpy(out, s->p, s->len);
+  if (s->len) memcpy(out, s->p, s->len); /* p is NULL when the field is absent */
   return s->len;
 }
 

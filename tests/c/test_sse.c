@@ -672,8 +672,9 @@ static void test_buffers_reused(void **state) {
 static void test_strerror(void **state) {
   (void)state;
   assert_string_equal(mz_sse_strerror(MZ_SSE_OK), "ok");
-  assert_non_null(mz_sse_strerror(MZ_SSE_STOPPED));
-  assert_non_null(mz_sse_strerror(MZ_SSE_NOMEM));
+  assert_string_equal(mz_sse_strerror(MZ_SSE_STOPPED), "stopped by the event callback");
+  assert_string_equal(mz_sse_strerror(MZ_SSE_TOOBIG), "SSE event or line larger than the limit");
+  assert_string_equal(mz_sse_strerror(MZ_SSE_NOMEM), "out of memory in the SSE parser");
   assert_string_equal(mz_sse_strerror(42), "unknown SSE status");
 }
 
@@ -688,7 +689,12 @@ static void test_fixture_multiline(void **state) {
   buf = slurp(path, &len);
   assert_int_equal(run(buf, len, 0, 0, &r), 0);
   assert_int_equal(r.n, 5);
-  assert_true(strchr(r.v[0].data, '\n') != NULL && strstr(r.v[0].data, "\"multi\"") != NULL);
+  /* the data lines joined by '\n', each without the one space after "data:" */
+  assert_string_equal(r.v[0].data, "{\n\"id\": \"chatcmpl-fx1\",\n \"object\": \"chat.completion.chunk\",\n"
+                                   "\"created\": 1760000000,\n \"model\": \"mtplx-qwen38-9b\",\n\"choices\": [\n"
+                                   "  {\n  \"index\": 0,\n   \"delta\": {\n   \"content\": \"multi\"\n   },\n"
+                                   "  \"finish_reason\": null\n  }\n]\n}");
+  assert_int_equal(r.v[0].data_len, 216);
   assert_string_equal(r.v[0].id, "41");
   expect(&r, 1, "note", "first line\n\n two leading spaces", "42");
   assert_string_equal(r.v[2].id, "42");
