@@ -52,7 +52,7 @@ describe("mirza command line", function()
     for _, opt in ipairs { "-v", "--version" } do
       local out, err, rc = run { opt }
       assert.equal(0, rc)
-      assert.matches("^mirza 0%.1%.0 %(Lua 5%.4%.%d+%)\n$", out)
+      assert.matches("^mirza 0%.1%.0 %(Lua 5%.4%.%d+, libcurl [%d.]+, cJSON [%d.]+%)\n$", out)
       assert.equal("0.1.0", mirza.version)
       assert.equal("", err)
     end
@@ -61,7 +61,7 @@ describe("mirza command line", function()
   it("-h prints the usage on stdout and exits 0", function()
     local out, _, rc = run { "-h" }
     assert.equal(0, rc)
-    assert.matches("^usage: mirza %[options%] %[script %[args%]%]\n", out)
+    assert.matches("^usage: mirza %[options%] %[script|job %[args%]%]\n", out)
     assert.truthy(out:find("--lua-dir DIR", 1, true))
   end)
 

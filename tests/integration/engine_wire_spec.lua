@@ -25,10 +25,10 @@ describe("engine configuration precedence", function()
   -- An environment made of a table, as engine.config accepts.
   local function env_of(t) return function(name) return t[name] end end
 
-  it("defaults < table < config file < environment, with types coerced", function()
+  it("defaults < config file < table < environment, with types coerced", function()
     local cfg = engine.config({ model = "from-table", port = 7000, max_tokens = 99, config_file = cfg_path },
       env_of { MIRZA_PORT = "7002", MIRZA_AUTOSTART = "0", MIRZA_MAX_TOKENS = "", MIRZA_SESSION_ID = "env-s" })
-    assert.equal("from-file", cfg.model)     -- the file beats the table
+    assert.equal("from-table", cfg.model)    -- the code beats the file
     assert.equal(7002, cfg.port)             -- the environment beats both, as a number
     assert.equal(0.5, cfg.temperature)
     assert.equal(99, cfg.max_tokens)         -- an empty variable is no override

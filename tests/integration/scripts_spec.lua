@@ -87,7 +87,7 @@ return {
     local out, err, rc = run(clean_env(port), "chat.lua", { dir .. "/behaviour.lua", "--sim" },
       "Bonjour !\n/think off\nQuel temps fait-il ?\n/stats\n/quit\nnever read\n")
     assert.equal(0, rc, err)
-    assert.matches(("chat: started on http://127%%.0%%.0%%.1:%d"):format(port), err)
+    assert.matches(("chat: started http://127%%.0%%.0%%.1:%d/v1 "):format(port), err)
     assert.truthy(err:find("thinking off\n", 1, true), err)
     local _, stats = err:gsub("%[ttft %d+ ms, [%d.]+ tok/s, %d+ tokens, kv %d+", "")
     assert.equal(3, stats, err) -- two turns, then /stats repeats the last
