@@ -2,13 +2,14 @@
 # setup.sh - install what is missing (Debian packages) and build mirza.
 #   scripts/setup.sh [build-dir] [extra cmake args...]
 # Sourced by scripts/demo and scripts/test; safe to run again (no-op when
-# everything is installed and the build is up to date).
+# everything is installed and the build is up to date). MIRZA_EXTRA_PACKAGES
+# adds packages only some jobs need (scripts/fuzz: clang).
 set -eu
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}
 [ $# -gt 0 ] && shift
 
-PACKAGES="build-essential cmake pkg-config liblua5.4-dev lua5.4 libcurl4-openssl-dev libcjson-dev libcmocka-dev lua-busted procps"
+PACKAGES="build-essential cmake pkg-config liblua5.4-dev lua5.4 libcurl4-openssl-dev libcjson-dev libcmocka-dev lua-busted procps valgrind openssl ${MIRZA_EXTRA_PACKAGES:-}"
 missing=""
 for p in $PACKAGES; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -39,3 +39,6 @@ if(BUSTED)
 else()
   message(WARNING "busted not found: Lua spec tiers are not registered")
 endif()
+
+# --- Fuzz targets: replayed over their saved inputs here; libFuzzer builds with -DMIRZA_FUZZ=ON.
+include(${CMAKE_SOURCE_DIR}/tests/fuzz/fuzz.cmake)
