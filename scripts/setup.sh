@@ -3,13 +3,14 @@
 #   scripts/setup.sh [build-dir] [extra cmake args...]
 #   scripts/setup.sh --packages PKG...   (install only; scripts/check-install)
 # Sourced by scripts/demo and scripts/test; safe to run again (no-op when
-# everything is installed and the build is up to date).
+# everything is installed and the build is up to date). MIRZA_EXTRA_PACKAGES
+# adds packages only some jobs need (scripts/fuzz: clang).
 set -eu
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}
 [ $# -gt 0 ] && shift
 
-PACKAGES="build-essential cmake pkg-config liblua5.4-dev lua5.4 libcurl4-openssl-dev libcjson-dev libcmocka-dev lua-busted procps curl jq python3"
+PACKAGES="build-essential cmake pkg-config liblua5.4-dev lua5.4 libcurl4-openssl-dev libcjson-dev libcmocka-dev lua-busted procps curl jq python3 valgrind openssl ${MIRZA_EXTRA_PACKAGES:-}"
 PACKAGES="$PACKAGES libreadline-dev" # line editing in the interactive prompt
 # scripts/setup.sh --packages P...: install just these (check tools), no build.
 [ "$BUILD" = "--packages" ] && PACKAGES="$*"

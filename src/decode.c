@@ -251,7 +251,9 @@ int mz_frame_choice(const mz_frame *f, int i, mz_choice *c) {
     const char *k = v->string;
     if (strcmp(k, "delta") == 0) delta = object_or_null(v);
     else if (strcmp(k, "finish_reason") == 0) c->finish_reason = str_val(v);
-    else if (strcmp(k, "index") == 0 && cJSON_IsNumber(v)) c->index = (int)v->valuedouble;
+    else if (strcmp(k, "index") == 0 && cJSON_IsNumber(v) && v->valuedouble > -2147483648.0 &&
+             v->valuedouble < 2147483648.0) /* else absent: casting it would be undefined */
+      c->index = (int)v->valuedouble;
     else if (strcmp(k, "message") == 0) c->message = object_or_null(v);
   }
   if (delta || c->message) read_delta(delta ? delta : c->message, c);
@@ -266,7 +268,7 @@ static void render_code(const cJSON *code, char *buf, size_t len) {
     snprintf(buf, len, "%s", code->valuestring);
   } else if (cJSON_IsNumber(code)) {
     d = code->valuedouble;
-    if (d == (double)(long long)d && d > -1e15 && d < 1e15) snprintf(buf, len, "%lld", (long long)d);
+    if (d > -1e15 && d < 1e15 && d == (double)(long long)d) snprintf(buf, len, "%lld", (long long)d);
     else snprintf(buf, len, "%g", d);
   }
 }

@@ -13,6 +13,7 @@
 #include "l_json.h"
 
 #include <lauxlib.h>
+#include <locale.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -93,16 +94,35 @@ void mz_l_pushjson(lua_State *L, const cJSON *v, int skip_null) {
   }
 }
 
+static int is_ws(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
+
+/* Parse all of s[0..len) as one JSON value (whitespace around it allowed):
+ * cJSON stops after the first value, and text after it would otherwise be
+ * dropped without a word. On failure *at is the offset of the problem. */
+static cJSON *parse_all(const char *s, size_t len, size_t *at) {
+  const char *end = NULL;
+  cJSON *tree = cJSON_ParseWithLengthOpts(s, len, &end, 0);
+  if (!tree) {
+    end = cJSON_GetErrorPtr();
+    *at = end && end >= s && end <= s + len ? (size_t)(end - s) : len;
+    return NULL;
+  }
+  while (end < s + len && is_ws(*end)) end++;
+  if (end == s + len) return tree;
+  *at = (size_t)(end - s);
+  cJSON_Delete(tree);
+  return NULL;
+}
+
 /* json.decode(s) -> value | nil, message, "json" */
 static int json_decode(lua_State *L) {
-  size_t len;
+  size_t len, off = 0;
   const char *s = luaL_checklstring(L, 1, &len);
   box *b = push_box(L);
-  const char *end = NULL;
-  b->tree = cJSON_ParseWithLengthOpts(s, len, &end, 0);
+  b->tree = parse_all(s, len, &off);
   if (!b->tree) {
-    const char *at = cJSON_GetErrorPtr();
-    size_t off = at && at >= s && at <= s + len ? (size_t)(at - s) : len;
     char near[24];
     snprintf(near, sizeof near, "%.20s", s + off);
     return mz_l_failf(L, "json", "invalid JSON at byte %d near '%s'", (int)off + 1, near);
@@ -152,8 +172,11 @@ static void add_table(lua_State *L, int idx, cJSON *node, int depth) {
   while (lua_next(L, idx)) { /* [key, value] */
     int top = lua_gettop(L);
     const char *k = NULL;
-    if (lua_type(L, top - 1) == LUA_TSTRING) /* number keys: a copy, lua_next needs the original */
-      k = lua_tostring(L, top - 1);
+    if (lua_type(L, top - 1) == LUA_TSTRING) { /* number keys: a copy, lua_next needs the original */
+      size_t klen;
+      k = lua_tolstring(L, top - 1, &klen);
+      if (memchr(k, '\0', klen)) luaL_error(L, "json: cannot encode a table key containing NUL");
+    }
     else if (lua_isinteger(L, top - 1))
       k = lua_pushfstring(L, "%I", (LUAI_UACINT)lua_tointeger(L, top - 1));
     else
@@ -163,19 +186,61 @@ static void add_table(lua_State *L, int idx, cJSON *node, int depth) {
   }
 }
 
+/* cJSON prints a double with 15 significant digits whenever those read
+ * back within an epsilon of it, so 0.1 + 0.2 came out as 0.3 and 2^53 as
+ * 9.00719925474099e+15. Numbers are printed here instead, exactly:
+ * integers in full, floats with the fewest digits (15 to 17) that read
+ * back as the same double, with a '.' whatever the locale says. */
+static cJSON *new_number(lua_State *L, int idx) {
+  char buf[48], *dp;
+  char point = localeconv()->decimal_point[0];
+  if (lua_isinteger(L, idx)) {
+    snprintf(buf, sizeof buf, LUA_INTEGER_FMT, (LUAI_UACINT)lua_tointeger(L, idx));
+    return cJSON_CreateRaw(buf);
+  }
+  double d = lua_tonumber(L, idx);
+  if (!isfinite(d)) luaL_error(L, "json: cannot encode %s", isnan(d) ? "NaN" : "infinity");
+  for (int digits = 15; digits <= 17; digits++) {
+    snprintf(buf, sizeof buf, "%.*g", digits, d);
+    if (strtod(buf, NULL) == d) break;
+  }
+  if (point != '.' && (dp = strchr(buf, point))) *dp = '.';
+  return cJSON_CreateRaw(buf);
+}
+
+/* cJSON holds strings NUL-terminated, so a string with a NUL inside would
+ * be cut there silently; such a string is written out here, escaped the
+ * way cJSON escapes (quote, backslash, control characters). */
+static cJSON *new_string(lua_State *L, int idx) {
+  size_t len;
+  const char *s = lua_tolstring(L, idx, &len);
+  char esc[8];
+  if (!memchr(s, '\0', len)) return cJSON_CreateString(s);
+  luaL_Buffer b;
+  luaL_buffinit(L, &b);
+  luaL_addchar(&b, '"');
+  for (size_t i = 0; i < len; i++) {
+    unsigned char c = (unsigned char)s[i];
+    if (c == '"' || c == '\\') luaL_addchar(&b, '\\'), luaL_addchar(&b, (char)c);
+    else if (c < 0x20) snprintf(esc, sizeof esc, "\\u%04x", (unsigned)c), luaL_addstring(&b, esc);
+    else luaL_addchar(&b, (char)c);
+  }
+  luaL_addchar(&b, '"');
+  luaL_pushresult(&b); /* [text] */
+  cJSON *node = cJSON_CreateRaw(lua_tostring(L, -1));
+  lua_pop(L, 1);
+  return node;
+}
+
 static cJSON *new_node(lua_State *L, int idx, int depth) {
   switch (lua_type(L, idx)) {
   case LUA_TNIL: return cJSON_CreateNull();
   case LUA_TBOOLEAN: return cJSON_CreateBool(lua_toboolean(L, idx));
-  case LUA_TSTRING: return cJSON_CreateString(lua_tostring(L, idx));
+  case LUA_TSTRING: return new_string(L, idx);
   case LUA_TLIGHTUSERDATA:
     if (lua_touserdata(L, idx) == NULL) return cJSON_CreateNull();
     break;
-  case LUA_TNUMBER: {
-    double d = lua_tonumber(L, idx);
-    if (!isfinite(d)) luaL_error(L, "json: cannot encode %s", isnan(d) ? "NaN" : "infinity");
-    return cJSON_CreateNumber(d);
-  }
+  case LUA_TNUMBER: return new_number(L, idx);
   case LUA_TTABLE:
     if (depth > MAX_DEPTH) luaL_error(L, "json: nesting deeper than %d (a cycle?)", MAX_DEPTH);
     return is_array(L, idx) ? cJSON_CreateArray() : cJSON_CreateObject();

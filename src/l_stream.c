@@ -256,8 +256,13 @@ static const char *field_str(lua_State *L, int idx, const char *k, size_t *len) 
   return s;
 }
 
+/* A line break would let a value smuggle in headers of its own. The error
+ * names the header but never shows its value: it may be a credential
+ * (a key read from a file keeps its trailing newline). */
 static void check_header_text(lua_State *L, const char *h) {
-  if (strpbrk(h, "\r\n")) luaL_error(L, "mirza.open: header contains a line break: %s", h);
+  if (!strpbrk(h, "\r\n")) return;
+  lua_pushlstring(L, h, strcspn(h, ":\r\n"));
+  luaL_error(L, "mirza.open: header '%s' contains a line break", lua_tostring(L, -1));
 }
 
 /* headers = {["X-Name"] = "v", "Other: v"} -> a NULL-terminated array in a
@@ -310,6 +315,8 @@ static int l_open(lua_State *L) {
   if (!r.url) luaL_error(L, "mirza.open: 'url' is required");
   r.method = field_str(L, 1, "method", NULL);
   r.api_key = field_str(L, 1, "api_key", NULL);
+  if (r.api_key && strpbrk(r.api_key, "\r\n")) /* never echo the key */
+    luaL_error(L, "mirza.open: 'api_key' contains a line break");
   r.connect_timeout_ms = field_ms(L, 1, "timeout");
   r.stall_timeout_ms = field_ms(L, 1, "stall_timeout");
   r.deadline_ms = field_ms(L, 1, "deadline");

@@ -59,3 +59,6 @@ if(TARGET mirza-sim AND BASH)
   add_test(NAME sim.smoke COMMAND ${BASH} ${CMAKE_SOURCE_DIR}/tests/sim/smoke.sh $<TARGET_FILE:mirza-sim>)
   set_tests_properties(sim.smoke PROPERTIES ENVIRONMENT "${TEST_ENV}" LABELS sim TIMEOUT 300)
 endif()
+
+# --- Fuzz targets: replayed over their saved inputs here; libFuzzer builds with -DMIRZA_FUZZ=ON.
+include(${CMAKE_SOURCE_DIR}/tests/fuzz/fuzz.cmake)

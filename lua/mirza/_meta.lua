@@ -7,7 +7,7 @@
 ---@field body? string|table         request body; a table is encoded to JSON
 ---@field method? string             default: POST with a body, GET without
 ---@field headers? table<string,string>|string[]  extra headers: {["X-MTPLX-Session-Id"]="s1"} or {"Name: value"}
----@field api_key? string            sent as `Authorization: Bearer <key>` (never logged)
+---@field api_key? string            sent as `Authorization: Bearer <key>` (never logged; a line break in it raises, without showing it)
 ---@field timeout? number            connect timeout in seconds (default 10): TCP connect only
 ---@field stall_timeout? number      seconds without any received byte (head or body; heartbeats count) before the stream fails with code "timeout"; runs from the first response byte on, so a request queued by the daemon (no head yet) never stalls; default none
 ---@field deadline? number           whole-request limit in seconds; default none
@@ -114,11 +114,11 @@ function mirza.stat(path) end
 ---@field null lightuserdata  JSON null (decode produces it; encode accepts it)
 mirza.json = {}
 
----@param value any tables with keys 1..n are arrays, others objects ({} is an object)
+---@param value any tables with keys 1..n are arrays, others objects ({} is an object); numbers are written exactly (integers in full, floats round-trip); a NUL inside a string becomes \u0000, a NUL inside a key raises
 ---@return string json
 function mirza.json.encode(value) end
 
----@param text string
+---@param text string one JSON value, whitespace around it allowed (anything after it is an error)
 ---@return any|nil value
 ---@return string? message parse error with its byte offset
 ---@return string? code "json"

@@ -1,0 +1,43 @@
+-- mirza.json: what the JSON <-> Lua fuzzer (tests/fuzz/fuzz_json.c) found,
+-- pinned with exact values: numbers encode exactly, a NUL inside a string
+-- survives encoding, text after the value is refused, not dropped.
+local mirza = require "mirza"
+local json = mirza.json
+
+describe("mirza.json exactness", function()
+  after_each(function() collectgarbage("collect") end)
+
+  it("encodes floats with every digit they need", function()
+    assert.equal("0.30000000000000004", json.encode(0.1 + 0.2))
+    assert.equal("0.1", json.encode(0.1))
+    assert.equal("1e+300", json.encode(1e300))
+    assert.equal(0.1 + 0.2, json.decode(json.encode(0.1 + 0.2)))
+  end)
+
+  it("encodes integers in full", function()
+    assert.equal("9007199254740992", json.encode(2 ^ 53 | 0))
+    assert.equal("9007199254740992", json.encode(2.0 ^ 53))
+    assert.equal("4611686018427387905", json.encode((1 << 62) + 1))
+    assert.equal("-9223372036854775808", json.encode(math.mininteger))
+    assert.equal('{"seed":1234567890123}', json.encode({ seed = 1234567890123 }))
+  end)
+
+  it("keeps a NUL inside a string value", function()
+    assert.equal('"a\\u0000b\\"\\\\\\u0001"', json.encode("a\0b\"\\\1"))
+    assert.equal('["x\\u0000"]', json.encode({ "x\0" }))
+  end)
+
+  it("raises on a table key holding a NUL instead of cutting it", function()
+    assert.has_error(function() json.encode({ ["a\0b"] = 1 }) end,
+      "json: cannot encode a table key containing NUL")
+  end)
+
+  it("refuses text after the value", function()
+    local v, msg, code = json.decode('[1] x')
+    assert.is_nil(v)
+    assert.equal("invalid JSON at byte 5 near 'x'", msg)
+    assert.equal("json", code)
+    assert.is_nil((json.decode('{"a":1}{"b":2}')))
+    assert.same({ 1 }, json.decode(' [1] \r\n\t'))
+  end)
+end)
