@@ -14,6 +14,7 @@ local M = {
   sleep = core.sleep,
   now = core.now,
   streams = core.streams,
+  ready = core.ready,
 }
 
 ---Perform a plain (non-streamed) HTTP request and wait for its answer.
