@@ -610,5 +610,69 @@ function M.gather(fns, opts)
   return results, errors, nerr
 end
 
+-- ------------------------------------------------------------- conditions
+
+---@class mirza.Condition
+local Condition = {}
+Condition.__index = Condition
+
+---A condition tasks wait on until another task signals it (a pool slot
+---freed, a queue filled). Waiters are woken in FIFO order.
+---@param l? mirza.Loop default: the default scheduler
+---@return mirza.Condition
+function M.condition(l)
+  return setmetatable({ loop = l or M.default(), q = {}, head = 1, tail = 0 }, Condition)
+end
+
+---Suspend the current task until signalled or `timeout` seconds passed.
+---Outside a task, runs the scheduler until then.
+---@param timeout? number
+---@return boolean signalled false on timeout
+function Condition:wait(timeout)
+  local t, l = this_task()
+  l = l or self.loop
+  local entry, why = {}, nil
+  if t then
+    local token = arm(t)
+    entry.fn = function(w) return l:_wake(t, token, w) end
+  else
+    entry.fn = function(w) why = w end
+  end
+  self.tail = self.tail + 1
+  self.q[self.tail] = entry
+  local timer
+  if timeout then
+    timer = l:at(mirza.now() + timeout, function()
+      if not entry.dead then
+        entry.dead = true
+        entry.fn("timer")
+      end
+    end)
+  end
+  if t then why = suspend() else l:run(function() return why ~= nil end) end
+  if timer then timer.dead = true end
+  entry.dead = true
+  return why == "signal"
+end
+
+---Wake the oldest waiter.
+---@return boolean woke false when nobody waited
+function Condition:signal()
+  while self.head <= self.tail do
+    local e = self.q[self.head]
+    self.q[self.head], self.head = nil, self.head + 1
+    if not e.dead then
+      e.dead = true
+      if e.fn("signal") ~= false then return true end
+    end
+  end
+  return false
+end
+
+---Wake every waiter.
+function Condition:broadcast()
+  while self:signal() do end
+end
+
 M.Loop, M.Task = Loop, Task
 return M

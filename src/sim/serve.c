@@ -50,8 +50,9 @@ static int send_error_ex(conn *c, int status, const char *msg, const char *type,
   for (cJSON *f = fields ? fields->child : NULL; f; f = f->next)
     cJSON_AddItemToObject(e, f->string, cJSON_Duplicate(f, 1));
   cJSON_Delete(fields);
-  const char *extra = status == 429 || status == 503 ? "Retry-After: 1\r\n" : NULL;
-  return send_json(c, status, root, extra);
+  char ra[48];
+  snprintf(ra, sizeof ra, "Retry-After: %ld\r\n", c->srv->cfg.retry_after);
+  return send_json(c, status, root, status == 429 || status == 503 ? ra : NULL);
 }
 
 int send_error(conn *c, int status, const char *msg, const char *type, const char *code) {
@@ -75,9 +76,10 @@ static int send_http_fault(conn *c, const sim_faults *f) {
     return send_error(c, f->http_status, msg, type_for(f->http_status), NULL);
   char body[512];
   int n = snprintf(body, sizeof body, "<html><body>%s</body></html>\n", msg);
-  const char *extra =
-      f->http_status == 429 || f->http_status == 503 ? "Retry-After: 1\r\n" : NULL;
-  http_send(c, f->http_status, "text/html", extra, body, (size_t)n);
+  char ra[48];
+  snprintf(ra, sizeof ra, "Retry-After: %ld\r\n", c->srv->cfg.retry_after);
+  http_send(c, f->http_status, "text/html", f->http_status == 429 || f->http_status == 503 ? ra : NULL, body,
+            (size_t)n);
   return f->http_status;
 }
 
@@ -197,6 +199,8 @@ static int collect_faults(job *j, const http_request *r, const cJSON *ctl, char 
   long n = atomic_fetch_add(&j->srv->chat_count, 1) + 1;
   if (j->srv->cfg.crash_after > 0 && n == j->srv->cfg.crash_after && j->f.crash_after < 0)
     j->f.crash_after = 3;
+  if (n <= j->srv->cfg.fail_first && !j->f.http_status)
+    j->f.http_status = 429; /* --fail-first */
   return 0;
 }
 

@@ -56,6 +56,8 @@ typedef struct sim_config {
   int verbosity; /* 0 quiet, 1 default, 2 verbose */
   long parallel;
   long keepalive_ms;
+  long fail_first;  /* the first N chat requests answer 429 */
+  long retry_after; /* Retry-After seconds on 429/503 (default 1) */
 } sim_config;
 
 /* ---- buf.c ---------------------------------------------------------- */
