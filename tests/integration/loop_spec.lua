@@ -242,4 +242,45 @@ describe("mirza.loop", function()
     local s2 <close> = open(sim, "blocking read")
     assert.equal("blocking read", H.drain(s2).text)
   end)
+
+  it("runs engines in tasks: conversations at once, barge-in cancels a turn", function()
+    local engine = require "mirza.engine"
+    local function new(extra)
+      local opts = { preset = "mirza-sim", base_url = sim.base .. "/v1", autostart = false, config_file = false,
+        model = "mirza-sim",
+        log = function() end, max_tokens = 48 }
+      for k, v in pairs(extra or {}) do opts[k] = v end
+      local e = engine.new(opts)
+      assert(e:load())
+      return e
+    end
+    local e1, e2 = new(), new()
+    local slow = new { max_tokens = 400, body_extra = { mirza_sim = { tok_rate = 20 } } }
+    assert.are_not.equal(e1.cfg.session_id, e2.cfg.session_id) -- MTPLX answers 409 to a shared one
+    local l = loop.new()
+    local b1, b2 = {}, {}
+    local t1 = l:spawn(function() return e1:say("Bonjour", { answer = function(x) b1[#b1 + 1] = x end }) end)
+    local t2 = l:spawn(function() return e2:say("Hello", { answer = function(x) b2[#b2 + 1] = x end }) end)
+    local got = 0
+    local barge = l:spawn(function()
+      return slow:say("Raconte une longue histoire", { answer = function() got = got + 1 end })
+    end)
+    l:run(function() return t1:done() and t2:done() and got >= 2 end)
+    local ok1, st1 = t1:join()
+    local ok2, st2 = t2:join()
+    assert.is_true(ok1 and ok2)
+    assert.is_true(st1.tokens > 0 and st2.tokens > 0)
+    assert.is_nil(st1.error)
+    assert.is_true(#table.concat(b1) > 0 and #table.concat(b2) > 0)
+    assert.equal("running", barge:done() and "over" or "running") -- still streaming: 400 tokens at 20/s
+    local before = select(2, H.read_file(sim.log):gsub(" 499 ", ""))
+    barge:cancel() -- barge-in
+    assert.equal(0, mirza.streams())
+    assert.truthy(H.wait_for(function() return select(2, H.read_file(sim.log):gsub(" 499 ", "")) > before end, 20))
+    -- the conversation goes on after the barge-in
+    local t3 = l:spawn(function() return slow:say("Plus court", {}) end)
+    local ok3, st3 = t3:join()
+    assert.is_true(ok3)
+    assert.is_nil(st3.error)
+  end)
 end)
