@@ -93,4 +93,12 @@ function M.daemon(opts)
   return require("mirza.daemon").new(opts)
 end
 
+---Run fn(...) as a task of the default scheduler (see `mirza.loop`).
+---@param fn function
+---@param ... any
+---@return mirza.Task
+function M.spawn(fn, ...)
+  return require("mirza.loop").spawn(fn, ...)
+end
+
 return M

@@ -262,3 +262,57 @@ describe("mirza.batch at scale", function()
     os.remove(ref_out)
   end)
 end)
+
+describe("mirza.batch pieces", function()
+  it("parses the input shapes and rejects bad ones with a reason", function()
+    local line = '{"custom_id":"c","method":"POST","url":"/v1/chat/completions","body":{"model":"m"}}'
+    local it = batch.parse_line(line, 1)
+    assert.same({ custom_id = "c", body = { model = "m" }, line = 1 }, it)
+    it = batch.parse_line('{"prompt":"hi","system":"sys","max_tokens":5}', 2)
+    assert.equal("line-2", it.custom_id)
+    assert.same({ { role = "system", content = "sys" }, { role = "user", content = "hi" } }, it.body.messages)
+    assert.equal(5, it.body.max_tokens)
+    assert.is_nil(it.body.prompt)
+    it = batch.parse_line("just text\r", 3)
+    assert.same({ { role = "user", content = "just text" } }, it.body.messages)
+    assert.is_false(batch.parse_line("   ", 4))
+    local bad, msg = batch.parse_line('{"custom_id":"x","url":"/v1/embeddings","body":{}}', 5)
+    assert.is_nil(bad)
+    assert.truthy(msg:find("unsupported url", 1, true))
+    assert.truthy(select(2, batch.parse_line('{"custom_id":1,"prompt":"p"}', 6)):find("custom_id must be a string"))
+    assert.truthy(select(2, batch.parse_line('{"foo":1}', 7)):find("needs", 1, true))
+  end)
+
+  it("retries only retryable failures, backs off exponentially and honours retry_after", function()
+    for _, c in ipairs { { "refused" }, { "closed" }, { "timeout" }, { "server" }, { "http", 408 }, { "http", 409 },
+      { "http", 429 }, { "http", 500 }, { "http", 503 } } do
+      assert.is_true(batch.retryable(c[1], c[2]), c[1] .. tostring(c[2]))
+    end
+    for _, c in ipairs { { "http", 400 }, { "http", 401 }, { "http", 404 }, { "http", 422 }, { "protocol" },
+      { "input" } } do
+      assert.is_false(batch.retryable(c[1], c[2]), c[1] .. tostring(c[2]))
+    end
+    local o = { retry_base = 1, retry_max = 5 }
+    for n, hi in ipairs { 1, 2, 4, 5, 5 } do
+      local d = batch.backoff(n, o)
+      assert.is_true(d >= hi / 2 and d <= hi, ("retry %d waited %g"):format(n, d))
+    end
+    local d = batch.backoff(1, o, 7)
+    assert.is_true(d >= 7 and d < 7.1)
+  end)
+
+  it("resume keeps complete records, drops a torn last line and duplicates", function()
+    local path = H.tmpname(".jsonl")
+    local f = assert(io.open(path, "wb"))
+    f:write('{"custom_id":"a"}\n{"custom_id":"b"}\n{"custom_id":"a"}\n{"custom_id":"c"')
+    f:close()
+    local done, n = batch.resume(path)
+    assert.equal(2, n)
+    assert.same({ a = true, b = true }, done)
+    assert.equal('{"custom_id":"a"}\n{"custom_id":"b"}\n', H.read_file(path))
+    os.remove(path)
+    local none, zero = batch.resume(path) -- no file yet
+    assert.same({}, none)
+    assert.equal(0, zero)
+  end)
+end)
