@@ -412,9 +412,14 @@ local function drive(o, items, done, out)
     if done[it.custom_id] then stats.skipped = stats.skipped + 1 else queue[#queue + 1] = it end
   end
   local ctx = { opts = o, stats = stats, pool = o.pool, write = make_writer(out, stats) }
-  local workers = {}
+  local workers, progress = {}, nil
+  -- Cancelling the task running the batch cancels its workers too.
+  local _ <close> = setmetatable({}, { __close = function()
+    for _, t in ipairs(workers) do t:cancel() end
+    if progress then progress:cancel() end
+  end })
   for i = 1, math.min(o.pool:capacity(), #queue) do workers[i] = loop.spawn(work, ctx, queue) end
-  local progress = o.progress and progress_task(stats, o)
+  progress = o.progress and progress_task(stats, o)
   if o.batch_deadline then
     for _, t in ipairs(workers) do t:deadline(o.batch_deadline) end
   end
@@ -423,7 +428,6 @@ local function drive(o, items, done, out)
     if not ok and code ~= "timeout" then error(msg, 0) end
     if not ok then stats.deadline = true end
   end
-  if progress then progress:cancel() end
   stats.elapsed = mirza.now() - stats.t0
   stats.left = #queue - stats.done_now
   return stats

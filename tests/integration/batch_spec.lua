@@ -133,6 +133,41 @@ describe("mirza.batch", function()
   end)
 end)
 
+describe("mirza.batch cancelled", function()
+  it("stops at once when the task running it is cancelled: streams closed, no more records", function()
+    local loop = require "mirza.loop"
+    local sim = H.start_sim { "--parallel", "4", "--tok-rate", "20", "--ttft-ms", "0" }
+    local lines = {}
+    for i = 1, 12 do lines[i] = item("c" .. i, { answer_tokens = 10 }) end
+    local input, output = H.tmpname(".jsonl"), H.tmpname(".jsonl")
+    write(input, lines)
+    local written
+    loop.run(function()
+      local job = loop.spawn(batch.run, { input = input, output = output, endpoints = { sim.base }, quiet = true,
+        progress = false })
+      local t_end = mirza.now() + 30
+      local function n_lines()
+        local f = io.open(output)
+        local n = f and select(2, f:read("a"):gsub("\n", "")) or 0
+        if f then f:close() end
+        return n
+      end
+      while n_lines() < 1 and mirza.now() < t_end do mirza.sleep(0.01) end
+      assert.is_true(mirza.streams() > 0)
+      job:cancel()
+      assert.equal(0, mirza.streams())
+      written = H.read_file(output)
+      mirza.sleep(0.6) -- long enough for another item to finish, were any still running
+    end)
+    assert.equal(written, H.read_file(output))
+    local _, n = records(output)
+    assert.is_true(n >= 1 and n < 12)
+    sim.stop()
+    os.remove(input)
+    os.remove(output)
+  end)
+end)
+
 describe("mirza.batch retries", function()
   it("retries a 429 with backoff until it succeeds, and never a 400", function()
     local sim = H.start_sim { "--fail-first", "2", "--tok-rate", "0", "--ttft-ms", "0" }
