@@ -112,7 +112,7 @@ function M.new(opts)
   opts = opts or {}
   return setmetatable({
     runq = {}, rhead = 1, rtail = 0, -- tasks to resume, with their resume values
-    timers = {}, seq = 0,
+    timers = {}, seq = 0, ndead = 0,
     waiting = {},                    -- Stream -> task waiting on it
     nwaiting = 0,                    -- tasks waiting on a stream
     alive = 0,                       -- tasks not finished
@@ -224,8 +224,8 @@ function Loop:_wake(t, token, ...)
   return true
 end
 
----A timer calling fn() at `at` (mirza.now() seconds). Returns the entry
----(set `.dead = true` to cancel it).
+---A timer calling fn() at `at` (mirza.now() seconds). Returns the entry,
+---for `cancel_timer`.
 ---@param at number
 ---@param fn function
 ---@return table timer
@@ -234,6 +234,23 @@ function Loop:at(at, fn)
   local e = { at = at, seq = self.seq, fn = fn }
   heap_push(self.timers, e)
   return e
+end
+
+---Cancel a timer made by `at` (idempotent). Cancelled entries stay in the
+---heap until they reach its top, unless they are many: then it is rebuilt
+---(a task calling next(timeout) per event must not grow it without bound).
+---@param e table
+function Loop:cancel_timer(e)
+  if e.dead then return end
+  e.dead = true
+  self.ndead = self.ndead + 1
+  local h = self.timers
+  if self.ndead > 64 and self.ndead * 2 > #h then
+    local live = {}
+    for _, x in ipairs(h) do if not x.dead then live[#live + 1] = x end end
+    table.sort(live, before) -- a sorted array is a valid heap
+    self.timers, self.ndead = live, 0
+  end
 end
 
 -- Suspend the running task (raises outside one); returns the wake values.
@@ -276,7 +293,7 @@ function Loop:_await_stream(t, s, timeout)
   local timer
   if timeout then timer = self:at(mirza.now() + timeout, function() self:_wake(t, token, "timer") end) end
   local why = suspend()
-  if timer then timer.dead = true end
+  if timer then self:cancel_timer(timer) end
   return why
 end
 
@@ -371,27 +388,32 @@ end
 
 -- Fire the timers that are due.
 function Loop:_fire_timers()
-  local h, now = self.timers, mirza.now()
-  while h[1] and h[1].at <= now do
-    local e = heap_pop(h)
-    if not e.dead then e.fn() end
+  local now = mirza.now()
+  while self.timers[1] and self.timers[1].at <= now do -- re-read: fn() may rebuild the heap
+    local e = heap_pop(self.timers)
+    if e.dead then
+      self.ndead = self.ndead - 1
+    else
+      e.dead = true -- fired: a later cancel_timer is a no-op
+      e.fn()
+    end
   end
 end
 
 -- Seconds until the next live timer (nil: none).
 function Loop:_next_timer()
   local h = self.timers
-  while h[1] and h[1].dead do heap_pop(h) end
+  while h[1] and h[1].dead do
+    heap_pop(h)
+    self.ndead = self.ndead - 1
+  end
   return h[1] and math.max(0, h[1].at - mirza.now())
 end
 
----One round: run the ready tasks, then wait for the streams and timers
----they wait on, waking exactly the tasks concerned. Returns false when
----nothing can happen any more (no task ready, no timer, no stream awaited).
----@return boolean progressed
-function Loop:step()
-  if running_loop == self and self.current then error("mirza.loop: step() inside a task", 2) end
-  self:_run_ready()
+-- Wait for the next thing that can happen: at once when tasks are queued,
+-- else until a stream awaited has news or the next timer. False when
+-- nothing can ever happen (no task queued, no timer, no stream awaited).
+function Loop:_wait()
   if self.rhead <= self.rtail then
     self:_poll(0)
     return true
@@ -400,6 +422,16 @@ function Loop:step()
   if not timeout and self.nwaiting == 0 then return false end
   self:_poll(timeout)
   return true
+end
+
+---One round: run the ready tasks, then wait for the streams and timers
+---they wait on, waking exactly the tasks concerned. Returns false when
+---nothing can happen any more (no task ready, no timer, no stream awaited).
+---@return boolean progressed
+function Loop:step()
+  if this_task() then error("mirza.loop: step() inside a task", 2) end
+  self:_run_ready()
+  return self:_wait()
 end
 
 function Loop:_poll(timeout)
@@ -417,15 +449,16 @@ function Loop:_poll(timeout)
   self:_fire_timers()
 end
 
----Run until `done()` returns true, or until every task finished (no
----predicate). Raises when tasks remain that nothing can ever wake.
+---Run until `done()` returns true (checked after every round of tasks), or
+---until every task finished (no predicate). Raises when tasks remain that
+---nothing can ever wake.
 ---@param done? fun(): boolean
 function Loop:run(done)
   if this_task() then error("mirza.loop: run() inside a task (use join)", 2) end
-  while not (done and done()) do
-    if self.alive == 0 and not done then return end
-    if not self:step() then
-      if (done and done()) or (not done and self.alive == 0) then return end
+  while true do
+    self:_run_ready()
+    if done and done() or (not done and self.alive == 0) then return end
+    if not self:_wait() then
       error(("mirza.loop: %d task(s) wait forever (deadlock)"):format(self.alive), 2)
     end
   end
@@ -492,7 +525,7 @@ end
 ---@return mirza.Task self
 function Task:deadline(seconds)
   local l = self.loop
-  if self.deadline_timer then self.deadline_timer.dead = true end
+  if self.deadline_timer then l:cancel_timer(self.deadline_timer) end
   self.deadline_timer = l:at(mirza.now() + seconds, function()
     if self.status ~= "done" then self:cancel(("deadline of %g s exceeded"):format(seconds), "timeout") end
   end)
@@ -650,7 +683,7 @@ function Condition:wait(timeout)
     end)
   end
   if t then why = suspend() else l:run(function() return why ~= nil end) end
-  if timer then timer.dead = true end
+  if timer then l:cancel_timer(timer) end
   entry.dead = true
   return why == "signal"
 end

@@ -177,6 +177,31 @@ describe("mirza.loop", function()
     assert.equal(0, mirza.streams())
   end)
 
+  it("keeps the timer heap bounded when every next() has a timeout", function()
+    local l = loop.new()
+    -- a live timer earlier than the reader's: the cancelled ones pile up behind it
+    local sleeper = l:spawn(function() mirza.sleep(20) end)
+    local t = l:spawn(function()
+      local s <close> = open(sim, text_for(7, 3000), { tok_rate = 3000 })
+      local n, peak = 0, 0
+      while true do
+        local ev = assert(s:next(30))
+        if ev.type == "text" then n = n + 1 end
+        peak = math.max(peak, #l.timers)
+        if ev.type == "done" then break end
+      end
+      return n, peak
+    end)
+    local t0 = mirza.now()
+    local ok, n, peak = t:join()
+    -- join returns when the task is done, not at the next timer (20 s away)
+    assert.is_true(mirza.now() - t0 < 15, "join waited for an unrelated timer")
+    sleeper:cancel()
+    assert.is_true(ok)
+    assert.is_true(n >= 1000, "text events: " .. tostring(n))
+    assert.is_true(peak <= 200, "timer heap grew to " .. tostring(peak))
+  end)
+
   it("gathers with a concurrency limit, results in order", function()
     local running, peak, fns = 0, 0, {}
     for i = 1, 12 do
