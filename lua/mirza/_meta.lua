@@ -86,8 +86,9 @@ function mirza.wait(timeout) end
 ---first), waiting up to `timeout` seconds for news. Edge-triggered, unlike
 ---`wait`: events already reported do not make it return again, so a
 ---scheduler wakes exactly the streams that changed and never spins. Closed
----streams are never listed. Never yields (the scheduler in `mirza.loop` is
----built on it).
+---streams are never listed. Never yields. The scheduler in `mirza.loop` is
+---built on it: while a scheduler runs, do not call it yourself (the edges
+---you take are the scheduler's wake-ups).
 ---@param timeout? number seconds; nil waits until something is ready or nothing runs
 ---@param list? mirza.Stream[] reused for the result (entries past n cleared)
 ---@return mirza.Stream[] list the ready streams in [1..n]
