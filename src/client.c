@@ -79,6 +79,8 @@ struct mz_stream {
   cJSON *term_json;
   mz_event cur;            /* what next() handed out */
   char errbuf[CURL_ERROR_SIZE];
+  mz_stream *rprev, *rnext; /* the client's ready list (see mark_ready) */
+  int listed;               /* on the ready list */
 };
 
 struct mz_client {
@@ -86,6 +88,7 @@ struct mz_client {
   mz_stream *streams;
   size_t nstreams;
   volatile sig_atomic_t *intr;
+  mz_stream *rhead, *rtail; /* streams that became ready, oldest first */
 };
 
 double mz_now(void) {
@@ -124,12 +127,44 @@ static void buf_free(mz_buf *b) {
   b->len = b->cap = 0;
 }
 
+/* ------------------------------------------------------- ready list */
+
+/*
+ * The ready list: an intrusive FIFO of the streams that got an event (or
+ * their terminal event) queued since they were last taken off it by
+ * mz_client_ready(). Each stream is on it at most once, so marking is O(1)
+ * and a scheduler wakes exactly the streams that changed, however many are
+ * open. Closing a stream unlinks it.
+ */
+static void mark_ready(mz_stream *s) {
+  mz_client *c = s->c;
+  if (s->listed) return;
+  s->listed = 1;
+  s->rnext = NULL;
+  s->rprev = c->rtail;
+  if (c->rtail) c->rtail->rnext = s;
+  else c->rhead = s;
+  c->rtail = s;
+}
+
+static void unmark_ready(mz_stream *s) {
+  mz_client *c = s->c;
+  if (!s->listed) return;
+  if (s->rprev) s->rprev->rnext = s->rnext;
+  else c->rhead = s->rnext;
+  if (s->rnext) s->rnext->rprev = s->rprev;
+  else c->rtail = s->rprev;
+  s->listed = 0;
+  s->rprev = s->rnext = NULL;
+}
+
 /* ------------------------------------------------------- terminal events */
 
 /* Record the terminal event once; later calls are ignored so the first
  * cause wins (a protocol error is not overwritten by the abort it causes). */
 static void set_terminal(mz_stream *s, mz_evtype t, const char *code, const char *fmt, ...) {
   if (s->term) return;
+  mark_ready(s);
   s->term = t;
   s->term_code = code;
   s->term_msg[0] = '\0';
@@ -149,6 +184,7 @@ static item *q_push(mz_stream *s, mz_evtype t, int index) {
     s->q = q;
     s->qcap = cap;
   }
+  mark_ready(s);
   item *it = &s->q[s->qlen++];
   it->type = t;
   it->index = index;
@@ -682,6 +718,31 @@ int mz_client_sleep(mz_client *c, long timeout_ms) {
   }
 }
 
+/* Wait for the ready list to be non-empty (see mz_client_wait_ready). */
+int mz_client_wait_ready(mz_client *c, long timeout_ms) {
+  double end = deadline_from(timeout_ms);
+  for (;;) {
+    drive(c);
+    while (c->rhead && !ready(c->rhead)) unmark_ready(c->rhead); /* drained meanwhile */
+    if (c->rhead) return 1;
+    if (c->intr && *c->intr) return MZ_NEXT_INTERRUPTED;
+    double now = mz_now(), left = end - now;
+    if (left <= 0 || (isinf(end) && !any_running(c))) return 0;
+    left = next_stall(c, now, left < 3600 ? left : 3600);
+    curl_multi_poll(c->multi, NULL, 0, (int)ceil(left * 1000.0), NULL);
+  }
+}
+
+size_t mz_client_ready(mz_client *c, mz_stream **out, size_t n) {
+  size_t k = 0;
+  while (k < n && c->rhead) {
+    mz_stream *s = c->rhead;
+    unmark_ready(s);
+    if (ready(s)) out[k++] = s; /* skip streams drained since they were listed */
+  }
+  return k;
+}
+
 /* Drop what the previous pop handed out, and reset the arena when the
  * queue has drained: the caller has copied it by now (see client.h). */
 static void release_popped(mz_stream *s) {
@@ -852,6 +913,7 @@ void mz_stream_close(mz_stream *s) {
   if (!s) return;
   mz_client *c = s->c;
   detach_easy(s);
+  unmark_ready(s);
   if (s->prev) s->prev->next = s->next;
   else c->streams = s->next;
   if (s->next) s->next->prev = s->prev;

@@ -107,6 +107,18 @@ int mz_client_wait(mz_client *c, long timeout_ms);
 /* Keep every transfer flowing for timeout_ms whatever is ready (events
  * pile up in their queues). Returns 0, or MZ_NEXT_INTERRUPTED. */
 int mz_client_sleep(mz_client *c, long timeout_ms);
+/* The ready list, for schedulers: which streams changed, not how many.
+ * A stream is listed when an event or its terminal event is queued, at most
+ * once, until taken off by mz_client_ready(); closing unlinks it.
+ * mz_client_wait_ready() drives every transfer until the list is non-empty
+ * (returns 1), the timeout (0; with timeout_ms < 0 also when nothing is
+ * running any more: it never hangs on an idle client) or an interrupt
+ * (MZ_NEXT_INTERRUPTED). Unlike mz_client_wait() it does not return at once
+ * for events that were already queued and reported: it waits for news.
+ * mz_client_ready() takes up to n streams off the list, oldest first,
+ * skipping any drained since they were listed, and never blocks. */
+int mz_client_wait_ready(mz_client *c, long timeout_ms);
+size_t mz_client_ready(mz_client *c, mz_stream **out, size_t n);
 /* Number of open streams. */
 size_t mz_client_streams(const mz_client *c);
 

@@ -112,6 +112,68 @@ static int l_stat(lua_State *L) {
   return 2;
 }
 
+/* ---- ready streams ------------------------------------------------------
+ * mirza.ready() hands out the Stream userdata of the client's ready list.
+ * A weak-valued registry table maps each open mz_stream (light userdata) to
+ * its userdata; l_stream.c registers every stream it opens. */
+#define STREAMS_KEY "mirza.streams"
+
+static void push_stream_map(lua_State *L) {
+  if (lua_getfield(L, LUA_REGISTRYINDEX, STREAMS_KEY) == LUA_TTABLE) return;
+  lua_pop(L, 1);
+  lua_newtable(L);
+  lua_createtable(L, 0, 1);
+  lua_pushliteral(L, "v");
+  lua_setfield(L, -2, "__mode");
+  lua_setmetatable(L, -2);
+  lua_pushvalue(L, -1);
+  lua_setfield(L, LUA_REGISTRYINDEX, STREAMS_KEY);
+}
+
+void mz_l_stream_opened(lua_State *L, mz_stream *s, int idx) {
+  idx = lua_absindex(L, idx);
+  push_stream_map(L); /* [map] */
+  lua_pushlightuserdata(L, s);
+  lua_pushvalue(L, idx);
+  lua_rawset(L, -3);
+  lua_pop(L, 1);
+}
+
+/* mirza.ready([timeout [, list]]) -> list, n: the streams that got events
+ * since the last call (each once), waiting up to timeout for news (nil:
+ * until some, or until nothing runs). list (reused when given) holds them
+ * in [1..n]; entries past n are cleared. Never yields. */
+static int l_ready(lua_State *L) {
+  mz_ctx *ctx = mz_l_ctx(L);
+  long ms = opt_ms(L, 1);
+  if (lua_isnoneornil(L, 2)) {
+    lua_newtable(L);
+  } else {
+    luaL_checktype(L, 2, LUA_TTABLE);
+    lua_pushvalue(L, 2);
+  }
+  int out = lua_gettop(L);
+  if (mz_client_wait_ready(ctx->client, ms) == MZ_NEXT_INTERRUPTED) return mz_l_raise_interrupt(L);
+  push_stream_map(L); /* [list, map] */
+  mz_stream *batch[64];
+  lua_Integer n = 0;
+  size_t got;
+  while ((got = mz_client_ready(ctx->client, batch, 64)) > 0)
+    for (size_t i = 0; i < got; i++) {
+      lua_pushlightuserdata(L, batch[i]);
+      if (lua_rawget(L, -2) == LUA_TNIL) lua_pop(L, 1); /* being collected: closing */
+      else lua_rawseti(L, out, ++n);
+    }
+  for (lua_Integer i = n + 1; lua_rawgeti(L, out, i) != LUA_TNIL; i++) {
+    lua_pop(L, 1);
+    lua_pushnil(L);
+    lua_rawseti(L, out, i);
+  }
+  lua_settop(L, out);
+  lua_pushinteger(L, n);
+  return 2;
+}
+
 static int l_streams(lua_State *L) {
   lua_pushinteger(L, (lua_Integer)mz_client_streams(mz_l_ctx(L)->client));
   return 1;
@@ -120,7 +182,7 @@ static int l_streams(lua_State *L) {
 int luaopen_mirza_core(lua_State *L) {
   static const luaL_Reg funcs[] = {{"wait", l_wait},       {"sleep", l_sleep}, {"now", l_now},
                                    {"streams", l_streams}, {"stat", l_stat},
-                                   {NULL, NULL}};
+                                   {"ready", l_ready},     {NULL, NULL}};
   mz_l_ctx(L);
   luaL_newlib(L, funcs); /* [core] */
   luaopen_mirza_stream(L); /* [core, open] */

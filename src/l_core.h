@@ -26,6 +26,9 @@ int mz_l_was_interrupted(void);
 /* Raise the "interrupted" error (clears the pending flag first). */
 int mz_l_raise_interrupt(lua_State *L);
 
+/* Register the Stream userdata at idx as the Lua face of s (mirza.ready). */
+void mz_l_stream_opened(lua_State *L, mz_stream *s, int idx);
+
 int luaopen_mirza_core(lua_State *L);
 int luaopen_mirza_stream(lua_State *L); /* registers the Stream metatable */
 int luaopen_mirza_json(lua_State *L);

@@ -275,7 +275,11 @@ const char *mz_l_encode(lua_State *L, int idx, size_t *len) {
   if (!(b->text = cJSON_PrintUnformatted(b->tree->child))) luaL_error(L, "not enough memory");
   lua_pushstring(L, b->text); /* [slot, box, text] */
   lua_copy(L, -1, slot);
-  lua_settop(L, slot); /* closes the box (a to-be-closed slot is never lua_remove'd) */
+  /* Close the box with lua_closeslot, not by lua_settop: Lua 5.4.4's
+   * lua_settop keeps a stale top when the __close call reallocates the
+   * stack (small coroutine stacks: a json body encoded inside a task). */
+  lua_closeslot(L, slot + 1);
+  lua_settop(L, slot);
   return lua_tolstring(L, -1, len);
 }
 

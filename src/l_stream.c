@@ -336,6 +336,7 @@ static int l_open(lua_State *L) {
   char err[128];
   if (!(u->s = mz_stream_open(ctx->client, &r, err, sizeof err))) luaL_error(L, "mirza.open: %s", err);
   lua_settop(L, 2);
+  mz_l_stream_opened(L, u->s, 2); /* mirza.ready() hands it out */
   return 1;
 }
 

@@ -92,6 +92,19 @@ function mirza.open(opts) end
 ---@return integer ready number of streams with events to read (0: timeout or nothing running)
 function mirza.wait(timeout) end
 
+---The streams that got events since the last call (each listed once, oldest
+---first), waiting up to `timeout` seconds for news. Edge-triggered, unlike
+---`wait`: events already reported do not make it return again, so a
+---scheduler wakes exactly the streams that changed and never spins. Closed
+---streams are never listed. Never yields. The scheduler in `mirza.loop` is
+---built on it: while a scheduler runs, do not call it yourself (the edges
+---you take are the scheduler's wake-ups).
+---@param timeout? number seconds; nil waits until something is ready or nothing runs
+---@param list? mirza.Stream[] reused for the result (entries past n cleared)
+---@return mirza.Stream[] list the ready streams in [1..n]
+---@return integer n
+function mirza.ready(timeout, list) end
+
 ---Sleep while every open transfer keeps making progress.
 ---@param seconds number
 function mirza.sleep(seconds) end

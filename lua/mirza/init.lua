@@ -14,6 +14,7 @@ local M = {
   sleep = core.sleep,
   now = core.now,
   streams = core.streams,
+  ready = core.ready,
 }
 
 ---Perform a plain (non-streamed) HTTP request and wait for its answer.
@@ -92,6 +93,14 @@ end
 ---@return mirza.Daemon
 function M.daemon(opts)
   return require("mirza.daemon").new(opts)
+end
+
+---Run fn(...) as a task of the default scheduler (see `mirza.loop`).
+---@param fn function
+---@param ... any
+---@return mirza.Task
+function M.spawn(fn, ...)
+  return require("mirza.loop").spawn(fn, ...)
 end
 
 return M

@@ -37,6 +37,7 @@ static const struct option long_opts[] = {
     {"fault", 1, 0, 'f'},         {"seed", 1, 0, 's'},           {"keepalive-ms", 1, 0, 'K'},
     {"quiet", 0, 0, 'q'},         {"verbose", 0, 0, 'v'},        {"help", 0, 0, 'h'},
     {"health-pid", 1, 0, 0x100},
+    {"fail-first", 1, 0, 'X'},    {"retry-after", 1, 0, 'Y'},
     {0, 0, 0, 0}};
 
 static void usage(FILE *out) {
@@ -70,7 +71,9 @@ static void usage(FILE *out) {
       "  --quiet                 log nothing to stderr but fatal startup errors\n"
       "  --verbose               log one line per request (method, path, status, time)\n"
       "  --help                  show this help\n"
-      "  --health-pid N          report N as /health startup.pid (a foreign pid)\n\n"
+      "  --health-pid N          report N as /health startup.pid (a foreign pid)\n"
+      "  --fail-first N          the first N chat requests answer 429 (retry tests)\n"
+      "  --retry-after S         Retry-After seconds sent with 429 and 503 (default 1)\n\n"
       "Fault SPEC: comma-separated items, also per request with header\n"
       "'X-Mirza-Sim-Fault: SPEC' or body {\"mirza_sim\":{\"fault\":\"SPEC\"}}:\n"
       "  http=STATUS[:MSG]  http-text=STATUS  error-after=N  cut-after=N\n"
@@ -114,7 +117,8 @@ static void parse_args(server *s, int argc, char **argv) {
   *c = (sim_config){.host = "127.0.0.1", .port = 8766, .model_id = "mirza-sim",
                     .context_window = 32768, .tok_rate = 50, .ttft_ms = 200,
                     .heartbeat_ms = 10000, .progress_every = 32, .reasoning_tokens = 48,
-                    .answer_tokens = 32, .verbosity = 1, .parallel = 1, .keepalive_ms = 5000};
+                    .answer_tokens = 32, .verbosity = 1, .parallel = 1, .keepalive_ms = 5000,
+                    .retry_after = 1};
   faults_clear(&s->faults);
   const long BIG = 1L << 40;
   int o, idx = 0;
@@ -154,6 +158,8 @@ static void parse_args(server *s, int argc, char **argv) {
     case 'K': c->keepalive_ms = num(nm, optarg, 1, 86400000L); break;
     case 'q': c->verbosity = 0; break;
     case 'v': c->verbosity = 2; break;
+    case 'X': c->fail_first = num(nm, optarg, 0, BIG); break;
+    case 'Y': c->retry_after = num(nm, optarg, 0, 86400); break;
     case 'h': usage(stdout); exit(0);
     case 0x100: c->health_pid = num(nm, optarg, 1, 0x7fffffffL); break;
     default: usage(stderr); exit(2);

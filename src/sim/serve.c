@@ -51,8 +51,9 @@ static int send_error_ex(conn *c, int status, const char *msg, const char *type,
   for (cJSON *f = fields ? fields->child : NULL; f; f = f->next)
     cJSON_AddItemToObject(e, f->string, cJSON_Duplicate(f, 1));
   cJSON_Delete(fields);
-  const char *extra = status == 429 || status == 503 ? "Retry-After: 1\r\n" : NULL;
-  return send_json(c, status, root, extra);
+  char ra[48];
+  snprintf(ra, sizeof ra, "Retry-After: %ld\r\n", c->srv->cfg.retry_after);
+  return send_json(c, status, root, status == 429 || status == 503 ? ra : NULL);
 }
 
 int send_error(conn *c, int status, const char *msg, const char *type, const char *code) {
@@ -70,12 +71,16 @@ static const char *type_for(int status) {
 }
 
 /* "Retry-After: ...\r\n" for an error answer: the retry-after= fault
- * ("N" as is, "date+N" as the HTTP-date N seconds ahead), else 1 s for
- * 429/503, else none. */
-static const char *retry_after(const sim_faults *f, int status, char *out, size_t n) {
+ * ("N" as is, "date+N" as the HTTP-date N seconds ahead), else
+ * --retry-after (default 1 s) for 429/503, else none. */
+static const char *retry_after(const sim_faults *f, long dflt, int status, char *out, size_t n) {
   long ahead;
-  if (!f->retry_after[0])
-    return status == 429 || status == 503 ? "Retry-After: 1\r\n" : NULL;
+  if (!f->retry_after[0]) {
+    if (status != 429 && status != 503)
+      return NULL;
+    snprintf(out, n, "Retry-After: %ld\r\n", dflt);
+    return out;
+  }
   if (strncmp(f->retry_after, "date+", 5) != 0) {
     snprintf(out, n, "Retry-After: %s\r\n", f->retry_after);
     return out;
@@ -115,7 +120,7 @@ static int fault_body(const sim_faults *f, const char *msg, char *body, size_t n
 static int send_http_fault(conn *c, const sim_faults *f) {
   const char *msg = f->http_msg[0] ? f->http_msg : http_reason(f->http_status);
   char ra[96], body[1024];
-  const char *extra = retry_after(f, f->http_status, ra, sizeof ra), *ctype;
+  const char *extra = retry_after(f, c->srv->cfg.retry_after, f->http_status, ra, sizeof ra), *ctype;
   if (!f->http_text && !f->retry_after[0])
     return send_error(c, f->http_status, msg, type_for(f->http_status), NULL);
   if (!f->http_text) { /* JSON error with a chosen Retry-After */
@@ -256,6 +261,9 @@ static int collect_faults(job *j, const http_request *r, const cJSON *ctl, char 
   const char *b = json_str(ctl, "fault");
   if (b && faults_parse(&j->f, b, err, errlen))
     return -1;
+  long n = atomic_fetch_add(&j->srv->fail_count, 1) + 1;
+  if (n <= j->srv->cfg.fail_first && !j->f.http_status)
+    j->f.http_status = 429; /* --fail-first */
   return 0;
 }
 

@@ -57,6 +57,8 @@ typedef struct sim_config {
   long parallel;
   long keepalive_ms;
   long health_pid; /* pid reported by /health; 0 = our own */
+  long fail_first;  /* the first N chat requests answer 429 */
+  long retry_after; /* Retry-After seconds on 429/503 (default 1) */
 } sim_config;
 
 /* ---- buf.c ---------------------------------------------------------- */
@@ -213,6 +215,7 @@ typedef struct server {
   session *sessions;
   inflight *inflight;
   atomic_long chat_count;
+  atomic_long fail_count; /* chat requests seen, for --fail-first */
   atomic_long id_count;
 } server;
 

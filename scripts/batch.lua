@@ -1,0 +1,77 @@
+--- batch.lua - run a JSONL (or plain text) file of prompts against one or
+--- more OpenAI-compatible daemons, writing OpenAI batch output records.
+---
+---   mirza scripts/batch.lua INPUT OUTPUT [options]
+---
+--- Options:
+---   --endpoint URL       base URL, e.g. http://127.0.0.1:8080/v1 (repeat for a
+---                        pool; URL@N sets that endpoint's limit). Default:
+---                        $MIRZA_BASE_URL or http://127.0.0.1:8766/v1
+---   --limit N            requests in flight per endpoint (default 4)
+---   --model ID           model for lines without one (default $MIRZA_MODEL or "default")
+---   --max-tokens N       max_tokens for lines without one
+---   --max-retries N      retries of a retryable failure (default 5)
+---   --retry-base S       first backoff in seconds (default 0.5)
+---   --deadline S         per-request limit in seconds
+---   --batch-deadline S   stop after S seconds (unfinished items stay for a rerun)
+---   --stall-timeout S    seconds without a byte before an attempt fails (default 120)
+---   --no-repetition      no repetition guard
+---   --progress-every S   seconds between progress lines when not a terminal (default 10)
+---   --quiet              no progress and no summary
+---
+--- Running it again with the same OUTPUT resumes: finished custom_ids are
+--- skipped. Exit status: 0 all items ok, 1 some items failed or the batch
+--- deadline stopped the run, 2 bad usage or unreadable input.
+local batch = require "mirza.batch"
+
+local function usage(msg)
+  io.stderr:write("batch: ", msg, "\nusage: mirza scripts/batch.lua INPUT OUTPUT [--endpoint URL[@N]]... ",
+    "[--limit N] [--model ID] [--max-tokens N] [--max-retries N] [--retry-base S] [--deadline S] ",
+    "[--batch-deadline S] [--stall-timeout S] [--no-repetition] [--progress-every S] [--quiet]\n")
+  os.exit(2)
+end
+
+local NUM = { ["--limit"] = "limit", ["--max-tokens"] = "max_tokens", ["--max-retries"] = "max_retries",
+  ["--retry-base"] = "retry_base", ["--deadline"] = "deadline", ["--batch-deadline"] = "batch_deadline",
+  ["--stall-timeout"] = "stall_timeout", ["--progress-every"] = "progress_every" }
+
+-- "URL" or "URL@N" -> {url=, limit=}
+local function endpoint(s)
+  local url, n = s:match("^(.-)@(%d+)$")
+  return { url = url or s, limit = tonumber(n) }
+end
+
+local function parse(argv)
+  local opts, pos, eps, i = { body = {} }, {}, {}, 1
+  while i <= #argv do
+    local a = argv[i]
+    if NUM[a] then
+      local v = tonumber(argv[i + 1])
+      if not v then usage(a .. " needs a number") end
+      opts[NUM[a]] = v
+      i = i + 1
+    elseif a == "--endpoint" or a == "--model" then
+      local v = argv[i + 1] or usage(a .. " needs a value")
+      if a == "--endpoint" then eps[#eps + 1] = endpoint(v) else opts.model = v end
+      i = i + 1
+    elseif a == "--no-repetition" then opts.repetition = false
+    elseif a == "--quiet" then opts.quiet, opts.progress = true, false
+    elseif a:sub(1, 2) == "--" then usage("unknown option " .. a)
+    else pos[#pos + 1] = a end
+    i = i + 1
+  end
+  if #pos ~= 2 then usage("INPUT and OUTPUT are required") end
+  opts.input, opts.output = pos[1], pos[2]
+  if #eps == 0 then eps[1] = { url = os.getenv("MIRZA_BASE_URL") or "http://127.0.0.1:8766/v1" } end
+  opts.endpoints = eps
+  opts.model = opts.model or os.getenv("MIRZA_MODEL")
+  if opts.max_tokens then opts.body.max_tokens, opts.max_tokens = opts.max_tokens, nil end
+  return opts
+end
+
+local stats, msg, code = batch.run(parse(arg))
+if not stats then
+  io.stderr:write("batch: ", msg, "\n")
+  os.exit((code == "input" or code == "io") and 2 or 1)
+end
+os.exit((stats.errors > 0 or stats.deadline) and 1 or 0)

@@ -1,0 +1,249 @@
+/*
+ * test_ready.c - the client's ready list (mz_client_wait_ready and
+ * mz_client_ready), the primitive a scheduler uses to wake only the streams
+ * that changed. Real transfers over loopback against a mirza-sim child
+ * process ($MIRZA_SIM, set by ctest; the tests skip without it).
+ *
+ * Timing: a "slow" stream has a first-token delay of several seconds and
+ * the assertions happen long before it, so a loaded machine cannot make a
+ * slow stream ready by accident; every wait has a generous deadline.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "client.h"
+
+static pid_t sim_pid;
+static char url[128];
+
+static void nap_ms(int ms) {
+  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+  while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {
+  }
+}
+
+/* Start mirza-sim on a free port; its port comes back through a file. */
+static int start_sim(void **state) {
+  (void)state;
+  const char *bin = getenv("MIRZA_SIM");
+  if (!bin || !*bin) return 0;
+  char port_file[64];
+  snprintf(port_file, sizeof port_file, "/tmp/mz-ready-%d.port", (int)getpid());
+  unlink(port_file);
+  sim_pid = fork();
+  if (sim_pid == 0) {
+    execl(bin, bin, "--port", "0", "--port-file", port_file, "--parallel", "16", "--quiet",
+          "--heartbeat-ms", "0", (char *)NULL);
+    _exit(127);
+  }
+  for (int i = 0; i < 1000; i++) {
+    FILE *f = fopen(port_file, "r");
+    int port = 0;
+    if (f) {
+      if (fscanf(f, "%d", &port) != 1) port = 0;
+      fclose(f);
+    }
+    if (port > 0) {
+      snprintf(url, sizeof url, "http://127.0.0.1:%d/v1/chat/completions", port);
+      unlink(port_file);
+      return 0;
+    }
+    nap_ms(10);
+  }
+  return -1;
+}
+
+static int stop_sim(void **state) {
+  (void)state;
+  if (sim_pid > 0) {
+    kill(sim_pid, SIGTERM);
+    waitpid(sim_pid, NULL, 0);
+  }
+  return 0;
+}
+
+/* A streamed chat request answering `text` after ttft_ms, at `rate`
+ * tokens per second (0: at once). */
+static mz_stream *open_rate(mz_client *c, const char *text, int ttft_ms, double rate) {
+  char body[512], err[128];
+  snprintf(body, sizeof body,
+           "{\"model\":\"x\",\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+           "\"mirza_sim\":{\"text\":\"%s\",\"ttft_ms\":%d,\"tok_rate\":%g}}",
+           text, ttft_ms, rate);
+  mz_request r = {.url = url, .body = body, .body_len = strlen(body)};
+  mz_stream *s = mz_stream_open(c, &r, err, sizeof err);
+  assert_non_null(s);
+  return s;
+}
+
+static mz_stream *open_chat(mz_client *c, const char *text, int ttft_ms) {
+  return open_rate(c, text, ttft_ms, 0);
+}
+
+#define SKIP_WITHOUT_SIM() \
+  do { \
+    if (!url[0]) skip(); \
+  } while (0)
+
+/* Wait (up to 20 s) until `s` finished, taking the ready list as we go
+ * (at least once, and after the last wait). */
+static void wait_finished(mz_client *c, mz_stream *s) {
+  mz_stream *out[8];
+  double end = mz_now() + 20;
+  do {
+    mz_client_wait_ready(c, 100);
+    while (mz_client_ready(c, out, 8) > 0) {
+    }
+  } while (!mz_stream_finished(s) && mz_now() < end);
+  assert_true(mz_stream_finished(s));
+}
+
+/* Drive every transfer (taking nothing off the ready list) until `s`
+ * finished; mz_client_wait() would return at once while any stream has
+ * events queued, so sleep in small steps instead. */
+static void drive_until_finished(mz_client *c, mz_stream *s) {
+  double end = mz_now() + 20;
+  while (!mz_stream_finished(s) && mz_now() < end) mz_client_sleep(c, 10);
+  assert_true(mz_stream_finished(s));
+}
+
+/* Only the stream that received something is listed, once. */
+static void test_lists_only_ready(void **state) {
+  (void)state;
+  SKIP_WITHOUT_SIM();
+  mz_client *c = mz_client_new(NULL);
+  mz_stream *slow = open_chat(c, "slow", 8000), *fast = open_chat(c, "a b c d e f", 0);
+  mz_stream *out[4] = {0};
+  assert_int_equal(1, mz_client_wait_ready(c, 20000));
+  wait_finished(c, fast); /* many events queued: listed once at most */
+  assert_int_equal(0, mz_client_ready(c, out, 4)); /* taken above already */
+  assert_int_equal(0, mz_stream_finished(slow));
+  assert_true(mz_stream_pending(fast) > 1);
+  mz_stream_close(slow);
+  mz_stream_close(fast);
+  mz_client_free(c);
+}
+
+/* Edge, not level: events reported once are not reported again, so a
+ * scheduler with a busy task does not spin; a new event lists it again. */
+static void test_edge_triggered(void **state) {
+  (void)state;
+  SKIP_WITHOUT_SIM();
+  mz_client *c = mz_client_new(NULL);
+  mz_stream *slow = open_chat(c, "slow", 8000), *fast = open_chat(c, "x", 0);
+  mz_stream *out[4] = {0};
+  assert_int_equal(1, mz_client_wait_ready(c, 20000));
+  assert_int_equal(1, mz_client_ready(c, out, 4));
+  assert_ptr_equal(fast, out[0]);
+  wait_finished(c, fast);
+  assert_int_equal(0, mz_client_wait_ready(c, 50)); /* nothing new: times out */
+  assert_true(mz_client_wait(c, 0) >= 1);            /* while wait() still counts it */
+  mz_stream *again = open_chat(c, "y", 0);
+  assert_int_equal(1, mz_client_wait_ready(c, 20000));
+  assert_int_equal(1, mz_client_ready(c, out, 4));
+  assert_ptr_equal(again, out[0]);
+  mz_stream_close(again);
+  mz_stream_close(slow);
+  mz_stream_close(fast);
+  mz_client_free(c);
+}
+
+/* A text event lists a stream long before its end. */
+static void test_event_lists_before_end(void **state) {
+  (void)state;
+  SKIP_WITHOUT_SIM();
+  mz_client *c = mz_client_new(NULL);
+  mz_stream *s = open_rate(c, "one two three four five six", 0, 0.2); /* 5 s per token */
+  mz_stream *out[2] = {0};
+  assert_int_equal(1, mz_client_wait_ready(c, 20000));
+  assert_int_equal(1, mz_client_ready(c, out, 2));
+  assert_ptr_equal(s, out[0]);
+  assert_int_equal(0, mz_stream_finished(s));
+  const mz_event *ev;
+  assert_int_equal(MZ_NEXT_EVENT, mz_stream_next(s, 0, &ev));
+  assert_int_equal(MZ_EV_TEXT, ev->type);
+  mz_stream_close(s);
+  mz_client_free(c);
+}
+
+/* Oldest first, and no more than asked for per call. mz_client_wait()
+ * drives without taking anything off the list. */
+static void test_fifo_and_batches(void **state) {
+  (void)state;
+  SKIP_WITHOUT_SIM();
+  mz_client *c = mz_client_new(NULL);
+  mz_stream *t[3];
+  mz_stream *out[4] = {0};
+  for (int i = 0; i < 3; i++) {
+    t[i] = open_chat(c, "w", 0);
+    drive_until_finished(c, t[i]);
+  }
+  assert_int_equal(2, mz_client_ready(c, out, 2));
+  assert_ptr_equal(t[0], out[0]);
+  assert_ptr_equal(t[1], out[1]);
+  assert_int_equal(1, mz_client_ready(c, out, 4));
+  assert_ptr_equal(t[2], out[0]);
+  for (int i = 0; i < 3; i++) mz_stream_close(t[i]);
+  mz_client_free(c);
+}
+
+/* A listed stream that is drained (by next()) or closed before it is
+ * taken is not handed out; closing unlinks it (no dangling pointer). */
+static void test_drained_and_closed_skipped(void **state) {
+  (void)state;
+  SKIP_WITHOUT_SIM();
+  mz_client *c = mz_client_new(NULL);
+  mz_stream *a = open_chat(c, "one", 0), *b = open_chat(c, "two", 0), *d = open_chat(c, "three", 0);
+  drive_until_finished(c, a);
+  drive_until_finished(c, b);
+  drive_until_finished(c, d);
+  const mz_event *ev;
+  while (mz_stream_next(a, 0, &ev) == MZ_NEXT_EVENT) {
+  }
+  mz_stream_close(b);
+  mz_stream *out[4] = {0};
+  assert_int_equal(1, mz_client_ready(c, out, 4));
+  assert_ptr_equal(d, out[0]);
+  assert_int_equal(0, mz_client_ready(c, out, 4));
+  mz_stream_close(a);
+  mz_stream_close(d);
+  mz_client_free(c);
+}
+
+/* An idle client with no timeout returns at once instead of hanging. */
+static void test_idle_returns(void **state) {
+  (void)state;
+  mz_client *c = mz_client_new(NULL);
+  mz_stream *out[1];
+  double t0 = mz_now();
+  assert_int_equal(0, mz_client_wait_ready(c, -1));
+  assert_int_equal(0, mz_client_ready(c, out, 1));
+  assert_true(mz_now() - t0 < 5.0);
+  assert_int_equal(0, mz_client_wait_ready(c, 30)); /* a finite wait sleeps its time */
+  assert_true(mz_now() - t0 >= 0.029);
+  mz_client_free(c);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_lists_only_ready),
+      cmocka_unit_test(test_edge_triggered),
+      cmocka_unit_test(test_event_lists_before_end),
+      cmocka_unit_test(test_fifo_and_batches),
+      cmocka_unit_test(test_drained_and_closed_skipped),
+      cmocka_unit_test(test_idle_returns),
+  };
+  return cmocka_run_group_tests(tests, start_sim, stop_sim);
+}

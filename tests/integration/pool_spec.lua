@@ -1,0 +1,120 @@
+-- Endpoint pools (mirza.pool) against several mirza-sim processes: the
+-- least-loaded endpoint within each one's limit, a dead endpoint rested and
+-- probed (not hammered), and an endpoint killed mid-batch whose requests
+-- are retried on the others.
+local mirza = require "mirza"
+local loop = require "mirza.loop"
+local pool = require "mirza.pool"
+local batch = require "mirza.batch"
+local json = mirza.json
+local H = require "tests.helper"
+
+local function input_of(n, ctl)
+  local path, lines = H.tmpname(".jsonl"), {}
+  for i = 1, n do
+    lines[i] = json.encode { custom_id = "q" .. i,
+      body = { messages = { { role = "user", content = "question " .. i } }, mirza_sim = ctl } }
+  end
+  local f = assert(io.open(path, "wb"))
+  f:write(table.concat(lines, "\n"), "\n")
+  f:close()
+  return path
+end
+
+local function records(path)
+  local by, n = {}, 0
+  for line in io.lines(path) do
+    local r = assert(json.decode(line))
+    assert(not by[r.custom_id], "duplicate " .. r.custom_id)
+    by[r.custom_id], n = r, n + 1
+  end
+  return by, n
+end
+
+describe("mirza.pool", function()
+  after_each(function() collectgarbage("collect") end)
+
+  it("normalizes base URLs and adds up capacity", function()
+    local p = pool.new({ "http://127.0.0.1:1", { url = "http://127.0.0.1:2/v1/", limit = 7 } }, { limit = 3 })
+    assert.equal("http://127.0.0.1:1/v1", p.endpoints[1].base)
+    assert.equal("http://127.0.0.1:2/v1", p.endpoints[2].base)
+    assert.equal(10, p:capacity())
+    assert.has_error(function() pool.new({}) end, "mirza.pool: at least one endpoint")
+  end)
+
+  it("spreads requests over the least loaded endpoints within their limits", function()
+    local a = H.start_sim { "--parallel", "8", "--tok-rate", "100", "--ttft-ms", "20" }
+    local b = H.start_sim { "--parallel", "8", "--tok-rate", "100", "--ttft-ms", "20" }
+    local p = pool.new { { url = a.base, limit = 2 }, { url = b.base, limit = 3 } }
+    local input, output = input_of(20, { answer_tokens = 10 }), H.tmpname(".jsonl")
+    local st = assert(batch.run { input = input, output = output, pool = p, quiet = true, progress = false })
+    assert.equal(0, st.errors)
+    local _, n = records(output)
+    assert.equal(20, n)
+    assert.equal(2, p.endpoints[1].peak)
+    assert.equal(3, p.endpoints[2].peak)
+    assert.equal(20, p.endpoints[1].served + p.endpoints[2].served)
+    assert.is_true(p.endpoints[1].served >= 4 and p.endpoints[2].served >= 6, p:describe())
+    a.stop()
+    b.stop()
+    os.remove(input)
+    os.remove(output)
+  end)
+
+  it("rests a dead endpoint with backoff and probes it instead of hammering it", function()
+    local live = H.start_sim { "--parallel", "4", "--tok-rate", "0", "--ttft-ms", "30" }
+    local dead = ("http://127.0.0.1:%d"):format(H.free_port())
+    local p = pool.new({ dead, live.base }, { limit = 4, rest = 0.2 })
+    local input, output = input_of(24, {}), H.tmpname(".jsonl")
+    local st = assert(batch.run { input = input, output = output, pool = p, quiet = true, progress = false,
+      retry_base = 0.01 })
+    assert.equal(0, st.errors)
+    assert.equal(24, select(2, records(output)))
+    local d = p.endpoints[1]
+    assert.equal(0, d.served)
+    assert.is_true(d.failed >= 1 and d.failed <= 12, "dead endpoint tried " .. d.failed .. " times")
+    assert.is_true(d.fails >= 1) -- still resting or probing
+    live.stop()
+    os.remove(input)
+    os.remove(output)
+  end)
+
+  it("retries the requests of an endpoint killed mid-batch on the others", function()
+    local a = H.start_sim { "--parallel", "4", "--tok-rate", "40", "--ttft-ms", "20" }
+    local b = H.start_sim { "--parallel", "4", "--tok-rate", "40", "--ttft-ms", "20" }
+    local p = pool.new({ a.base, b.base }, { limit = 4 })
+    local input, output = input_of(24, { answer_tokens = 20 }), H.tmpname(".jsonl")
+    local st, killed_inflight
+    loop.run(function()
+      local job = loop.spawn(function()
+        st = assert(batch.run { input = input, output = output, pool = p, quiet = true, progress = false,
+          retry_base = 0.05 })
+      end)
+      local ea = p.endpoints[1]
+      local t_end = mirza.now() + 30
+      while not (ea.served >= 1 and ea.inflight >= 2) and mirza.now() < t_end do mirza.sleep(0.01) end
+      assert(ea.served >= 1 and ea.inflight >= 2, "endpoint a never got busy")
+      killed_inflight = ea.inflight
+      a.stop() -- SIGTERM: the simulator exits at once, its connections drop
+      assert(job:join())
+    end)
+    assert.equal(0, st.errors)
+    local by, n = records(output)
+    assert.equal(24, n)
+    local moved = 0
+    for _, r in pairs(by) do
+      assert.equal(json.null, r.error)
+      if r.mirza.attempts > 1 then
+        moved = moved + 1
+        assert.equal(b.base .. "/v1", r.mirza.endpoint)
+      end
+    end
+    assert.is_true(moved >= 1, ("%d retried, %d were in flight"):format(moved,
+      killed_inflight))
+    print(("\n  endpoint killed with %d in flight: %d items retried on the other, all 24 ok"):format(killed_inflight,
+      moved))
+    b.stop()
+    os.remove(input)
+    os.remove(output)
+  end)
+end)
