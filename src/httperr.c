@@ -131,8 +131,13 @@ static void html_summary(const char *b, size_t len, line *l) {
   html_text(b, len, 0, l);
 }
 
+/* A page starts with a tag, or names <html> in its first 512 bytes (after
+ * a BOM, white space or a doctype written oddly). */
 static int looks_html(const char *b, size_t len) {
-  return len && (b[0] == '<' || find_ci(b, len < 512 ? len : 512, 0, "<html") < (len < 512 ? len : 512));
+  size_t head = len < 512 ? len : 512;
+  if (!len) return 0;
+  if (b[0] == '<') return 1;
+  return find_ci(b, head, 0, "<html") < head;
 }
 
 /* ---- JSON bodies ---- */
