@@ -417,6 +417,7 @@ static void configure_chat(job *j, const http_request *r, const cJSON *body) {
   char *user = last_user_text(cJSON_GetObjectItemCaseSensitive(body, "messages"));
   plan_text(j, ctl, user);
   free(user);
+  tools_plan(j, body);
 }
 
 static int route_chat(conn *c, const http_request *r) {

@@ -17,6 +17,7 @@
  *   finish.c  usage, mtplx_stats, timings, final frames, non-streamed bodies
  *             (stream.h holds what stream.c, finish.c and replay.c share)
  *   replay.c  replaying a recorded .sse body over HTTP
+ *   tools.c   tool calls from a script, streamed in fragments
  * Nothing here is shared with the mirza engine: the simulator must stay an
  * independent implementation of the protocol so it can catch client bugs.
  */
@@ -57,6 +58,7 @@ typedef struct sim_config {
   long parallel;
   long keepalive_ms;
   long health_pid; /* pid reported by /health; 0 = our own */
+  const char *tool_script; /* --tool-script: tool calls per round (tools.c) */
 } sim_config;
 
 /* ---- buf.c ---------------------------------------------------------- */
@@ -259,10 +261,17 @@ typedef struct job {
   bool slot, gone, cancelled, role_sent, oversized_done;
   bool fired_error, fired_cut, fired_stall, fired_malformed, fired_crash;
   bool fired_bad_utf8, fired_nul;
+  struct sim_tools *tools; /* tool calls or the echo of results; NULL: none */
 } job;
 
 int job_run(job *j);
 void job_free(job *j);
 int replay_run(job *j);
+
+/* ---- tools.c -------------------------------------------------------- */
+struct cJSON;
+void tools_plan(job *j, const struct cJSON *body); /* after the text plan */
+const char *tools_emit(job *j); /* at the end of the text: the calls, if any */
+void tools_free(job *j);
 
 #endif
