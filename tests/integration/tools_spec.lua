@@ -30,7 +30,7 @@ local function weather_tools(log)
   return {
     get_weather = { description = "Weather of a city", parameters = WEATHER, fn = function(a)
       log[#log + 1] = a.city
-      return { city = a.city, temp = #a.city }
+      return { ("%s: %d °C"):format(a.city, #a.city) } -- a table: sent as JSON
     end },
     add = { description = "a + b", fn = function(a) return a.a + a.b end },
     boom = { description = "always fails", fn = function() error("boom: the sensor is down", 0) end },
@@ -74,10 +74,10 @@ describe("the engine's tool loop", function()
     assert(st, res)
     assert.same({ "Lyon", "Saint-Étienne" }, cities)
     assert.equal(3, res.rounds)
-    local want = 'tool results: [c1] {"city":"Lyon","temp":4}; [c2] {"city":"Saint-Étienne","temp":14}; [c3] 42'
+    local want = 'tool results: [c1] ["Lyon: 4 °C"]; [c2] ["Saint-Étienne: 14 °C"]; [c3] 42'
     assert.equal(want, res.answer)
     assert.equal(want, table.concat(routed))
-    assert.same({ 'c1={"city":"Lyon","temp":4}', 'c2={"city":"Saint-Étienne","temp":14}', "c3=42" }, results)
+    assert.same({ 'c1=["Lyon: 4 °C"]', 'c2=["Saint-Étienne: 14 °C"]', "c3=42" }, results)
     local m = e.history.messages
     assert.same({ "user", "assistant", "tool", "tool", "assistant", "tool", "assistant" },
       (function() local r = {} for i, x in ipairs(m) do r[i] = x.role end return r end)())
@@ -209,7 +209,7 @@ describe("mirza.tools.run over plain requests", function()
     local res = assert(tools.run { url = sim.url, body = H.chat_body("Quel temps ?", { mirza_sim = { tool_calls = SCRIPT } }),
       tools = weather_tools({}) })
     assert.equal(3, res.rounds)
-    assert.equal('tool results: [c1] {"city":"Lyon","temp":4}; [c2] {"city":"Saint-Étienne","temp":14}; [c3] 42', res.text)
+    assert.equal('tool results: [c1] ["Lyon: 4 °C"]; [c2] ["Saint-Étienne: 14 °C"]; [c3] 42', res.text)
     assert.equal(7, #res.messages)
     assert.same({ "stop", "c3" }, { res.finish_reason, res.messages[6].tool_call_id })
   end)
