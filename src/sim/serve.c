@@ -491,6 +491,9 @@ static int route(conn *c, const http_request *r) {
   char id[256];
   if (!authorized(s, r))
     return send_error(c, 401, "Invalid API Key", "authentication_error", NULL);
+  int replayed = s->recorded ? recorded_route(c, r) : -1;
+  if (replayed >= 0)
+    return replayed;
   if ((sim_now() - s->t_start) * 1000.0 < (double)s->cfg.health_delay_ms)
     return send_loading(c);
   if (strcmp(p, "/health") == 0 && get)

@@ -18,6 +18,7 @@
  *             (stream.h holds what stream.c, finish.c and replay.c share)
  *   replay.c  replaying a recorded .sse body over HTTP
  *   tools.c   tool calls from a script, streamed in fragments
+ *   recorded.c  serving a directory recorded by mirza (--replay-dir)
  * Nothing here is shared with the mirza engine: the simulator must stay an
  * independent implementation of the protocol so it can catch client bugs.
  */
@@ -59,6 +60,8 @@ typedef struct sim_config {
   long keepalive_ms;
   long health_pid; /* pid reported by /health; 0 = our own */
   const char *tool_script; /* --tool-script: tool calls per round (tools.c) */
+  const char *replay_dir;  /* --replay-dir: serve a mirza recording (recorded.c) */
+  bool replay_by_body;     /* --replay-match body (default: order) */
 } sim_config;
 
 /* ---- buf.c ---------------------------------------------------------- */
@@ -216,6 +219,7 @@ typedef struct server {
   inflight *inflight;
   atomic_long chat_count;
   atomic_long id_count;
+  struct recorded_set *recorded; /* --replay-dir; NULL: none */
 } server;
 
 void state_init(server *s);
@@ -273,5 +277,9 @@ struct cJSON;
 void tools_plan(job *j, const struct cJSON *body); /* after the text plan */
 const char *tools_emit(job *j); /* at the end of the text: the calls, if any */
 void tools_free(job *j);
+
+/* ---- recorded.c ----------------------------------------------------- */
+int recorded_load(server *s, const char *dir, bool by_body); /* 0, or -1 */
+int recorded_route(conn *c, const http_request *r); /* status, or -1: not recorded */
 
 #endif
