@@ -39,6 +39,18 @@ local M = {}
 ---Per-turn options of `e:turn` (and of `e:say`, with the route's options).
 M.TURN_KEYS = { budget = true, max_tokens = true, temperature = true, top_p = true, stages = true,
   think_tags = true, body_extra = true, tools = true, tool_choice = true, parallel_tool_calls = true }
+---@class mirza.TurnOptions
+---@field budget? integer
+---@field max_tokens? integer
+---@field temperature? number
+---@field top_p? number
+---@field stages? table
+---@field think_tags? boolean|string
+---@field body_extra? table
+---@field tools? table|string|false  tools (mirza.tools), a module name, or false: none this turn
+---@field tool_choice? string|table
+---@field parallel_tool_calls? boolean
+
 ---Options of `e:say`'s tool loop (mirza.tools), besides the turn's `tools`.
 M.LOOP_KEYS = { max_rounds = true, run_calls = true, on_tool_result = true }
 ---Route options `e:say` accepts (mirza.route), also under `sinks = {...}`.
@@ -224,7 +236,7 @@ end
 ---Start one turn (see the module comment). A turn still in flight on this
 ---engine is cancelled first (one turn at a time per session).
 ---@param input string|table a prompt string, a message list, or a JSON message list
----@param opts? {budget?: integer, max_tokens?: integer, temperature?: number, top_p?: number, stages?: table, think_tags?: boolean|string, body_extra?: table, tools?: table|string|false, tool_choice?: string|table, parallel_tool_calls?: boolean}
+---@param opts? mirza.TurnOptions
 ---@return (fun(): table|nil)|nil iter
 ---@return mirza.Stream|string stream_or_message
 ---@return string? code
@@ -307,7 +319,8 @@ end
 ---`result.rounds` counts the requests. Past `max_rounds` (default 8) it
 ---fails with code "rounds".
 ---@param input string|table
----@param opts? table turn options (`TURN_KEYS`), route options (`ROUTE_KEYS`, or under `sinks`), tool loop options (`LOOP_KEYS`: max_rounds, run_calls, on_tool_result)
+---@param opts? table turn options (`TURN_KEYS`), route options (`ROUTE_KEYS`, or under
+---`sinks`), tool loop options (`LOOP_KEYS`: max_rounds, run_calls, on_tool_result)
 ---@return table|nil stats
 ---@return table|string result_or_message
 ---@return string? code
