@@ -141,7 +141,8 @@ static const char env_text[] =
     "  MIRZA_CONTEXT_WINDOW, MIRZA_MAX_TOKENS, MIRZA_TEMPERATURE, MIRZA_AUTOSTART,\n"
     "  MIRZA_DAEMON, MIRZA_THINK_TAGS\n"
     "                        engine settings (over the config file and the code)\n"
-    "  MIRZA_DEMO_PORT       the demo job's simulator port (default 18766)\n";
+    "  MIRZA_DEMO_PORT       the demo job's simulator port (default 18766)\n"
+    "  MIRZA_RECORD          record every request and turn into this directory\n";
 
 void mz_cli_help(FILE *out) {
   char dirs[MAX_DIRS][PATH_MAX];

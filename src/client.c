@@ -81,6 +81,7 @@ struct mz_stream {
   char errbuf[CURL_ERROR_SIZE];
   mz_stream *rprev, *rnext; /* the client's ready list (see mark_ready) */
   int listed;               /* on the ready list */
+  FILE *rec;               /* record_path: the response as received; NULL when off */
 };
 
 struct mz_client {
@@ -431,6 +432,7 @@ static void classify(mz_stream *s) {
 static size_t on_write(char *p, size_t size, size_t n, void *ud) {
   mz_stream *s = ud;
   size_t len = size * n;
+  if (s->rec) fwrite(p, 1, len, s->rec); /* recording: the bytes before any parsing */
   s->last_rx = mz_now();
   s->got_rx = 1;
   if (s->mode == MODE_UNKNOWN) classify(s);
@@ -461,6 +463,7 @@ static size_t on_write(char *p, size_t size, size_t n, void *ud) {
 static size_t on_header(char *p, size_t size, size_t n, void *ud) {
   mz_stream *s = ud;
   size_t len = size * n, name;
+  if (s->rec) fwrite(p, 1, len, s->rec); /* recording: status line, headers, blank line */
   s->last_rx = mz_now();
   s->got_rx = 1;
   if (len >= 5 && memcmp(p, "HTTP/", 5) == 0) {
@@ -647,6 +650,10 @@ static void drive(mz_client *c) {
     if (m->msg != CURLMSG_DONE) continue;
     mz_stream *s = NULL;
     curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&s);
+    if (s && s->rec) { /* the recording is whole: on disk before the last event is read */
+      fclose(s->rec);
+      s->rec = NULL;
+    }
     if (s) on_complete(s, m->data.result);
   }
   check_stalls(c, mz_now());
@@ -890,6 +897,10 @@ mz_stream *mz_stream_open(mz_client *c, const mz_request *r, char *err, size_t e
     snprintf(err, errlen, "invalid request options");
     goto fail;
   }
+  if (r->record_path && !(s->rec = fopen(r->record_path, "wb"))) {
+    snprintf(err, errlen, "cannot record into %s: %s", r->record_path, strerror(errno));
+    goto fail;
+  }
   if (curl_multi_add_handle(c->multi, s->easy) != CURLM_OK) goto oom;
   s->next = c->streams;
   if (c->streams) c->streams->prev = s;
@@ -900,6 +911,7 @@ oom:
   snprintf(err, errlen, "out of memory");
 fail:
   if (s) {
+    if (s->rec) fclose(s->rec);
     if (s->easy) curl_easy_cleanup(s->easy);
     curl_slist_free_all(s->hdrs);
     mz_sse_free(&s->sse);
@@ -930,6 +942,7 @@ void mz_stream_close(mz_stream *s) {
   buf_free(&s->arena);
   buf_free(&s->body);
   buf_free(&s->headers);
+  if (s->rec) fclose(s->rec);
   free(s->q);
   free(s->url);
   free(s);

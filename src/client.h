@@ -72,6 +72,11 @@ typedef struct mz_request {
                                   long) -> "timeout"; 0: none */
   int skip_bad_frames;         /* 1: a malformed frame is skipped (counted in
                                   done.skipped_frames); 0: "protocol" error */
+  const char *record_path;     /* record the response into this file (created
+                                  or truncated): the head as received, then
+                                  the body as delivered (de-chunked,
+                                  decoded); NULL: off (one NULL check per
+                                  callback) */
 } mz_request;
 
 enum { MZ_NEXT_EVENT = 1, MZ_NEXT_TIMEOUT = 0, MZ_NEXT_END = -1, MZ_NEXT_INTERRUPTED = -2 };

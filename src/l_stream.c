@@ -223,7 +223,7 @@ static int s_tostring(lua_State *L) {
 static const char *const request_keys[] = {"url",      "body",          "headers",  "api_key",
                                            "timeout",  "stall_timeout", "deadline", "max_event_bytes",
                                            "method",   "plain",         "header_timeout",
-                                           "on_bad_frame", NULL};
+                                           "on_bad_frame", "record_file", NULL};
 
 static void check_keys(lua_State *L, int idx) {
   lua_pushnil(L);
@@ -325,6 +325,7 @@ static int l_open(lua_State *L) {
   if (bad && strcmp(bad, "skip") != 0 && strcmp(bad, "error") != 0)
     luaL_error(L, "mirza.open: 'on_bad_frame' must be \"error\" or \"skip\"");
   r.skip_bad_frames = bad && strcmp(bad, "skip") == 0;
+  r.record_path = field_str(L, 1, "record_file", NULL); /* anchored by the request table */
   lua_getfield(L, 1, "plain");
   r.plain = lua_toboolean(L, -1);
   lua_getfield(L, 1, "max_event_bytes");

@@ -58,13 +58,17 @@ E.defaults = {
   auto_reload = true,          -- check watched modules for changes before each turn
   think_tags = "auto",         -- <think> tags in content: "auto" | true | false | "open" (mirza.thinktags)
   prefill_tokens = 16,         -- max_tokens of the prefill request
+  max_rounds = 8,              -- tool loop: most requests one `say` may take (mirza.tools)
 }
 
 -- Options without a default (nil unless given).
 local OPTIONAL = { dialect = "string", base_url = "string", model = "string", model_id = "string",
   kv_bits = "number", session_id = "string", api_key = "string", daemon = "table|boolean", restart = "table",
   repetition = "table|boolean", log = "function", body_extra = "table", system_prompt = "string",
-  config_file = "string|boolean" }
+  config_file = "string|boolean",
+  -- tools (mirza.tools): a table of tools, or a module name (hot-reloaded)
+  tools = "table|string", tool_choice = "string|table", parallel_tool_calls = "boolean", run_calls = "function",
+  record = "string" } -- record every request and turn into this directory (mirza.record)
 
 -- Environment variables: name -> option, type.
 E.ENV = {
@@ -75,6 +79,7 @@ E.ENV = {
   MIRZA_CONTEXT_WINDOW = { "context_window", "number" }, MIRZA_MAX_TOKENS = { "max_tokens", "number" },
   MIRZA_TEMPERATURE = { "temperature", "number" }, MIRZA_AUTOSTART = { "autostart", "boolean" },
   MIRZA_DAEMON = { "daemon", "boolean" }, MIRZA_THINK_TAGS = { "think_tags", "tags" },
+  MIRZA_RECORD = { "record", "string" },
 }
 
 local function coerce(v, ty)
@@ -206,6 +211,7 @@ function E.new(opts)
   for _, name in ipairs(E.policies) do
     if not package.preload[name] then reload.watch(self.watcher, name) end
   end
+  if type(cfg.tools) == "string" then reload.watch(self.watcher, cfg.tools) end
   self.base_url = cfg.base_url or (self.daemon and self.daemon.base_url)
       or ("http://%s:%d/v1"):format(cfg.host, cfg.port)
   self.chat_url = self.base_url .. "/chat/completions"
@@ -250,7 +256,7 @@ end
 function Engine:_probe()
   if self.cfg.model_id or self.cfg.model then return end
   local body = mirza.request { url = self.base_url .. "/models", method = "GET", api_key = self.cfg.api_key,
-    timeout = self.cfg.connect_timeout, deadline = 10 }
+    timeout = self.cfg.connect_timeout, deadline = 10, record = self.cfg.record }
   local list = body and mirza.json.decode(body)
   local first = type(list) == "table" and type(list.data) == "table" and list.data[1]
   if type(first) == "table" and type(first.id) == "string" then self.served_model = first.id end
@@ -311,7 +317,8 @@ function Engine:prefill(system_prompt)
   if not system_prompt or system_prompt == "" then return nil, "no system prompt" end
   local t0 = mirza.now()
   local res, msg = mirza.request { url = self.chat_url, body = self:prefill_body(system_prompt),
-    headers = self:headers(), api_key = self.cfg.api_key, deadline = 30, timeout = self.cfg.connect_timeout }
+    headers = self:headers(), api_key = self.cfg.api_key, deadline = 30, timeout = self.cfg.connect_timeout,
+    record = self.cfg.record }
   if not res then
     self:log("debug", "prefill failed: " .. msg)
     return nil, msg
@@ -425,7 +432,22 @@ function Engine:body(messages, plan, opts)
   else
     body.metadata = { session_id = cfg.session_id }
   end
+  local parallel = opts.parallel_tool_calls
+  if parallel == nil then parallel = cfg.parallel_tool_calls end
+  require("mirza.tools").add_to_body(body, self:tools(opts),
+    { tool_choice = opts.tool_choice or cfg.tool_choice, parallel_tool_calls = parallel })
   return merge(merge(merge(body, plan.fields), cfg.body_extra), opts.body_extra)
+end
+
+---The tools of a turn: the turn's `tools` option (`false`: none), else the
+---engine's; a module name resolves to its current (hot-reloaded) version.
+---@param opts? table per-turn options
+---@return table|nil tools
+function Engine:tools(opts)
+  local t = opts and opts.tools
+  if t == false then return nil end
+  if t == nil then t = self.cfg.tools end
+  return require("mirza.tools").resolve(t)
 end
 
 -- Stats, kept as engine functions for scripts that used them.

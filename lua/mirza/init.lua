@@ -9,13 +9,27 @@ local core = require "mirza.core"
 local M = {
   version = core.version,
   json = core.json,
-  open = core.open,
   wait = core.wait,
   sleep = core.sleep,
   now = core.now,
   streams = core.streams,
   ready = core.ready,
 }
+
+-- MIRZA_RECORD=DIR records every request (mirza.record); read once.
+local RECORD = os.getenv("MIRZA_RECORD")
+if RECORD == "" then RECORD = nil end
+
+---Start a request (`mirza.core.open`, see _meta.lua). With `record = DIR`
+---(or `MIRZA_RECORD` set, unless `record = false`) the request and the
+---response as received are recorded there (mirza.record).
+---@param opts mirza.RequestOptions
+---@return mirza.Stream
+local function open(opts)
+  if not RECORD and (type(opts) ~= "table" or opts.record == nil) then return core.open(opts) end
+  return require("mirza.record").open(opts)
+end
+M.open = open
 
 ---Perform a plain (non-streamed) HTTP request and wait for its answer.
 ---@param opts mirza.RequestOptions same keys as `mirza.open` (`plain` is implied)
@@ -27,7 +41,7 @@ function M.request(opts)
   local req = {}
   for k, v in pairs(opts) do req[k] = v end
   req.plain = true
-  local s <close> = core.open(req)
+  local s <close> = open(req)
   local ev = s:next()
   if ev.type == "response" then return ev.body, ev.status end
   return nil, ev.message, ev.code, ev.status
@@ -40,7 +54,7 @@ end
 ---@return string? code error code
 ---@return mirza.Result? partial what was received before the error
 function M.collect(opts)
-  local s <close> = core.open(opts)
+  local s <close> = open(opts)
   local text, think, res = {}, {}, {}
   for ev in s:events() do
     if ev.type == "text" then text[#text + 1] = ev.text

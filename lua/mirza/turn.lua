@@ -18,6 +18,13 @@
 --- stores nothing. `e.last` (the stats) has `interrupted = true` for a
 --- cancelled turn.
 ---
+--- Tools (mirza.tools): the turn's `tools` (else the engine's) go in the
+--- request; the streamed fragments become `tool_call_done` events and
+--- `done.tool_calls`; `say` runs the calls and loops until the model
+--- answers. A turn with calls stores the assistant message with its
+--- `tool_calls` (content null when there is no text); the next round's
+--- input, the `role = "tool"` results, is stored before its answer.
+---
 --- One error convention for `say`: it returns `stats, result` when the
 --- turn ran (ended with `done`, or was cut: cancelled or repetition), and
 --- `nil, message, code, result` when it failed, whether before the request
@@ -31,7 +38,21 @@ local M = {}
 
 ---Per-turn options of `e:turn` (and of `e:say`, with the route's options).
 M.TURN_KEYS = { budget = true, max_tokens = true, temperature = true, top_p = true, stages = true,
-  think_tags = true, body_extra = true }
+  think_tags = true, body_extra = true, tools = true, tool_choice = true, parallel_tool_calls = true }
+---@class mirza.TurnOptions
+---@field budget? integer
+---@field max_tokens? integer
+---@field temperature? number
+---@field top_p? number
+---@field stages? table
+---@field think_tags? boolean|string
+---@field body_extra? table
+---@field tools? table|string|false  tools (mirza.tools), a module name, or false: none this turn
+---@field tool_choice? string|table
+---@field parallel_tool_calls? boolean
+
+---Options of `e:say`'s tool loop (mirza.tools), besides the turn's `tools`.
+M.LOOP_KEYS = { max_rounds = true, run_calls = true, on_tool_result = true }
 ---Route options `e:say` accepts (mirza.route), also under `sinks = {...}`.
 M.ROUTE_KEYS = { answer = true, think = true, error = true, mode = true, think_mode = true, on_event = true,
   flush_on_error = true, abbreviations = true }
@@ -41,25 +62,6 @@ local function check_turn_opts(opts)
     if not M.TURN_KEYS[k] then error(("mirza.engine: unknown turn option %q"):format(tostring(k)), 3) end
   end
   return opts or {}
-end
-
--- Merge streamed tool_call deltas into whole calls, by index: the id and
--- name come once, the arguments in pieces.
-local function add_calls(calls, delta)
-  for _, c in ipairs(type(delta) == "table" and delta or {}) do
-    local i = (math.tointeger(c.index) or 0) + 1
-    local call = calls[i]
-    if not call then
-      call = { id = "", type = "function", ["function"] = { name = "", arguments = "" } }
-      calls[i] = call
-    end
-    if type(c.id) == "string" then call.id = c.id end
-    local f = c["function"]
-    if type(f) == "table" then
-      if type(f.name) == "string" then call["function"].name = call["function"].name .. f.name end
-      if type(f.arguments) == "string" then call["function"].arguments = call["function"].arguments .. f.arguments end
-    end
-  end
 end
 
 ---@class mirza.Turn
@@ -77,7 +79,9 @@ function Turn:finish()
   acc.t1 = acc.t1 or mirza.now()
   e.last = stats.stats(acc)
   local answer = table.concat(self.answer)
-  local calls = self.calls[1] and self.calls or nil
+  local tools = require "mirza.tools"
+  -- whole calls from the done event; a turn cut short keeps what came
+  local calls = tools.wire(self.tool_calls or tools.finish(self.tool_acc))
   local done = acc.final and acc.final.type == "done"
   if done then
     self.prompt.add_turn(e.history, self.info.current, answer, { tool_calls = calls })
@@ -87,6 +91,7 @@ function Turn:finish()
       self.prompt.add_turn(e.history, self.info.current, answer, { tool_calls = calls, interrupted = true })
     end
   end
+  if e.cfg.record then require("mirza.record").log_turn(e, self, answer) end
   if e._turn == self then e._turn = nil end
 end
 
@@ -126,7 +131,8 @@ local function tap_stage(e, t)
         stats.observe(t.acc, ev)
         local ty = ev.type
         if ty == "text" then t.answer[#t.answer + 1] = ev.text
-        elseif ty == "tool_call" then add_calls(t.calls, ev.calls)
+        elseif ty == "think" then t.think_bytes = t.think_bytes + #ev.text
+        elseif ty == "done" then t.tool_calls = ev.tool_calls
         elseif ty == "progress" and ev.decode_tok_s then e.live_tok_s = ev.decode_tok_s end
       end
       return ev
@@ -186,6 +192,7 @@ local function stages_of(e, t, opts, plan)
   local tags = opts.think_tags
   if tags == nil then tags = cfg.think_tags end
   local list = {
+    { name = "tool_calls", fn = require("mirza.tools").stage, opts = { acc = t.tool_acc } },
     { name = "think_tags", fn = require("mirza.thinktags").stage, opts = { mode = tags, hold = plan.budget > 0 } },
     { name = "stats", fn = tap_stage(e, t) },
   }
@@ -229,7 +236,7 @@ end
 ---Start one turn (see the module comment). A turn still in flight on this
 ---engine is cancelled first (one turn at a time per session).
 ---@param input string|table a prompt string, a message list, or a JSON message list
----@param opts? {budget?: integer, max_tokens?: integer, temperature?: number, top_p?: number, stages?: table, think_tags?: boolean|string, body_extra?: table}
+---@param opts? mirza.TurnOptions
 ---@return (fun(): table|nil)|nil iter
 ---@return mirza.Stream|string stream_or_message
 ---@return string? code
@@ -244,11 +251,13 @@ local function turn(e, input, opts)
   if not plan then return nil, messages, info end
   local acc = stats.new_acc() -- TTFT counts from here: request sent → first delta
   local req = { url = e.chat_url, body = e:body(messages, plan, opts), headers = e:headers(),
-    api_key = e.cfg.api_key, stall_timeout = e.cfg.stall_timeout, timeout = e.cfg.connect_timeout }
+    api_key = e.cfg.api_key, stall_timeout = e.cfg.stall_timeout, timeout = e.cfg.connect_timeout,
+    record = e.cfg.record }
   local function open() return mirza.open(req) end
   local s = open()
-  local t = setmetatable({ engine = e, s = s, open = open, acc = acc, answer = {}, calls = {}, info = info,
-    prompt = prompt, cancelled = false, finished = false }, Turn)
+  local t = setmetatable({ engine = e, s = s, open = open, acc = acc, plan = plan, answer = {}, think_bytes = 0,
+    info = info, tool_acc = require("mirza.tools").accumulator(), input = input, prompt = prompt, cancelled = false,
+    finished = false }, Turn)
   e._turn, e.live_tok_s = t, nil
   local it, _, _, closer = require("mirza.pipeline").compose(source(e, t), stages_of(e, t, opts, plan))
   t.pipeline_closer = closer
@@ -267,22 +276,21 @@ local function cancel(e)
   return t ~= nil and t:cancel()
 end
 
----Run a turn to the end with output routing (mirza.route); see the
----module comment for the return convention.
----@param input string|table
----@param opts? table turn options (`TURN_KEYS`) and route options (`ROUTE_KEYS`, or under `sinks`)
----@return table|nil stats
----@return table|string result_or_message
----@return string? code
----@return table? result on failure: what was routed before it
-local function say(e, input, opts)
-  local topts, ropts = {}, {}
+local function split_opts(opts)
+  local topts, ropts, lopts = {}, {}, {}
   for k, v in pairs(opts or {}) do
     if M.TURN_KEYS[k] then topts[k] = v
     elseif M.ROUTE_KEYS[k] then ropts[k] = v
+    elseif M.LOOP_KEYS[k] then lopts[k] = v
     elseif k == "sinks" then merge(ropts, v)
-    else error(("mirza.engine: unknown say option %q"):format(tostring(k)), 2) end
+    else error(("mirza.engine: unknown say option %q"):format(tostring(k)), 3) end
   end
+  return topts, ropts, lopts
+end
+
+-- One turn routed to the sinks: the route's result and the turn, or nil,
+-- message, code when it could not start.
+local function routed(e, input, topts, ropts)
   local it, s, code, t = turn(e, input, topts)
   if not it then return nil, s, code end
   local result
@@ -290,9 +298,53 @@ local function say(e, input, opts)
     local _ <close> = t
     result = require("mirza.route").run(it, ropts)
   end
-  local err = result.error
-  if err then return nil, err.message or "error", err.code or "error", result end
-  return e.last, result
+  return result, t
+end
+
+-- After the last round allowed, the calls' results still go to the
+-- history: an assistant message with tool_calls must be answered by tool
+-- messages for the next request to be valid.
+local function over_limit(e, msgs, max, result)
+  local prompt = require "mirza.prompt"
+  for _, m in ipairs(msgs) do prompt.add(e.history, m) end
+  return nil, ("tool loop: no answer after %d rounds"):format(max), "rounds", result
+end
+
+---Run a turn to the end with output routing (mirza.route); see the
+---module comment for the return convention. With tools (the `tools`
+---option, else the engine's), the calls the model makes are run and their
+---results sent back, round after round, until it answers: every round's
+---text and reasoning go to the sinks, the history keeps each assistant
+---`tool_calls` message and the `role = "tool"` results, and
+---`result.rounds` counts the requests. Past `max_rounds` (default 8) it
+---fails with code "rounds".
+---@param input string|table
+---@param opts? table turn options (`TURN_KEYS`), route options (`ROUTE_KEYS`, or under
+---`sinks`), tool loop options (`LOOP_KEYS`: max_rounds, run_calls, on_tool_result)
+---@return table|nil stats
+---@return table|string result_or_message
+---@return string? code
+---@return table? result on failure: what was routed before it
+local function say(e, input, opts)
+  local topts, ropts, lopts = split_opts(opts)
+  local tools_mod = require "mirza.tools"
+  local tools = e:tools(topts)
+  local max = lopts.max_rounds or e.cfg.max_rounds or tools_mod.MAX_ROUNDS
+  local run = { run_calls = lopts.run_calls or e.cfg.run_calls, on_result = lopts.on_tool_result }
+  for rounds = 1, math.huge do
+    local result, t, code = routed(e, input, topts, ropts)
+    if not result then return nil, t, code end
+    result.rounds = rounds
+    local err = result.error
+    if err then return nil, err.message or "error", err.code or "error", result end
+    local calls = t.tool_calls
+    result.tool_calls = calls
+    if not (tools and calls and #calls > 0) or result.cut then return e.last, result end
+    -- later rounds think like the first (same request fields: the cache hits)
+    topts.budget = topts.budget or t.plan.budget
+    input = tools_mod.run_calls(calls, tools, run)
+    if rounds >= max then return over_limit(e, input, max, result) end
+  end
 end
 
 ---Add turn, cancel and say to the engine's class.

@@ -38,6 +38,8 @@ static const struct option long_opts[] = {
     {"quiet", 0, 0, 'q'},         {"verbose", 0, 0, 'v'},        {"help", 0, 0, 'h'},
     {"health-pid", 1, 0, 0x100},
     {"fail-first", 1, 0, 'X'},    {"retry-after", 1, 0, 'Y'},
+    {"tool-script", 1, 0, 0x101},
+    {"replay-dir", 1, 0, 0x102},  {"replay-match", 1, 0, 0x103},
     {0, 0, 0, 0}};
 
 static void usage(FILE *out) {
@@ -73,7 +75,16 @@ static void usage(FILE *out) {
       "  --help                  show this help\n"
       "  --health-pid N          report N as /health startup.pid (a foreign pid)\n"
       "  --fail-first N          the first N chat requests answer 429 (retry tests)\n"
-      "  --retry-after S         Retry-After seconds sent with 429 and 503 (default 1)\n\n"
+      "  --retry-after S         Retry-After seconds sent with 429 and 503 (default 1)\n"
+      "  --tool-script FILE      JSON tool calls to answer requests with tools: a list of\n"
+      "                          rounds, each a list of {name, arguments, id?} (also\n"
+      "                          per request: mirza_sim.tool_calls); then text echoing\n"
+      "                          the tool results\n"
+      "  --replay-dir DIR        answer from a directory recorded by mirza (MIRZA_RECORD):\n"
+      "                          requests of a recorded method and path get the recorded\n"
+      "                          responses, byte for byte\n"
+      "  --replay-match order|body  which recording answers: the next in order (default)\n"
+      "                          or the next with a byte-identical body\n\n"
       "Fault SPEC: comma-separated items, also per request with header\n"
       "'X-Mirza-Sim-Fault: SPEC' or body {\"mirza_sim\":{\"fault\":\"SPEC\"}}:\n"
       "  http=STATUS[:MSG]  http-text=STATUS  error-after=N  cut-after=N\n"
@@ -92,7 +103,7 @@ static void usage(FILE *out) {
       "                     HTTP-date N seconds ahead\n"
       "  gzip               Content-Encoding: gzip on every answer\n"
       "Per-request body overrides: \"mirza_sim\":{\"text\",\"reasoning\",\"answer_tokens\",\n"
-      "  \"reasoning_tokens\",\"tok_rate\",\"ttft_ms\",\"fault\"}\n",
+      "  \"reasoning_tokens\",\"tok_rate\",\"ttft_ms\",\"fault\",\"tool_calls\"}\n",
       out);
 }
 
@@ -162,6 +173,13 @@ static void parse_args(server *s, int argc, char **argv) {
     case 'Y': c->retry_after = num(nm, optarg, 0, 86400); break;
     case 'h': usage(stdout); exit(0);
     case 0x100: c->health_pid = num(nm, optarg, 1, 0x7fffffffL); break;
+    case 0x101: c->tool_script = optarg; break;
+    case 0x102: c->replay_dir = optarg; break;
+    case 0x103:
+      if (strcmp(optarg, "order") && strcmp(optarg, "body"))
+        die("--replay-match must be order or body, not '%s'", optarg);
+      c->replay_by_body = optarg[0] == 'b';
+      break;
     default: usage(stderr); exit(2);
     }
   }
@@ -277,6 +295,8 @@ int main(int argc, char **argv) {
   parse_args(&srv, argc, argv);
   install_signals();
   state_init(&srv);
+  if (srv.cfg.replay_dir && recorded_load(&srv, srv.cfg.replay_dir, srv.cfg.replay_by_body))
+    die("cannot read the recording in --replay-dir %s", srv.cfg.replay_dir);
   srv.t_start = sim_now();
   snprintf(srv.launch_id, sizeof srv.launch_id, "sim-%d-%lx", (int)getpid(),
            (unsigned long)time(NULL));

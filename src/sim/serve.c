@@ -425,6 +425,7 @@ static void configure_chat(job *j, const http_request *r, const cJSON *body) {
   char *user = last_user_text(cJSON_GetObjectItemCaseSensitive(body, "messages"));
   plan_text(j, ctl, user);
   free(user);
+  tools_plan(j, body);
 }
 
 static int route_chat(conn *c, const http_request *r) {
@@ -498,6 +499,9 @@ static int route(conn *c, const http_request *r) {
   char id[256];
   if (!authorized(s, r))
     return send_error(c, 401, "Invalid API Key", "authentication_error", NULL);
+  int replayed = s->recorded ? recorded_route(c, r) : -1;
+  if (replayed >= 0)
+    return replayed;
   if ((sim_now() - s->t_start) * 1000.0 < (double)s->cfg.health_delay_ms)
     return send_loading(c);
   if (strcmp(p, "/health") == 0 && get)

@@ -17,6 +17,8 @@
  *   finish.c  usage, mtplx_stats, timings, final frames, non-streamed bodies
  *             (stream.h holds what stream.c, finish.c and replay.c share)
  *   replay.c  replaying a recorded .sse body over HTTP
+ *   tools.c   tool calls from a script, streamed in fragments
+ *   recorded.c  serving a directory recorded by mirza (--replay-dir)
  * Nothing here is shared with the mirza engine: the simulator must stay an
  * independent implementation of the protocol so it can catch client bugs.
  */
@@ -59,6 +61,9 @@ typedef struct sim_config {
   long health_pid; /* pid reported by /health; 0 = our own */
   long fail_first;  /* the first N chat requests answer 429 */
   long retry_after; /* Retry-After seconds on 429/503 (default 1) */
+  const char *tool_script; /* --tool-script: tool calls per round (tools.c) */
+  const char *replay_dir;  /* --replay-dir: serve a mirza recording (recorded.c) */
+  bool replay_by_body;     /* --replay-match body (default: order) */
 } sim_config;
 
 /* ---- buf.c ---------------------------------------------------------- */
@@ -217,6 +222,7 @@ typedef struct server {
   atomic_long chat_count;
   atomic_long fail_count; /* chat requests seen, for --fail-first */
   atomic_long id_count;
+  struct recorded_set *recorded; /* --replay-dir; NULL: none */
 } server;
 
 void state_init(server *s);
@@ -262,10 +268,21 @@ typedef struct job {
   bool slot, gone, cancelled, role_sent, oversized_done;
   bool fired_error, fired_cut, fired_stall, fired_malformed, fired_crash;
   bool fired_bad_utf8, fired_nul;
+  struct sim_tools *tools; /* tool calls or the echo of results; NULL: none */
 } job;
 
 int job_run(job *j);
 void job_free(job *j);
 int replay_run(job *j);
+
+/* ---- tools.c -------------------------------------------------------- */
+struct cJSON;
+void tools_plan(job *j, const struct cJSON *body); /* after the text plan */
+const char *tools_emit(job *j); /* at the end of the text: the calls, if any */
+void tools_free(job *j);
+
+/* ---- recorded.c ----------------------------------------------------- */
+int recorded_load(server *s, const char *dir, bool by_body); /* 0, or -1 */
+int recorded_route(conn *c, const http_request *r); /* status, or -1: not recorded */
 
 #endif

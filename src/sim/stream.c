@@ -384,7 +384,7 @@ static const char *generate(job *j) {
     if (j->cancelled)
       return "cancelled";
   }
-  return checkpoint(j, true) ? NULL : "stop";
+  return checkpoint(j, true) ? NULL : tools_emit(j);
 }
 
 /* ---- the request ---------------------------------------------------------- */
@@ -437,6 +437,7 @@ int job_run(job *j) {
 }
 
 void job_free(job *j) {
+  tools_free(j);
   sbuf_free(&j->out);
   sbuf_free(&j->pre);
   sbuf_free(&j->post);

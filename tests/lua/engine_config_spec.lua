@@ -54,6 +54,7 @@ describe("mirza.engine configuration", function()
       MIRZA_API_KEY = "key", MIRZA_HOST = "127.0.0.2", MIRZA_PORT = "9200", MIRZA_PRESET = "llama-server",
       MIRZA_SESSION_ID = "sess", MIRZA_DIALECT = "llama", MIRZA_CONTEXT_WINDOW = "2048", MIRZA_MAX_TOKENS = "77",
       MIRZA_TEMPERATURE = "0.3", MIRZA_AUTOSTART = "0", MIRZA_DAEMON = "0", MIRZA_THINK_TAGS = "open",
+      MIRZA_RECORD = "/tmp/rec",
     }
     local cfg = engine.config({ config_file = false }, env_of(env))
     local got = {}
@@ -63,7 +64,7 @@ describe("mirza.engine configuration", function()
       MIRZA_API_KEY = "key", MIRZA_HOST = "127.0.0.1", -- the base URL's host wins over MIRZA_HOST
       MIRZA_PORT = 9100, MIRZA_PRESET = "llama-server", MIRZA_SESSION_ID = "sess", MIRZA_DIALECT = "llama",
       MIRZA_CONTEXT_WINDOW = 2048, MIRZA_MAX_TOKENS = 77, MIRZA_TEMPERATURE = 0.3, MIRZA_AUTOSTART = false,
-      MIRZA_DAEMON = false, MIRZA_THINK_TAGS = "open",
+      MIRZA_DAEMON = false, MIRZA_THINK_TAGS = "open", MIRZA_RECORD = "/tmp/rec",
     }, got)
     -- without a base URL, host and port come through; booleans and tags parse
     cfg = engine.config({ config_file = false, autostart = false }, env_of { MIRZA_HOST = "127.0.0.2",
@@ -71,7 +72,7 @@ describe("mirza.engine configuration", function()
     assert.same({ "127.0.0.2", 9300, true, false }, { cfg.host, cfg.port, cfg.autostart, cfg.think_tags })
     local e = engine.new { config_file = false, port = 9400 }
     assert.is_table(e.daemon)
-    assert.equal(15, #(function() local n = {} for k in pairs(engine.ENV) do n[#n + 1] = k end return n end)())
+    assert.equal(16, #(function() local n = {} for k in pairs(engine.ENV) do n[#n + 1] = k end return n end)())
   end)
 
   it("empty variables are ignored", function()

@@ -1,0 +1,202 @@
+--- mirza.record: every request and turn written to a directory, in files
+--- `mirza-sim --replay-dir DIR` serves again byte for byte.
+---
+--- Recording is on for a request given `record = DIR` (`mirza.open`,
+--- `mirza.request`, `mirza.collect`, the engine's `record` option), or for
+--- every request when `MIRZA_RECORD=DIR` is set (`record = false` opts a
+--- request out). Per request, numbered in order (`000001`, `000002`, ...):
+---
+---   NNNNNN.request   "METHOD URL" on the first line, the script's headers
+---                    (secrets redacted), a blank line, the body verbatim
+---   NNNNNN.response  the response as received: the head (status line and
+---                    headers, CRLF) then the body as delivered (libcurl
+---                    de-chunks and decodes it), written by the C client
+---
+--- Secrets never reach the files: `api_key` (the Authorization header) is
+--- not written, a header whose name looks like a credential (authorization,
+--- cookie, *key*, *token*, *secret*, *password*) has its value replaced by
+--- `[redacted]`, and so do such query parameters of the URL. The body is
+--- kept verbatim: replay matches requests by it.
+---
+--- An engine recording also appends one JSON line per turn to `runs.jsonl`
+--- (`log_turn`): time, endpoint, model, session, request number, a prompt
+--- summary, the answer, the reasoning length, tool calls, stats, error.
+--- Numbers continue after the files already in the directory; one process
+--- records into a directory at a time.
+local M = {}
+
+local core = require "mirza.core"
+
+-- Per directory: the last number used (found by probing on first use).
+local counters = {}
+
+---The request number a stream was recorded under.
+---@type table<mirza.Stream, string>
+M.ids = setmetatable({}, { __mode = "k" })
+
+---The directory from `MIRZA_RECORD`, read once when the module loads.
+M.env_dir = os.getenv("MIRZA_RECORD")
+if M.env_dir == "" then M.env_dir = nil end
+
+local function exists(path)
+  local f = io.open(path)
+  if f then f:close() end
+  return f ~= nil
+end
+
+local function next_id(dir)
+  local n = counters[dir]
+  if not n then
+    os.execute("mkdir -p '" .. dir:gsub("'", "'\\''") .. "'")
+    n = 0
+    while exists(("%s/%06d.request"):format(dir, n + 1)) do n = n + 1 end
+  end
+  n = n + 1
+  counters[dir] = n
+  return ("%06d"):format(n)
+end
+
+local SECRET = { "auth", "cookie", "key", "token", "secret", "password", "passwd" }
+
+---Whether a header or parameter name looks like a credential.
+---@param name string
+---@return boolean
+function M.is_secret(name)
+  name = name:lower()
+  for _, w in ipairs(SECRET) do
+    if name:find(w, 1, true) then return true end
+  end
+  return false
+end
+
+---A URL with credential-like query parameters redacted.
+---@param url string
+---@return string
+function M.scrub_url(url)
+  return (url:gsub("([?&])([^=&#]+)=([^&#]*)", function(sep, k, v)
+    if M.is_secret(k) then v = "[redacted]" end
+    return sep .. k .. "=" .. v
+  end))
+end
+
+-- The script's headers as lines, secrets redacted.
+local function header_lines(headers, api_key)
+  local out = {}
+  for k, v in pairs(headers or {}) do
+    local name, value = k, v
+    if type(k) ~= "string" then name, value = tostring(v):match("^([^:]*):%s*(.*)$") end
+    if name then
+      out[#out + 1] = ("%s: %s"):format(name, M.is_secret(name) and "[redacted]" or value)
+    end
+  end
+  table.sort(out)
+  if api_key then out[#out + 1] = "Authorization: [redacted]" end
+  return out
+end
+
+---Record a request into `dir`: write its `.request` file and return the
+---options for `mirza.core.open` (the body encoded once, so the file holds
+---exactly the bytes sent; `record_file` naming the `.response` file) and
+---the request number.
+---@param opts mirza.RequestOptions the request, without `record`
+---@param dir string
+---@return table req
+---@return string id
+function M.prepare(opts, dir)
+  local req = {}
+  for k, v in pairs(opts) do req[k] = v end
+  if type(req.body) == "table" then req.body = core.json.encode(req.body) end
+  local id = next_id(dir)
+  local method = req.method or (req.body and "POST" or "GET")
+  local lines = header_lines(req.headers, req.api_key)
+  table.insert(lines, 1, method .. " " .. M.scrub_url(req.url or ""))
+  local path = ("%s/%s.request"):format(dir, id)
+  local f, err = io.open(path, "wb")
+  if not f then error("mirza.open: cannot record into " .. dir .. ": " .. err, 3) end
+  f:write(table.concat(lines, "\n"), "\n\n", req.body or "")
+  f:close()
+  req.record_file = ("%s/%s.response"):format(dir, id)
+  return req, id
+end
+
+---`mirza.open` with recording: `opts.record` (a directory, or false), else
+---`MIRZA_RECORD`.
+---@param opts mirza.RequestOptions
+---@return mirza.Stream
+function M.open(opts)
+  local dir = opts.record
+  if dir == nil then dir = M.env_dir end
+  local req = {}
+  for k, v in pairs(opts) do req[k] = v end
+  req.record = nil
+  if not dir then return core.open(req) end
+  local id
+  req, id = M.prepare(req, dir)
+  local s = core.open(req)
+  M.ids[s] = id
+  return s
+end
+
+-- ------------------------------------------------------------ run log
+
+-- At most n bytes of s, cut on a UTF-8 character boundary.
+local function clip(s, n)
+  if #s <= n then return s end
+  local i = n
+  while i > 0 and (s:byte(i + 1) or 0) & 0xC0 == 0x80 do i = i - 1 end
+  return s:sub(1, i) .. "…"
+end
+
+---A short summary of a turn's input: the last user text, else what the
+---messages are (e.g. "2 tool results").
+---@param messages table[]
+---@return string
+function M.summary(messages)
+  local last = messages[#messages]
+  if last and last.role == "user" then
+    return clip(require("mirza.prompt").last_user_text(messages), 200)
+  end
+  local tools = 0
+  for _, m in ipairs(messages) do if m.role == "tool" then tools = tools + 1 end end
+  if tools > 0 then return ("%d tool result%s"):format(tools, tools > 1 and "s" or "") end
+  return ("%d messages"):format(#messages)
+end
+
+local STATS = { "ttft_ms", "server_ttft_ms", "tok_s", "tokens", "prompt_tokens", "cached_tokens", "total_ms",
+  "session_cache_hit" }
+
+---The run log line of a finished turn (a table, see the module comment).
+---@param e mirza.Engine
+---@param t mirza.Turn
+---@param answer string
+---@return table
+function M.turn_line(e, t, answer)
+  local fin = t.acc.final or {}
+  local line = {
+    time = os.date("!%Y-%m-%dT%H:%M:%SZ"), endpoint = e.chat_url, model = e:model(), session = e.cfg.session_id,
+    request = M.ids[t.s], prompt = M.summary(t.info.current), answer = answer, reasoning_bytes = t.think_bytes,
+    finish_reason = fin.finish_reason, tool_calls = t.tool_calls and #t.tool_calls or 0,
+    interrupted = t.cancelled or nil, stats = {},
+  }
+  for _, k in ipairs(STATS) do line.stats[k] = e.last and e.last[k] end
+  if fin.type == "error" then line.error = { message = fin.message, code = fin.code } end
+  return line
+end
+
+---Append a finished turn's line to `<record dir>/runs.jsonl`. A failure
+---to write is logged, never raised (the turn is over).
+---@param e mirza.Engine
+---@param t mirza.Turn
+---@param answer string
+function M.log_turn(e, t, answer)
+  local dir = e.cfg.record
+  local ok, err = pcall(function()
+    local text = core.json.encode(M.turn_line(e, t, answer))
+    local f = assert(io.open(dir .. "/runs.jsonl", "ab"))
+    f:write(text, "\n")
+    f:close()
+  end)
+  if not ok then e:log("warning", "run log: " .. tostring(err)) end
+end
+
+return M

@@ -1,0 +1,179 @@
+-- Record and replay (issue 10): a recorded request has its request file
+-- (secrets redacted) and the response as received; mirza-sim --replay-dir
+-- serves it again and the events are the same, byte for byte; matching by
+-- body; a used-up recording fails clearly; MIRZA_RECORD records a whole
+-- process; an engine's tool session is logged one line per turn in
+-- runs.jsonl and replays offline to the same answers.
+local mirza = require "mirza"
+local engine = require "mirza.engine"
+local H = require "tests.helper"
+
+local json = mirza.json
+local FAST = { "--tok-rate", "0", "--ttft-ms", "0" }
+local SECRET = "sk-very-secret-4242"
+
+local function events(opts)
+  local s <close> = mirza.open(opts)
+  return H.drain(s, 30).events
+end
+
+local function files(dir)
+  local p = assert(io.popen("ls " .. H.q(dir)))
+  local out = {}
+  for l in p:lines() do out[#out + 1] = l end
+  p:close()
+  return out
+end
+
+local function body_of(response)
+  return response:match("\r\n\r\n(.*)$")
+end
+
+describe("recording a request", function()
+  local sim, dir
+  setup(function()
+    sim = H.start_sim { "--tok-rate", "0", "--ttft-ms", "0", "--api-key", SECRET }
+    dir = H.tmpname(".rec")
+  end)
+  teardown(function()
+    sim.stop()
+    os.execute("rm -rf " .. H.q(dir))
+  end)
+  after_each(function() collectgarbage("collect") end)
+
+  it("writes the request without secrets and the response as received", function()
+    local body = H.chat_body("Bonjour", { reasoning_effort = "low" })
+    local evs = events { url = sim.url .. "?api_key=" .. SECRET .. "&x=1", body = body, api_key = SECRET,
+      headers = { ["X-Api-Key"] = SECRET, ["X-MTPLX-Session-Id"] = "rec-1", "X-Token: " .. SECRET }, record = dir }
+    assert.equal("done", evs[#evs].type)
+    assert.same({ "000001.request", "000001.response" }, files(dir))
+    local req = H.read_file(dir .. "/000001.request")
+    local head, sent = req:match("^(.-)\n\n(.*)$")
+    assert.equal(table.concat({
+      "POST " .. sim.url .. "?api_key=[redacted]&x=1",
+      "X-Api-Key: [redacted]", "X-MTPLX-Session-Id: rec-1", "X-Token: [redacted]",
+      "Authorization: [redacted]" }, "\n"), head)
+    assert.same(body, json.decode(sent))
+    local resp = H.read_file(dir .. "/000001.response")
+    assert.truthy(resp:find("^HTTP/1.1 200 OK\r\n"), resp:sub(1, 80))
+    assert.truthy(resp:find("\r\nContent-Type: text/event-stream\r\n", 1, true))
+    assert.equal("data: [DONE]\n\n", body_of(resp):sub(-14))
+    for _, f in ipairs(files(dir)) do
+      assert.is_nil(H.read_file(dir .. "/" .. f):find(SECRET, 1, true), f)
+    end
+  end)
+
+  it("continues the numbering, and record = false opts out", function()
+    events { url = sim.url, body = H.chat_body("encore"), api_key = SECRET, record = dir }
+    events { url = sim.url, body = H.chat_body("pas ça"), api_key = SECRET, record = false }
+    assert.equal("000002.request", files(dir)[3])
+    assert.equal(4, #files(dir))
+  end)
+end)
+
+describe("mirza-sim --replay-dir", function()
+  local sim, dir
+  setup(function()
+    sim = H.start_sim(FAST)
+    dir = H.tmpname(".rec")
+  end)
+  teardown(function()
+    sim.stop()
+    os.execute("rm -rf " .. H.q(dir))
+  end)
+  after_each(function() collectgarbage("collect") end)
+
+  it("serves the recorded responses in order, the same events byte for byte", function()
+    local a = events { url = sim.url, body = H.chat_body("un", { mirza_sim = { fault = "utf8-split" } }), record = dir }
+    local b = events { url = sim.url, body = H.chat_body("deux", { enable_thinking = true }), record = dir }
+    local replay = H.start_sim { "--replay-dir", dir }
+    local again = dir .. "/again"
+    local a2 = events { url = replay.url, body = H.chat_body("n'importe"), record = again }
+    local b2 = events { url = replay.url, body = H.chat_body("quoi") }
+    local c = events { url = replay.url, body = H.chat_body("trois") }
+    replay.stop()
+    assert.same(a, a2)
+    assert.same(b, b2)
+    assert.equal(body_of(H.read_file(dir .. "/000001.response")), body_of(H.read_file(again .. "/000001.response")))
+    assert.same({ "error", "http", 500 }, { c[1].type, c[1].code, c[1].status })
+    assert.truthy(c[1].message:find("replay: no recorded response left for POST /v1/chat/completions", 1, true))
+  end)
+
+  it("matches by body with --replay-match body", function()
+    local d = dir .. "/body"
+    local a = events { url = sim.url, body = H.chat_body("alpha"), record = d }
+    local b = events { url = sim.url, body = H.chat_body("beta"), record = d }
+    local replay = H.start_sim { "--replay-dir", d, "--replay-match", "body" }
+    local b2 = events { url = replay.url, body = H.chat_body("beta") }
+    local a2 = events { url = replay.url, body = H.chat_body("alpha") }
+    replay.stop()
+    assert.same(a, a2)
+    assert.same(b, b2)
+    assert.are_not.same(a, b)
+  end)
+
+  it("records a whole process with MIRZA_RECORD", function()
+    local d = dir .. "/env"
+    local script = H.tmpname(".lua")
+    local f = assert(io.open(script, "w"))
+    f:write(([[
+      local mirza = require "mirza"
+      assert(mirza.collect { url = %q, body = { stream = true, messages = { { role = "user", content = "env" } } } })
+    ]]):format(sim.url))
+    f:close()
+    assert.is_true(os.execute(("MIRZA_RECORD=%s %s %s"):format(H.q(d), H.q(H.mirza_bin), H.q(script))))
+    os.remove(script)
+    assert.same({ "000001.request", "000001.response" }, files(d))
+  end)
+end)
+
+describe("an engine recording", function()
+  local sim, dir
+  local SCRIPT = { { { id = "w1", name = "weather", arguments = '{"city": "Lyon"}' },
+    { id = "w2", name = "weather", arguments = '{"city": "Paris"}' } } }
+  local TOOLS = { weather = { description = "weather", fn = function(a) return a.city .. ": 18 °C" end } }
+  setup(function()
+    sim = H.start_sim(FAST)
+    dir = H.tmpname(".rec")
+  end)
+  teardown(function()
+    sim.stop()
+    os.execute("rm -rf " .. H.q(dir))
+  end)
+
+  local function session(base, record)
+    local e = engine.new { base_url = base .. "/v1", model = "mirza-sim", config_file = false, record = record,
+      session_id = "rec-session", tools = TOOLS, log = function() end,
+      body_extra = { mirza_sim = { tool_calls = SCRIPT } } }
+    local out = {}
+    for _, input in ipairs { "Quel temps ?", "Et demain ?" } do
+      local evs = {}
+      local st, res = e:say(input, { answer = function() end, on_event = function(ev) evs[#evs + 1] = ev end })
+      assert(st, res)
+      out[#out + 1] = { answer = res.answer, rounds = res.rounds, events = evs }
+    end
+    return out, e
+  end
+
+  it("logs one line per turn and replays to the same session", function()
+    local first, e = session(sim.base, dir)
+    assert.equal("tool results: [w1] Lyon: 18 °C; [w2] Paris: 18 °C", first[1].answer)
+    local lines = {}
+    for l in io.lines(dir .. "/runs.jsonl") do lines[#lines + 1] = json.decode(l) end
+    assert.equal(4, #lines) -- two says of two rounds each
+    local l1, l2 = lines[1], lines[2]
+    assert.same({ e.chat_url, "mirza-sim", "rec-session", "000001", "Quel temps ?", "", 2, "tool_calls" },
+      { l1.endpoint, l1.model, l1.session, l1.request, l1.prompt, l1.answer, l1.tool_calls, l1.finish_reason })
+    assert.same({ "000002", "2 tool results", first[1].answer, 0, "stop" },
+      { l2.request, l2.prompt, l2.answer, l2.tool_calls, l2.finish_reason })
+    assert.equal("Et demain ?", lines[3].prompt)
+    assert.equal(0, l1.reasoning_bytes)
+    assert.truthy(l1.time:match("^%d%d%d%d%-%d%d%-%d%dT%d%d:%d%d:%d%dZ$"))
+    assert.is_number(l1.stats.ttft_ms)
+    assert.is_nil(l1.error)
+    local replay = H.start_sim { "--replay-dir", dir }
+    local second = session(replay.base, nil)
+    replay.stop()
+    assert.same(first, second)
+  end)
+end)
