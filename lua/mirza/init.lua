@@ -26,8 +26,11 @@ if RECORD == "" then RECORD = nil end
 ---@param opts mirza.RequestOptions
 ---@return mirza.Stream
 local function open(opts)
-  if not RECORD and (type(opts) ~= "table" or opts.record == nil) then return core.open(opts) end
-  return require("mirza.record").open(opts)
+  local ok, s
+  if not RECORD and (type(opts) ~= "table" or opts.record == nil) then ok, s = pcall(core.open, opts)
+  else ok, s = pcall(require("mirza.record").open, opts) end
+  if not ok then error(s, 2) end -- a bad option is the caller's line, not this one
+  return s
 end
 M.open = open
 

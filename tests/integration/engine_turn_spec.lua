@@ -415,11 +415,12 @@ describe("a session the daemon has not released yet", function()
   teardown(function() e:unload() end)
 
   -- A request on the engine's session that the daemon is still serving
-  -- (~0.5 s of tokens that nobody reads: the simulator writes on).
+  -- (~2 s of tokens that nobody reads: the simulator writes on), long
+  -- enough for the turn to meet it on a loaded machine.
   local function hold_session()
     local s = mirza.open { url = e.chat_url, headers = e:headers(), body = { model = e:model(), stream = true,
       messages = { { role = "user", content = "tiens" } },
-      mirza_sim = { text = "un deux trois quatre cinq six sept huit neuf dix", tok_rate = 20 } } }
+      mirza_sim = { text = "un deux trois quatre cinq six sept huit neuf dix", tok_rate = 5 } } }
     local ev = s:next(5)
     assert.equal("text", ev and ev.type) -- the daemon is generating on the session now
     return s
