@@ -10,7 +10,7 @@
 --- a script that uses no scheduler is unchanged.
 ---
 --- The seam is narrow on purpose: loading this module wraps the Stream
---- methods `next`/`events` and `mirza.open`/`mirza.sleep` (the C originals
+--- methods `next`/`events`, `mirza.core.open` and `mirza.sleep` (the C originals
 --- stay available as `raw_next`, `raw_events`, `core.raw_open`); the wrappers
 --- only yield when a scheduler is resuming a task. Any code that pulls a
 --- stream — an engine turn and its pipeline stages included — becomes
@@ -359,14 +359,16 @@ function Stream.close(s)
   if t then l:_wake(t, t.token, "closed") end
 end
 
--- mirza.open in a task: the stream is the task's (cancel closes it).
+-- core.open in a task: the stream is the task's (cancel closes it).
+-- mirza.open itself stays (its recording wrapper calls core.open), so
+-- every stream a task opens, recorded or not, is tracked here.
 local function open(opts)
   local s = raw_open(opts)
   local t = running_loop and running_loop.current
   if t then t.streams[s] = true end
   return s
 end
-core.open, mirza.open = open, open
+core.open = open
 mirza.sleep = M.sleep
 
 -- ------------------------------------------------------------- the loop

@@ -26,10 +26,11 @@
 --- JSON), or `nil, err`; a raise, `nil, err` or an unknown tool name
 --- becomes the result `{"error": "..."}` the model sees — never a crash.
 ---
---- Calls run one after another by default. `run_calls(fns) -> results`
---- (an option) may run them concurrently: each `fns[i]()` returns the
---- i-th result string and never raises, so a scheduler's `gather` plugs in
---- as it is.
+--- Several calls of one round run concurrently when the loop runs inside a
+--- `mirza.loop` task (each call its own task, through `loop.gather`: a tool
+--- that waits on a stream or `mirza.sleep` lets the others go on), else one
+--- after another. `run_calls(fns) -> results` (an option) replaces both:
+--- each `fns[i]()` returns the i-th result string and never raises.
 ---
 --- `M.run{url=..., body=..., tools=...}` is the loop over plain requests;
 --- the engine has its own (`e:say(input, {tools = ...})`, mirza.turn).
@@ -238,8 +239,12 @@ function M.run_calls(calls, tools, opts)
   local fns = {}
   for i, c in ipairs(calls) do fns[i] = function() return M.call(tools, c) end end
   local results
+  local loop = package.loaded["mirza.loop"]
+  local task = #fns > 1 and loop and loop.current()
   if opts.run_calls then
     results = opts.run_calls(fns)
+  elseif task then -- inside a scheduler task: the calls as tasks of its loop
+    results = loop.gather(fns, { loop = task.loop })
   else
     results = {}
     for i, f in ipairs(fns) do results[i] = f() end

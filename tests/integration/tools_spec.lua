@@ -165,6 +165,33 @@ describe("the engine's tool loop", function()
     assert.truthy(st)
     assert.same({ 2, 1 }, batches)
   end)
+
+  it("runs the calls of a round concurrently inside a scheduler task", function()
+    local loop = require "mirza.loop"
+    local running, most = 0, 0
+    local function slow(name)
+      return { description = name, fn = function()
+        running = running + 1
+        most = math.max(most, running)
+        mirza.sleep(0.3) -- yields to the scheduler inside a task
+        running = running - 1
+        return name
+      end }
+    end
+    local script = { { { id = "s1", name = "one", arguments = "{}" }, { id = "s2", name = "two", arguments = "{}" } } }
+    local st, res = loop.run(function()
+      return e:say("Deux outils", merged(sim_opts(script), { tools = { one = slow "one", two = slow "two" },
+        answer = function() end }))
+    end)
+    assert.truthy(st, tostring(res))
+    assert.equal(2, most) -- both calls were in flight at once
+    assert.equal("tool results: [s1] one; [s2] two", res.answer)
+    -- outside a task the same round runs one call after the other
+    most = 0
+    assert.truthy(e:say("Deux outils", merged(sim_opts(script), { tools = { one = slow "one", two = slow "two" },
+      answer = function() end })))
+    assert.equal(1, most)
+  end)
 end)
 
 describe("a tools module given by name", function()
