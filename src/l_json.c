@@ -158,6 +158,32 @@ static int is_array(lua_State *L, int idx) {
   return count == n;
 }
 
+static int by_key(const void *a, const void *b) {
+  return strcmp((*(cJSON *const *)a)->string, (*(cJSON *const *)b)->string);
+}
+
+/* An object's members in key order, so that the same table encodes to the
+ * same bytes in every process (Lua's traversal order depends on its hash
+ * seed): a request body, a tool's result, a recorded body match byte for
+ * byte, and a daemon's prefix cache sees the same prompt. Without memory
+ * for the index the order stays as built (still valid JSON). */
+static void sort_members(cJSON *obj) {
+  size_t n = 0, i;
+  for (cJSON *c = obj->child; c; c = c->next) n++;
+  if (n < 2) return;
+  cJSON **v = malloc(n * sizeof *v);
+  if (!v) return;
+  i = 0;
+  for (cJSON *c = obj->child; c; c = c->next) v[i++] = c;
+  qsort(v, n, sizeof *v, by_key);
+  for (i = 0; i < n; i++) {
+    v[i]->prev = i ? v[i - 1] : v[n - 1]; /* cJSON: the head's prev is the tail */
+    v[i]->next = i + 1 < n ? v[i + 1] : NULL;
+  }
+  obj->child = v[0];
+  free(v);
+}
+
 static void add_table(lua_State *L, int idx, cJSON *node, int depth) {
   if (cJSON_IsArray(node)) {
     lua_Integer n = (lua_Integer)lua_rawlen(L, idx);
@@ -184,6 +210,7 @@ static void add_table(lua_State *L, int idx, cJSON *node, int depth) {
     add_value(L, top, node, k, depth + 1);
     lua_settop(L, top - 1); /* [key] */
   }
+  sort_members(node);
 }
 
 /* cJSON prints a double with 15 significant digits whenever those read

@@ -131,7 +131,7 @@ function mirza.stat(path) end
 ---@field null lightuserdata  JSON null (decode produces it; encode accepts it)
 mirza.json = {}
 
----@param value any tables with keys 1..n are arrays, others objects ({} is an object); numbers are written exactly (integers in full, floats round-trip); a NUL inside a string becomes \u0000, a NUL inside a key raises
+---@param value any tables with keys 1..n are arrays, others objects ({} is an object) with their members in key order (the same table gives the same bytes in every process); numbers are written exactly (integers in full, floats round-trip); a NUL inside a string becomes \u0000, a NUL inside a key raises
 ---@return string json
 function mirza.json.encode(value) end
 

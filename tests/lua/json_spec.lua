@@ -19,6 +19,19 @@ describe("mirza.json", function()
     assert.equal(v[5], 12345678901)
   end)
 
+  it("writes an object's members in key order, whatever the table's order", function()
+    local t, keys = {}, {}
+    for i = 1, 40 do
+      local k = ("k%02d"):format((i * 17) % 41)
+      t[k], keys[#keys + 1] = i, k
+    end
+    table.sort(keys)
+    local want = {}
+    for i, k in ipairs(keys) do want[i] = ("%q:%d"):format(k, t[k]) end
+    assert.equal("{" .. table.concat(want, ",") .. "}", json.encode(t))
+    assert.equal('{"a":{"x":1,"y":[{"m":2,"n":1}]},"b":true}', json.encode { b = true, a = { y = { { n = 1, m = 2 } }, x = 1 } })
+  end)
+
   it("maps null to json.null both ways", function()
     local v = json.decode('{"a":null,"b":[null,1]}')
     assert.equal(json.null, v.a)
