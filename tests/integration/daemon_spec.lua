@@ -148,7 +148,8 @@ describe("mirza.daemon with mirza-sim", function()
     assert.equal("done", chat(d).last.type)
     local r = chat(d) -- the daemon dies in the middle of this one
     assert.equal("error", r.last.type)
-    assert.truthy(r.last.code == "closed" or r.last.code == "io", r.last.code)
+    assert.equal("closed", r.last.code) -- the daemon read the whole request: a FIN, not a reset
+    assert.equal("connection closed mid-stream (transfer closed with outstanding read data remaining)", r.last.message)
     local ev = d:stream_error(r.last)
     assert.equal("exited", ev.code)
     assert.equal(3, ev.exit_code)
@@ -161,6 +162,18 @@ describe("mirza.daemon with mirza-sim", function()
     assert.equal("done", chat(d).last.type) -- the next request works
     assert.is_true(d:ensure()) -- healthy: nothing to do
     assert.equal(1, d.restarts)
+  end)
+
+  it("--crash-after counts the chat requests served, not the ones refused", function()
+    local d <close> = sim(H.free_port(), { "--crash-after", "2", "--tok-rate", "0", "--ttft-ms", "0" })
+    assert.is_true(d:start())
+    -- refused with a 400: not the first served request
+    local bad <close> = mirza.open { url = d.chat_url, body = { model = "x", stream = true, messages = {} } }
+    assert.equal(400, bad:next().status)
+    assert.equal("done", chat(d).last.type) -- the first served one
+    local r = chat(d)                        -- the second: the crash
+    assert.equal("closed", r.last.code)
+    assert.equal("exited", d:stream_error(r.last).code)
   end)
 
   it("without a restart policy, ensure() reports the death", function()

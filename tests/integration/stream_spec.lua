@@ -10,6 +10,18 @@ local function open(sim, prompt, ctl, extra)
   return mirza.open { url = sim.url, body = body, stall_timeout = 10 }
 end
 
+-- The simulator counts a prompt as its messages' JSON length / 4 tokens
+-- (ASCII prompts: mirza.json and cJSON print the same bytes).
+local function prompt_tokens(body)
+  return #mirza.json.encode(body.messages) // 4
+end
+
+local function count(events, ty)
+  local n = 0
+  for _, ev in ipairs(events) do if ev.type == ty then n = n + 1 end end
+  return n
+end
+
 local function types(events)
   local seen, order = {}, {}
   for _, ev in ipairs(events) do
@@ -23,7 +35,7 @@ end
 
 describe("streaming from mirza-sim (mtplx dialect)", function()
   local sim
-  setup(function() sim = H.start_sim { "--tok-rate", "0", "--ttft-ms", "0" } end)
+  setup(function() sim = H.start_sim { "--tok-rate", "0", "--ttft-ms", "0", "--verbose" } end)
   teardown(function() sim.stop() end)
   after_each(function() collectgarbage("collect") end)
 
@@ -41,10 +53,12 @@ describe("streaming from mirza-sim (mtplx dialect)", function()
     local done = r.last
     assert.equal("done", done.type)
     assert.equal("stop", done.finish_reason)
-    assert.is_true(done.usage.completion_tokens > 0)
-    assert.is_number(done.usage.prompt_tokens)
-    assert.is_table(done.stats)
-    assert.is_number(done.stats.decode_tok_s)
+    local nthink, ntext = count(r.events, "think"), count(r.events, "text")
+    assert.equal(nthink + ntext, done.usage.completion_tokens)
+    assert.equal(prompt_tokens(H.chat_body("Quel temps fait-il ?")), done.usage.prompt_tokens)
+    assert.equal(done.usage.prompt_tokens + done.usage.completion_tokens, done.usage.total_tokens)
+    assert.equal(nthink, done.stats.reasoning_tokens)
+    assert.equal(ntext, done.stats.answer_tokens)
     assert.is_nil(s:next()) -- ended
   end)
 
@@ -63,8 +77,11 @@ describe("streaming from mirza-sim (mtplx dialect)", function()
     for _, ev in ipairs(r.events) do
       if ev.type == "text" then assert.truthy(utf8.len(ev.text), "broken UTF-8 in one event: " .. ev.text) end
     end
-    assert.truthy(utf8.len(r.text))
-    assert.truthy(r.text:find("[\xC2-\xF4]"), "the answer has multi-byte characters")
+    -- the fault prefixes multi-byte characters split mid-character across
+    -- frames to the answer the same request gets without it
+    local plain = H.drain(open(sim, "utf8", {}))
+    assert.equal("done", plain.last.type)
+    assert.equal("Voilà : un café à 3 €, au Japon 日本 🙂. " .. plain.text, r.text)
   end)
 
   it("reports a mid-stream error frame after the partial text", function()
@@ -72,7 +89,7 @@ describe("streaming from mirza-sim (mtplx dialect)", function()
     local r = H.drain(s)
     assert.equal("error", r.last.type)
     assert.equal("server", r.last.code)
-    assert.matches("simulated failure", r.last.message)
+    assert.equal("server error: simulated failure after 3 tokens", r.last.message)
     assert.equal("a b c ", r.text)
   end)
 
@@ -91,7 +108,7 @@ describe("streaming from mirza-sim (mtplx dialect)", function()
     local t0 = mirza.now()
     local r = H.drain(s)
     assert.equal("timeout", r.last.code)
-    assert.matches("stall", r.last.message)
+    assert.equal(("no data from %s for 0.3 s (stall timeout)"):format(sim.url), r.last.message)
     assert.equal("a b ", r.text)
     assert.is_true(mirza.now() - t0 < 5)
   end)
@@ -110,7 +127,7 @@ describe("streaming from mirza-sim (mtplx dialect)", function()
     local s <close> = mirza.open { url = sim.url, body = body, max_event_bytes = 65536 }
     local r = H.drain(s)
     assert.equal("protocol", r.last.code)
-    assert.matches("65536", r.last.message)
+    assert.equal("SSE event or line larger than the limit (limit 65536 bytes)", r.last.message)
   end)
 
   it("passes a degenerate reasoning loop through as think events", function()
@@ -118,8 +135,9 @@ describe("streaming from mirza-sim (mtplx dialect)", function()
     local r = H.drain(s)
     assert.equal("done", r.last.type)
     assert.equal("length", r.last.finish_reason)
-    local _, n = r.think:gsub("Wait, let me reconsider", "")
-    assert.is_true(n >= 5)
+    -- 24 ordinary reasoning tokens, then 36 tokens of the 6-word line
+    local _, n = r.think:gsub("Wait, let me reconsider the question%.\n", "")
+    assert.equal(6, n)
   end)
 
   it("replays a recorded capture over HTTP", function()
@@ -127,8 +145,10 @@ describe("streaming from mirza-sim (mtplx dialect)", function()
     local r = H.drain(s)
     assert.equal("done", r.last.type)
     assert.equal("L'utilisateur demande la météo à Lyon.\nJe réponds brièvement.", r.think)
-    assert.is_true(#r.text > 0)
-    assert.is_table(r.last.stats)
+    assert.equal("Il fait beau à Lyon aujourd’hui : 22 °C.", r.text)
+    assert.equal(54.1, r.last.stats.decode_tok_s)
+    assert.equal(2048, r.last.stats.cached_tokens)
+    assert.equal(10, r.last.stats.answer_tokens)
     local hb = 0
     for _, ev in ipairs(r.events) do if ev.type == "heartbeat" then hb = hb + 1 end end
     assert.equal(1, hb)
@@ -145,8 +165,13 @@ describe("streaming from mirza-sim (mtplx dialect)", function()
         if got == 3 then break end
       end
     end
+    assert.equal(3, got)
     assert.is_true(s:closed())
     assert.equal(0, mirza.streams())
+    -- the simulator saw the client go (it logs the request when it is over)
+    assert.truthy(H.wait_for(function()
+      return H.read_file(sim.log):match("POST /v1/chat/completions 499")
+    end, 20), "the simulator never saw the disconnect")
     -- the daemon is free again: a new request is served at once
     local s2 <close> = open(sim, "after", { text = "ok" })
     assert.equal("ok", H.drain(s2).text)
@@ -158,8 +183,8 @@ describe("streaming from mirza-sim (mtplx dialect)", function()
     assert.equal("error", ev.type)
     assert.equal("http", ev.code)
     assert.equal(400, ev.status)
-    assert.matches("messages", ev.message)
-    assert.is_table(ev.error)
+    assert.equal("HTTP 400 Bad Request: 'messages' is required", ev.message)
+    assert.same({ code = 400, type = "invalid_request_error", message = "'messages' is required" }, ev.error)
     assert.is_nil(s:next())
   end)
 
@@ -191,22 +216,27 @@ describe("streaming from mirza-sim (mtplx dialect)", function()
     assert.is_nil(body)
     assert.equal("http", code)
     assert.equal(400, status)
-    assert.matches("messages", msg)
+    assert.equal("HTTP 400 Bad Request: 'messages' is required", msg)
     local health, st = mirza.request { url = sim.base .. "/health" }
     assert.equal(200, st)
     assert.is_true(mirza.json.decode(health).ok)
   end)
 
   it("sends the session header and reports cached tokens on a repeated prefix", function()
+    local body = H.chat_body("Bonjour, comment vas-tu aujourd'hui ?")
+    table.insert(body.messages, 1, { role = "system", content = string.rep("You are a helpful voice assistant. ", 20) })
     local function turn()
-      local body = H.chat_body("Bonjour, comment vas-tu aujourd'hui ?")
-      table.insert(body.messages, 1, { role = "system", content = string.rep("You are a helpful voice assistant. ", 20) })
       local s <close> = mirza.open { url = sim.url, body = body, headers = { ["X-MTPLX-Session-Id"] = "spec-cache" } }
       return H.drain(s).last
     end
-    turn()
+    local first = turn()
+    assert.equal(0, first.usage.prompt_tokens_details.cached_tokens)
     local done = turn()
-    assert.is_true(done.usage.prompt_tokens_details.cached_tokens > 100)
+    assert.equal("spec-cache", done.stats.session_id)
+    assert.equal("header.x-mtplx-session-id", done.stats.request_session_source)
+    -- the whole prompt repeats: all of it is cached but the last token
+    assert.equal(prompt_tokens(body), done.usage.prompt_tokens)
+    assert.equal(prompt_tokens(body) - 1, done.usage.prompt_tokens_details.cached_tokens)
     assert.is_true(done.stats.session_cache_hit)
   end)
 
@@ -224,12 +254,14 @@ describe("streaming from mirza-sim (llama dialect)", function()
   teardown(function() sim.stop() end)
 
   it("reports timings and a usage-only frame", function()
-    local s <close> = open(sim, "x", { text = "a b c" }, { stream_options = { include_usage = true } })
+    local s <close> = open(sim, "x", { text = "a b c" },
+      { stream_options = { include_usage = true }, chat_template_kwargs = { enable_thinking = false } })
     local r = H.drain(s)
     assert.equal("a b c", r.text)
     assert.equal("done", r.last.type)
-    assert.is_number(r.last.timings.predicted_per_second)
-    assert.is_number(r.last.usage.completion_tokens)
+    assert.is_true(r.last.timings.predicted_per_second > 0)
+    assert.equal(3, r.last.timings.predicted_n)
+    assert.equal(3, r.last.usage.completion_tokens)
   end)
 
   it("reports a llama mid-stream error (no [DONE]) as a server error", function()
@@ -244,10 +276,11 @@ end)
 
 describe("transport failures", function()
   it("reports a refused connection", function()
-    local s <close> = mirza.open { url = "http://127.0.0.1:9/v1/chat/completions", body = H.chat_body("x") }
+    local url = ("http://127.0.0.1:%d/v1/chat/completions"):format(H.free_port())
+    local s <close> = mirza.open { url = url, body = H.chat_body("x") }
     local ev = s:next()
     assert.equal("refused", ev.code)
-    assert.matches("127.0.0.1:9", ev.message)
+    assert.equal(url .. ": ", ev.message:sub(1, #url + 2))
     assert.is_nil(s:next())
   end)
 
@@ -358,8 +391,9 @@ describe("HTTP error events carry the server's error object", function()
     assert.equal("exceed_context_size_error", ev.error.type)
     assert.equal(400, ev.error.code)
     assert.equal(40, ev.error.n_ctx)
-    assert.is_true(ev.error.n_prompt_tokens > 40)
-    assert.matches("exceeds the available context size", ev.error.message)
+    assert.equal(prompt_tokens(H.chat_body(long)), ev.error.n_prompt_tokens)
+    assert.equal(("request (%d tokens) exceeds the available context size (40 tokens), try increasing it")
+      :format(prompt_tokens(H.chat_body(long))), ev.error.message)
   end)
 
   it("MTPLX: the error object with its string code", function()
@@ -367,7 +401,9 @@ describe("HTTP error events carry the server's error object", function()
     assert.equal(400, ev.status)
     assert.equal("invalid_request_error", ev.error.type)
     assert.equal("HTTPException", ev.error.code)
-    assert.matches("^Prompt contains %d+ tokens", ev.error.message)
+    assert.equal(("Prompt contains %d tokens, but the served context window is 40 tokens. The prompt must be "
+      .. "shorter than the context window to leave room for at least one generated token.")
+      :format(prompt_tokens(H.chat_body(long))), ev.error.message)
   end)
 
   it("a non-JSON error body has no error object", function()

@@ -179,8 +179,9 @@ describe("mirza.pipeline", function()
       local st = base()
       assert.has_error(function() pipeline.insert(st, { name = "x", fn = upper }, { before = "nope" }) end,
         'pipeline: no stage named "nope"')
-      assert.has_error(function() pipeline.insert(st, { name = "a", fn = upper }) end)
-      assert.has_error(function() pipeline.insert(st, { fn = upper }) end)
+      assert.has_error(function() pipeline.insert(st, { name = "a", fn = upper }) end,
+        'pipeline.insert: a stage named "a" exists (use replace)')
+      assert.has_error(function() pipeline.insert(st, { fn = upper }) end, "pipeline.insert: spec needs a name")
       assert.same({ "a", "b", "c" }, names(st))
     end)
 
@@ -192,7 +193,7 @@ describe("mirza.pipeline", function()
       assert.same({ suffix = "!" }, st[2].opts)
       pipeline.replace(st, "c", { name = "c2", fn = upper })
       assert.same({ "a", "b", "c2" }, names(st))
-      assert.has_error(function() pipeline.replace(st, "nope", upper) end)
+      assert.has_error(function() pipeline.replace(st, "nope", upper) end, 'pipeline: no stage named "nope"')
     end)
 
     it("remove and copy", function()

@@ -179,8 +179,9 @@ describe("mirza.route", function()
       route.run(pipeline.from_list(STREAM), { answer = a, think = t, mode = "token" })
       assert.equal("Bonjour ! Je vais bien. Et vous ?", a:text())
       assert.equal("The user greets me.", t:text())
-      assert.has_error(function() route.sink(42) end)
-      assert.has_error(function() route.router({ mode = "paragraph" }) end)
+      assert.has_error(function() route.sink(42) end, "route: a sink is a function or an object with a write method")
+      assert.has_error(function() route.router({ mode = "paragraph" }) end,
+        'route: unknown mode "paragraph" (token, sentence, whole)')
     end)
 
     for _, mode in ipairs({ "token", "sentence", "whole" }) do

@@ -21,7 +21,7 @@ describe("mirza.thinking", function()
     assert.equal(700, thinking.set_budget(s, 700.9))
     assert.equal(700, s.budget)
     assert.equal(5000, thinking.set_budget(s, 5000))
-    assert.has_error(function() thinking.set_budget(s, "lots") end)
+    assert.has_error(function() thinking.set_budget(s, "lots") end, "thinking.set_budget: budget must be a number")
   end)
 
   it("maps budgets to the smallest step that holds them", function()
@@ -107,7 +107,7 @@ describe("mirza.thinking", function()
       assert.equal(0, thinking.decide("quick one", s))
       assert.equal(1024, s.budget) -- the state is not changed
       s.decide = function() return "high" end
-      assert.has_error(function() thinking.decide("x", s) end)
+      assert.has_error(function() thinking.decide("x", s) end, "thinking: decide hook must return a number")
     end)
 
     it("the sample auto hook depends on the prompt", function()
