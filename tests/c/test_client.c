@@ -329,8 +329,10 @@ static void test_event_cap(void **state) {
   result r;
   (void)state;
   snprintf(big, sizeof big, "%s%s", SSE_HEAD TOKEN("kept"), "data: {\"choices\":[{\"delta\":{\"content\":\"");
-  memset(big + strlen(big), 'x', 300);
-  big[sizeof big - 1] = '\0';
+  size_t at = strlen(big);
+  assert_true(at + 300 < sizeof big);
+  memset(big + at, 'x', 300); /* a frame that never ends, past the cap */
+  big[at + 300] = '\0';
   server *s = server_start(big, NULL);
   mz_request req = chat(url_of(s, url, sizeof url));
   req.max_event_bytes = 200;
