@@ -55,3 +55,13 @@ void mz_host_preload(lua_State *L, const char *dev_dir) {
   lua_pushstring(L, dev_dir ? dev_dir : "");
   lua_setfield(L, LUA_REGISTRYINDEX, "mirza.dev_dir");
 }
+
+int mz_host_msghandler(lua_State *L) {
+  const char *msg = lua_tostring(L, 1);
+  if (msg == NULL) {
+    if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING) return 1;
+    msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
+  }
+  luaL_traceback(L, L, msg, 1);
+  return 1;
+}

@@ -13,4 +13,8 @@
  * DIR/mirza/<name>.lua instead of the embedded copies. Raises on error. */
 void mz_host_preload(lua_State *L, const char *dev_dir);
 
+/* Message handler for lua_pcall, as lua.c's: the error (or its
+ * __tostring, or a note on its type) with a traceback. */
+int mz_host_msghandler(lua_State *L);
+
 #endif

@@ -33,6 +33,7 @@
 #endif
 
 #include "cli.h"
+#include "host.h"
 #include "l_core.h"
 #include "mirza.h"
 
@@ -133,16 +134,6 @@ static int read_line(const char *prompt, char **out, const volatile sig_atomic_t
 }
 #endif
 
-static int msghandler(lua_State *L) {
-  const char *msg = lua_tostring(L, 1);
-  if (msg == NULL) {
-    if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING) return 1;
-    msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
-  }
-  luaL_traceback(L, L, msg, 1);
-  return 1;
-}
-
 /* Clears the client's pending-interrupt flag (it raises by design). */
 static int clear_interrupt(lua_State *L) {
   return mz_l_raise_interrupt(L);
@@ -152,7 +143,7 @@ static int clear_interrupt(lua_State *L) {
  * with SIGINT armed to cancel it. Leaves the results or the message. */
 static int docall(lua_State *L, int narg, int nres) {
   int base = lua_gettop(L) - narg;
-  lua_pushcfunction(L, msghandler);
+  lua_pushcfunction(L, mz_host_msghandler);
   lua_insert(L, base);
   cancelled = 0;
   running = 1;

@@ -114,6 +114,34 @@ char *sim_strndup(const char *s, size_t n) {
   return p;
 }
 
+/* A whole file (at most max bytes; 0: no limit), NUL-terminated; NULL
+ * when it cannot be opened. */
+char *sim_slurp(const char *path, size_t max, size_t *n) {
+  FILE *f = path ? fopen(path, "rb") : NULL;
+  if (!f)
+    return NULL;
+  sbuf b = {0};
+  char tmp[65536];
+  size_t r;
+  while ((r = fread(tmp, 1, sizeof tmp, f)) > 0 && (!max || b.len < max))
+    sbuf_add(&b, tmp, r);
+  fclose(f);
+  *n = b.len;
+  return b.p ? b.p : sim_strndup("", 0);
+}
+
+/* Length of the SSE event starting at p, including its blank-line
+ * separator (LF LF or LF CR LF); the rest of the text when there is none. */
+size_t sim_event_len(const char *p, size_t n) {
+  for (size_t i = 0; i + 1 < n; i++) {
+    if (p[i] == '\n' && p[i + 1] == '\n')
+      return i + 2;
+    if (p[i] == '\n' && p[i + 1] == '\r' && i + 2 < n && p[i + 2] == '\n')
+      return i + 3;
+  }
+  return n;
+}
+
 double sim_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -36,20 +36,6 @@ struct recorded_set {
   bool by_body;
 };
 
-static char *slurp(const char *path, size_t *n) {
-  FILE *f = fopen(path, "rb");
-  if (!f)
-    return NULL;
-  sbuf b = {0};
-  char tmp[65536];
-  size_t k;
-  while ((k = fread(tmp, 1, sizeof tmp, f)) > 0)
-    sbuf_add(&b, tmp, k);
-  fclose(f);
-  *n = b.len;
-  return b.p ? b.p : sim_strndup("", 0);
-}
-
 static int by_name(const void *a, const void *b) {
   return strcmp(*(char *const *)a, *(char *const *)b);
 }
@@ -75,13 +61,13 @@ static int load_one(recording *rec, const char *dir, const char *name) {
   char path[4096];
   size_t n;
   snprintf(path, sizeof path, "%s/%s", dir, name);
-  char *text = slurp(path, &n);
+  char *text = sim_slurp(path, 0, &n);
   if (!text)
     return -1;
   int rc = parse_request(rec, text, n);
   free(text);
   snprintf(path + strlen(path) - strlen(".request"), sizeof path, ".response");
-  if (rc || !(rec->resp = slurp(path, &rec->resp_len)))
+  if (rc || !(rec->resp = sim_slurp(path, 0, &rec->resp_len)))
     return -1;
   return 0;
 }
@@ -188,17 +174,6 @@ static size_t parse_head(const recording *rec, int *status, char *ctype, size_t 
   }
 }
 
-/* Length of the SSE event at p, with its blank-line separator. */
-static size_t event_len(const char *p, size_t n) {
-  for (size_t i = 0; i + 1 < n; i++) {
-    if (p[i] == '\n' && p[i + 1] == '\n')
-      return i + 2;
-    if (p[i] == '\n' && p[i + 1] == '\r' && i + 2 < n && p[i + 2] == '\n')
-      return i + 3;
-  }
-  return n;
-}
-
 static int send_recording(conn *c, const recording *rec) {
   int status;
   char ctype[256];
@@ -209,8 +184,8 @@ static int send_recording(conn *c, const recording *rec) {
   int rc;
   if (strstr(ctype, "event-stream")) {
     rc = http_begin_chunked(c, status, ctype, extra.p);
-    for (size_t k = 0; !rc && k < n; k += event_len(body + k, n - k))
-      rc = http_chunk(c, body + k, event_len(body + k, n - k));
+    for (size_t k = 0; !rc && k < n; k += sim_event_len(body + k, n - k))
+      rc = http_chunk(c, body + k, sim_event_len(body + k, n - k));
     rc = rc || http_end_chunked(c);
   } else {
     rc = http_send(c, status, ctype[0] ? ctype : NULL, extra.p, body, n);

@@ -15,37 +15,9 @@
 
 #define REPLAY_MAX (256u << 20)
 
-static char *slurp(const char *path, size_t *n) {
-  FILE *f = fopen(path, "rb");
-  if (!f)
-    return NULL;
-  sbuf b = {0};
-  char tmp[65536];
-  size_t r;
-  while ((r = fread(tmp, 1, sizeof tmp, f)) > 0 && b.len < REPLAY_MAX)
-    sbuf_add(&b, tmp, r);
-  fclose(f);
-  *n = b.len;
-  if (!b.p)
-    b.p = sim_strndup("", 0);
-  return b.p;
-}
-
-/* Length of the event starting at p, including its blank-line separator
- * (LF LF or CRLF CRLF); the rest of the file when there is none. */
-static size_t event_len(const char *p, size_t n) {
-  for (size_t i = 0; i + 1 < n; i++) {
-    if (p[i] == '\n' && p[i + 1] == '\n')
-      return i + 2;
-    if (p[i] == '\n' && p[i + 1] == '\r' && i + 2 < n && p[i + 2] == '\n')
-      return i + 3;
-  }
-  return n;
-}
-
 int replay_run(job *j) {
   size_t n;
-  char *body = slurp(j->f.replay, &n);
+  char *body = sim_slurp(j->f.replay, REPLAY_MAX, &n);
   if (!body) {
     char msg[1200];
     snprintf(msg, sizeof msg, "replay: cannot read %s", j->f.replay);
@@ -56,7 +28,7 @@ int replay_run(job *j) {
     j->gone = true;
   double t = sim_now() + (double)(j->ttft_ms > 0 ? j->ttft_ms : 0) / 1000.0;
   for (size_t off = 0, i = 0; off < n && !j->gone; i++) {
-    size_t len = event_len(body + off, n - off);
+    size_t len = sim_event_len(body + off, n - off);
     if (j->rate > 0 || j->ttft_ms > 0) {
       job_flush(j);
       double due = t + (j->rate > 0 ? (double)i / j->rate : 0);

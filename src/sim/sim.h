@@ -80,6 +80,8 @@ void sbuf_json_esc(sbuf *b, const char *s, size_t n);
 void sbuf_json_str(sbuf *b, const char *s); /* quoted, or null for NULL */
 void sbuf_free(sbuf *b);
 char *sim_strndup(const char *s, size_t n);
+char *sim_slurp(const char *path, size_t max, size_t *n); /* NULL: cannot open */
+size_t sim_event_len(const char *p, size_t n);            /* SSE event + blank line */
 double sim_now(void); /* monotonic seconds */
 double sim_round(double x, int digits);
 

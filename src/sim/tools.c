@@ -39,17 +39,10 @@ static const char *str_of(const cJSON *o, const char *k) {
 }
 
 static cJSON *read_script(const char *path) {
-  FILE *f = path ? fopen(path, "rb") : NULL;
-  if (!f)
-    return NULL;
-  sbuf b = {0};
-  char tmp[4096];
   size_t n;
-  while ((n = fread(tmp, 1, sizeof tmp, f)) > 0)
-    sbuf_add(&b, tmp, n);
-  fclose(f);
-  cJSON *s = b.p ? cJSON_ParseWithLength(b.p, b.len) : NULL;
-  sbuf_free(&b);
+  char *text = sim_slurp(path, 0, &n);
+  cJSON *s = text ? cJSON_ParseWithLength(text, n) : NULL;
+  free(text);
   return s;
 }
 
