@@ -37,6 +37,7 @@ static const struct option long_opts[] = {
     {"fault", 1, 0, 'f'},         {"seed", 1, 0, 's'},           {"keepalive-ms", 1, 0, 'K'},
     {"quiet", 0, 0, 'q'},         {"verbose", 0, 0, 'v'},        {"help", 0, 0, 'h'},
     {"health-pid", 1, 0, 0x100},
+    {"frames-per-chunk", 1, 0, 0x101},
     {0, 0, 0, 0}};
 
 static void usage(FILE *out) {
@@ -70,7 +71,9 @@ static void usage(FILE *out) {
       "  --quiet                 log nothing to stderr but fatal startup errors\n"
       "  --verbose               log one line per request (method, path, status, time)\n"
       "  --help                  show this help\n"
-      "  --health-pid N          report N as /health startup.pid (a foreign pid)\n\n"
+      "  --health-pid N          report N as /health startup.pid (a foreign pid)\n"
+      "  --frames-per-chunk N    with --tok-rate 0: one HTTP chunk every N token frames;\n"
+      "                          0 = up to 32 KiB per chunk (default 0)\n\n"
       "Fault SPEC: comma-separated items, also per request with header\n"
       "'X-Mirza-Sim-Fault: SPEC' or body {\"mirza_sim\":{\"fault\":\"SPEC\"}}:\n"
       "  http=STATUS[:MSG]  http-text=STATUS  error-after=N  cut-after=N\n"
@@ -89,7 +92,8 @@ static void usage(FILE *out) {
       "                     HTTP-date N seconds ahead\n"
       "  gzip               Content-Encoding: gzip on every answer\n"
       "Per-request body overrides: \"mirza_sim\":{\"text\",\"reasoning\",\"answer_tokens\",\n"
-      "  \"reasoning_tokens\",\"tok_rate\",\"ttft_ms\",\"fault\"}\n",
+      "  \"reasoning_tokens\",\"tok_rate\",\"ttft_ms\",\"fault\",\n"
+      "  \"frames_per_chunk\"}\n",
       out);
 }
 
@@ -156,6 +160,7 @@ static void parse_args(server *s, int argc, char **argv) {
     case 'v': c->verbosity = 2; break;
     case 'h': usage(stdout); exit(0);
     case 0x100: c->health_pid = num(nm, optarg, 1, 0x7fffffffL); break;
+    case 0x101: c->frames_per_chunk = num(nm, optarg, 0, BIG); break;
     default: usage(stderr); exit(2);
     }
   }

@@ -57,6 +57,7 @@ typedef struct sim_config {
   long parallel;
   long keepalive_ms;
   long health_pid; /* pid reported by /health; 0 = our own */
+  long frames_per_chunk; /* tok_rate 0: flush every N token frames; 0 = by size */
 } sim_config;
 
 /* ---- buf.c ---------------------------------------------------------- */
@@ -248,6 +249,7 @@ typedef struct job {
   bool has_reasoning;
   double rate;
   long ttft_ms;
+  long frames_per_chunk; /* see sim_config */
   sim_faults f;
   inflight fl;
   /* runtime */
