@@ -35,7 +35,6 @@
 --- `repetition.new(opts)` is the plain guard object (`guard:feed(chunk)`);
 --- `repetition.stage` wraps one guard per watched channel over an event
 --- iterator. The module itself holds no state.
-local pipeline = require "mirza.pipeline"
 
 local M = {}
 
@@ -378,27 +377,45 @@ local DEFAULT_CHANNELS = { think = true }
 ---`opts.on_cut(cut)` first (the engine closes the request there), then
 ---emits the chunk that completed the loop, then
 ---`{type="cut", reason="repetition", line=, count=, channel=, rule=}`,
----and ends: no further upstream event is read.
----@type mirza.StageFn
-M.stage = pipeline.stage(function(upstream, emit, opts)
+---and ends: no further upstream event is read. A plain iterator (no
+---coroutine): an event costs one call and a table lookup.
+---@param upstream mirza.EventIter
+---@param opts? table thresholds (`DEFAULTS`), `channels`, `on_cut`
+---@return mirza.EventIter
+function M.stage(upstream, opts)
   opts = opts or {}
   local channels, guards = opts.channels or DEFAULT_CHANNELS, {}
-  for ev in upstream do
+  local over, cut = false, nil -- over: nothing more is read; cut: still to emit
+  return function()
+    if over then
+      local c = cut
+      cut = nil
+      return c
+    end
+    local ev = upstream()
+    if ev == nil then
+      over = true
+      return nil
+    end
     local ch = ev.type
-    if channels[ch] and type(ev.text) == "string" then
-      guards[ch] = guards[ch] or M.new(opts)
-      local hit, line, count = guards[ch]:feed(ev.text)
-      if hit then
-        local cut = { type = "cut", reason = "repetition", line = line, count = count,
-          channel = ch, rule = guards[ch].rule }
-        if opts.on_cut then opts.on_cut(cut) end
-        emit(ev)
-        emit(cut)
-        return
+    if channels[ch] then
+      local text = ev.text
+      if type(text) == "string" then
+        local g = guards[ch]
+        if not g then
+          g = M.new(opts)
+          guards[ch] = g
+        end
+        local hit, line, count = g:feed(text)
+        if hit then
+          cut = { type = "cut", reason = "repetition", line = line, count = count, channel = ch, rule = g.rule }
+          over = true
+          if opts.on_cut then opts.on_cut(cut) end
+        end
       end
     end
-    emit(ev)
+    return ev
   end
-end)
+end
 
 return M

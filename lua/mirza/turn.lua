@@ -119,13 +119,14 @@ Turn.__close = Turn.close
 
 -- The stats tap: observes every event, keeps the answer and tool calls.
 local function tap_stage(e, t)
+  local observe, acc, answer = stats.observe, t.acc, t.answer
   return function(up)
     return function()
       local ev = up()
       if ev then
-        stats.observe(t.acc, ev)
+        observe(acc, ev)
         local ty = ev.type
-        if ty == "text" then t.answer[#t.answer + 1] = ev.text
+        if ty == "text" then answer[#answer + 1] = ev.text
         elseif ty == "tool_call" then add_calls(t.calls, ev.calls)
         elseif ty == "progress" and ev.decode_tok_s then e.live_tok_s = ev.decode_tok_s end
       end
@@ -163,8 +164,12 @@ local function source(e, t)
       local s = t.s
       if s:closed() then return nil end
       local ev = s:next()
-      if not (ev and busy(e, t, ev)) then
-        if ev and ev.type == "error" and e.daemon then ev = e.daemon:stream_error(ev) end
+      if ev == nil or ev.type ~= "error" then -- the common case, one comparison
+        t.got_any = true
+        return ev
+      end
+      if not busy(e, t, ev) then
+        if e.daemon then ev = e.daemon:stream_error(ev) end
         t.got_any = true
         return ev
       end
