@@ -33,6 +33,7 @@ for a in ([[mr mrs ms dr st mt jr sr prof pr mme mlle mm mgr me m vs cf ex e.g i
 M.ABBREVIATIONS["me"] = nil -- "Tell me. Then..." ends; Maître is written Me without a dot
 
 local concat, find, sub = table.concat, string.find, string.sub
+local KEEP_RUN = 1024 -- deltas a channel keeps apart before joining them
 
 local ELLIPSIS = "\226\128\166"
 -- Closing marks that stay with the sentence they follow.
@@ -272,14 +273,26 @@ local function channel(sink, mode, splitter_opts)
   if mode ~= "token" and mode ~= "sentence" and mode ~= "whole" then
     error(("route: unknown mode %q (token, sentence, whole)"):format(tostring(mode)), 3)
   end
-  return { sink = M.sink(sink), mode = mode, parts = {}, n = 0, open = false, out = {},
+  return { sink = M.sink(sink), mode = mode, parts = {}, n = 0, runs = {}, open = false, out = {},
     splitter = mode == "sentence" and M.splitter(splitter_opts) or nil }
+end
+
+-- The channel's whole text: the joined runs, then the current one.
+local function channel_text(ch)
+  local runs = ch.runs
+  if #runs == 0 then return concat(ch.parts, "", 1, ch.n) end
+  return concat(runs) .. concat(ch.parts, "", 1, ch.n)
 end
 
 -- One delta of the channel: kept, and delivered in the channel's mode.
 local function channel_push(ch, text, ev)
   local n = ch.n + 1
   ch.parts[n], ch.n, ch.open = text, n, true
+  if n == KEEP_RUN then -- a long text costs its bytes, not a slot and a string per delta
+    local runs = ch.runs
+    runs[#runs + 1] = concat(ch.parts, "", 1, n)
+    ch.parts, ch.n = {}, 0
+  end
   local mode = ch.mode
   if mode == "token" then
     ch.sink(text, ev)
@@ -301,7 +314,7 @@ local function channel_end(ch, ev)
   if ch.mode == "sentence" then
     for _, s in ipairs(ch.splitter:flush()) do ch.sink(s, ev) end
   elseif ch.mode == "whole" then
-    local text = concat(ch.parts, "", 1, ch.n)
+    local text = channel_text(ch)
     if text ~= "" then ch.sink(text, ev) end
   end
 end
@@ -346,8 +359,8 @@ function Router:_close(ev, deliver)
     channel_end(self.think, ev)
     channel_end(self.answer, ev)
   end
-  self.result.answer = concat(self.answer.parts, "", 1, self.answer.n)
-  self.result.think = concat(self.think.parts, "", 1, self.think.n)
+  self.result.answer = channel_text(self.answer)
+  self.result.think = channel_text(self.think)
 end
 
 local handlers = {}

@@ -62,6 +62,18 @@ local function add_calls(calls, delta)
   end
 end
 
+-- Deltas kept per turn are joined every KEEP_RUN into one string: a long
+-- answer then costs about its bytes, not a table slot and a string per token.
+local KEEP_RUN = 1024
+
+-- The answer so far: the joined runs, then the deltas of the current run.
+local function answer_text(t)
+  local a = t.answer
+  if t.run_n > 0 then a[#a + 1] = table.concat(t.run, "", 1, t.run_n) end
+  t.run, t.run_n = {}, 0
+  return table.concat(a)
+end
+
 ---@class mirza.Turn
 ---@field cancelled boolean
 ---@field finished boolean
@@ -76,7 +88,7 @@ function Turn:finish()
   self.s:close()
   acc.t1 = acc.t1 or mirza.now()
   e.last = stats.stats(acc)
-  local answer = table.concat(self.answer)
+  local answer = answer_text(self)
   local calls = self.calls[1] and self.calls or nil
   local done = acc.final and acc.final.type == "done"
   if done then
@@ -119,14 +131,21 @@ Turn.__close = Turn.close
 
 -- The stats tap: observes every event, keeps the answer and tool calls.
 local function tap_stage(e, t)
-  local observe, acc, answer = stats.observe, t.acc, t.answer
+  local observe, acc, concat = stats.observe, t.acc, table.concat
   return function(up)
     return function()
       local ev = up()
       if ev then
         observe(acc, ev)
         local ty = ev.type
-        if ty == "text" then answer[#answer + 1] = ev.text
+        if ty == "text" then
+          local n = t.run_n + 1
+          t.run[n], t.run_n = ev.text, n
+          if n == KEEP_RUN then
+            local a = t.answer
+            a[#a + 1] = concat(t.run, "", 1, n)
+            t.run, t.run_n = {}, 0
+          end
         elseif ty == "tool_call" then add_calls(t.calls, ev.calls)
         elseif ty == "progress" and ev.decode_tok_s then e.live_tok_s = ev.decode_tok_s end
       end
@@ -252,8 +271,8 @@ local function turn(e, input, opts)
     api_key = e.cfg.api_key, stall_timeout = e.cfg.stall_timeout, timeout = e.cfg.connect_timeout }
   local function open() return mirza.open(req) end
   local s = open()
-  local t = setmetatable({ engine = e, s = s, open = open, acc = acc, answer = {}, calls = {}, info = info,
-    prompt = prompt, cancelled = false, finished = false }, Turn)
+  local t = setmetatable({ engine = e, s = s, open = open, acc = acc, answer = {}, run = {}, run_n = 0, calls = {},
+    info = info, prompt = prompt, cancelled = false, finished = false }, Turn)
   e._turn, e.live_tok_s = t, nil
   local it, _, _, closer = require("mirza.pipeline").compose(source(e, t), stages_of(e, t, opts, plan))
   t.pipeline_closer = closer
