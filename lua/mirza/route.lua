@@ -32,7 +32,7 @@ for a in ([[mr mrs ms dr st mt jr sr prof pr mme mlle mm mgr me m vs cf ex e.g i
   capt rev p pp al ed eds éd op cit ibid vv nos resp cap]]):gmatch("%S+") do M.ABBREVIATIONS[a] = true end
 M.ABBREVIATIONS["me"] = nil -- "Tell me. Then..." ends; Maître is written Me without a dot
 
-local concat, find, sub = table.concat, string.find, string.sub
+local byte, concat, find, sub = string.byte, table.concat, string.find, string.sub
 local KEEP_RUN = 1024 -- deltas a channel keeps apart before joining them
 
 local ELLIPSIS = "\226\128\166"
@@ -55,7 +55,10 @@ end
 -- Whether a UTF-8 character is a lower-case letter (ASCII, Latin-1, Latin
 -- Extended-A: enough for French and English).
 local function is_lower(ch)
-  if #ch == 1 then return ch:find("^%l") ~= nil end
+  if #ch == 1 then
+    local b = byte(ch)
+    return b >= 97 and b <= 122
+  end
   local ok, cp = pcall(utf8.codepoint, ch)
   if not ok then return false end
   if cp >= 0xDF and cp <= 0xFF then return cp ~= 0xF7 end
@@ -82,9 +85,9 @@ end
 local function run_end(s, i)
   local j = i - 1
   while true do
-    local c = s:sub(j + 1, j + 1)
-    if c == "." or c == "!" or c == "?" then j = j + 1
-    elseif s:sub(j + 1, j + 3) == ELLIPSIS then j = j + 3
+    local b = byte(s, j + 1)
+    if b == 46 or b == 33 or b == 63 then j = j + 1 -- . ! ?
+    elseif b == 226 and sub(s, j + 1, j + 3) == ELLIPSIS then j = j + 3
     else break end
   end
   return j >= i and j or nil
@@ -94,6 +97,12 @@ end
 -- too; nil when a space that may precede a » ends the text (more is needed).
 local function closers_end(s, k)
   while true do
+    local b = byte(s, k + 1)
+    if b == 10 then return k end
+    if b == 32 then -- the usual case: a plain space, not one before a »
+      local b2 = byte(s, k + 2)
+      if b2 and b2 ~= 194 then return k end
+    end
     local c = char_at(s, k + 1)
     if c and CLOSERS[c] then
       k = k + #c
@@ -110,7 +119,14 @@ end
 -- Whether a single "." at `dot` (in sentence s[from..]) is not a sentence
 -- end whatever follows: an abbreviation, an initial, a list number.
 function Splitter:_no_stop(s, from, dot)
-  local word = s:sub(from, dot - 1):match("([%w%.\128-\255']*)$") or ""
+  local k = dot - 1 -- back over the word before the dot: [%w.'] and UTF-8 bytes
+  while k >= from do
+    local b = byte(s, k)
+    if not (b >= 48 and b <= 57 or b >= 65 and b <= 90 or b >= 97 and b <= 122 or b == 46 or b == 39
+      or b >= 128) then break end
+    k = k - 1
+  end
+  local word = sub(s, k + 1, dot - 1)
   if word == "" then return false end
   local low = word:lower()
   if self._abbrev[low] then return true end
@@ -140,6 +156,8 @@ function Splitter:_decide(s, from, i, j)
 end
 
 local function trim(s)
+  local a, z = byte(s, 1), byte(s, -1)
+  if a and a > 32 and z > 32 then return s end -- nothing to trim (no %s byte is above 32)
   return (s:gsub("^%s+", ""):gsub("%s+$", ""))
 end
 
