@@ -1,61 +1,374 @@
---- bench.lua - CPU cost per streamed token through the Lua loop.
+--- bench.lua - what a streamed token costs mirza, next to curl on the same source.
 ---
----   mirza bench [tokens] [sim-binary]     (build/mirza scripts/bench.lua from the tree)
+---   mirza bench [options]                  the whole table (docs/performance.md)
+---   mirza bench TOKENS [SIM-BINARY]        the core loop alone (the classic figure)
 ---
---- Starts mirza-sim "as fast as possible" (--tok-rate 0), streams `tokens`
---- answer tokens through `for ev in s:events()` and prints the CPU time of
---- this process (os.clock: user+system, the simulator excluded) per token.
---- The target is at most ~0.65 us/token.
+--- Options: --tokens N (default 200000), --runs R (median of R, default 3),
+--- --url BASE (an OpenAI-compatible /v1 base URL instead of starting mirza-sim),
+--- --sim PATH, --json PATH (also write the results there), --only a,b (case
+--- names, or prefixes), --case NAME (internal: one run, printed as JSON).
+---
+--- It starts mirza-sim in its fastest mode (--tok-rate 0 --ttft-ms 0
+--- --progress-every 0 --heartbeat-ms 0) and runs every case in a fresh
+--- `mirza` child process, so each figure carries its own RSS: CPU per token
+--- is the child's os.clock() over the run divided by the deltas it got
+--- (the simulator excluded). curl is run on the very same requests
+--- (`curl -sN`, CPU from the shell's `times`), and each figure is also given
+--- as a ratio to curl on the same source (frames per chunk, pacing).
+--- The concurrency rows (16/64/256 streams) need mirza.loop: they are
+--- listed, and skipped until `runners.concurrent` exists.
 local mirza = require "mirza"
+local json = mirza.json
 
-local N = tonumber(arg[1]) or 200000
-local sim_bin = arg[2] or require("mirza.daemon").find_sim() -- $MIRZA_SIM, next to mirza, build/, PATH
+local MIRZA = arg[-1] or "mirza"
+local SCRIPT = arg[0]
 
-local port_file = os.tmpname()
-local p = assert(io.popen(("%q --port 0 --port-file %q --tok-rate 0 --ttft-ms 0 --progress-every 0"
-  .. " --context-window 100000000 >/dev/null 2>&1 & echo $!"):format(sim_bin, port_file)))
-local pid = p:read("l")
-p:close()
-local port
-for _ = 1, 500 do
-  local f = io.open(port_file)
-  port = f and tonumber(f:read("a"))
-  if f then f:close() end
-  if port then break end
-  mirza.sleep(0.01)
+-- ------------------------------------------------------------ options
+
+local function parse(a)
+  local o = { tokens = 200000, runs = 3 }
+  local i = 1
+  while a[i] do
+    local k, v = a[i], a[i + 1]
+    if k == "--tokens" then o.tokens = assert(tonumber(v), "--tokens N")
+    elseif k == "--runs" then o.runs = assert(tonumber(v), "--runs N")
+    elseif k == "--url" then o.url = v
+    elseif k == "--sim" then o.sim = v
+    elseif k == "--json" then o.json = v
+    elseif k == "--only" then o.only = v
+    elseif k == "--case" then o.case = v
+    elseif k == "--params" then o.params = json.decode(v)
+    elseif k == "--help" or k == "-h" then
+      io.write("usage: mirza bench [--tokens N] [--runs R] [--url BASE] [--sim PATH] [--json PATH]",
+        " [--only a,b]\n       mirza bench TOKENS [SIM]   (the core loop alone)\n")
+      os.exit(0)
+    else error("bench: unknown option " .. tostring(k), 0) end
+    i = i + 2
+  end
+  return o
 end
-os.remove(port_file)
-assert(port, "mirza-sim did not start")
 
-local function run(n)
-  local s <close> = mirza.open {
-    url = ("http://127.0.0.1:%d/v1/chat/completions"):format(port),
-    body = { stream = true, messages = { { role = "user", content = "bench" } }, max_tokens = n + 10,
-             mirza_sim = { answer_tokens = n } },
+-- ------------------------------------------------------------ the source
+
+local function sh_quote(s)
+  return "'" .. tostring(s):gsub("'", [['\'']]) .. "'"
+end
+
+-- Start mirza-sim on a free port; returns its base URL and pid.
+local function start_sim(bin)
+  bin = bin or require("mirza.daemon").find_sim() -- $MIRZA_SIM, next to mirza, build/, PATH
+  local port_file = os.tmpname()
+  os.remove(port_file)
+  local p = assert(io.popen(("%s --port 0 --port-file %s --tok-rate 0 --ttft-ms 0 --progress-every 0"
+    .. " --heartbeat-ms 0 --context-window 100000000 --quiet >/dev/null 2>&1 & echo $!")
+    :format(sh_quote(bin), sh_quote(port_file))))
+  local pid = p:read("l")
+  p:close()
+  local port
+  for _ = 1, 1000 do
+    local f = io.open(port_file)
+    port = f and tonumber(f:read("a"))
+    if f then f:close() end
+    if port then break end
+    mirza.sleep(0.01)
+  end
+  os.remove(port_file)
+  assert(port, "mirza-sim did not start")
+  return ("http://127.0.0.1:%d/v1"):format(port), pid
+end
+
+-- The request body of a run: p.tokens deltas, p.reasoning of them
+-- reasoning, p.fpc frames per chunk, p.rate tokens/s (0: flat out).
+local function body(p)
+  local think = math.floor(p.tokens * (p.reasoning or 0) + 0.5)
+  return {
+    model = "bench", stream = true, max_tokens = p.tokens + 10,
+    messages = { { role = "user", content = "bench" } },
+    enable_thinking = think > 0,
+    mirza_sim = { answer_tokens = p.tokens - think, reasoning_tokens = think, tok_rate = p.rate or 0,
+      ttft_ms = 0, frames_per_chunk = p.fpc or 1 },
   }
-  local count, bytes = 0, 0
+end
+
+-- Peak resident set of this process, in KiB.
+local function rss_kb()
+  local f = io.open("/proc/self/status")
+  if not f then return nil end
+  local kb = tonumber(f:read("a"):match("VmHWM:%s*(%d+)"))
+  f:close()
+  return kb
+end
+
+-- ------------------------------------------------------------ runners (child side)
+-- Each takes the run's parameters and returns {tokens=, cpu=, wall=}.
+
+local runners = {}
+
+-- The core loop: `for ev in s:events()` over a raw stream.
+function runners.core(p)
+  local s <close> = mirza.open { url = p.url .. "/chat/completions", body = body(p) }
+  local count = 0
   local c0, t0 = os.clock(), mirza.now()
   for ev in s:events() do
-    if ev.type == "text" then
-      count = count + 1
-      bytes = bytes + #ev.text
-    elseif ev.type == "error" then
-      error(ev.message)
-    end
+    local ty = ev.type
+    if ty == "text" or ty == "think" then count = count + 1
+    elseif ty == "error" then error(ev.message) end
   end
-  return count, bytes, os.clock() - c0, mirza.now() - t0
+  return { tokens = count, cpu = os.clock() - c0, wall = mirza.now() - t0 }
 end
 
-run(2000) -- warm up: connection, buffers
-local best
-for _ = 1, 3 do
-  local count, bytes, cpu, wall = run(N)
-  assert(count == N, ("expected %d tokens, got %d"):format(N, count))
-  if not best or cpu < best.cpu then best = { count = count, bytes = bytes, cpu = cpu, wall = wall } end
+-- The core loop over batches: `s:next_batch()` (events that arrived together).
+function runners.batch(p)
+  local s <close> = mirza.open { url = p.url .. "/chat/completions", body = body(p) }
+  local count = 0
+  local c0, t0 = os.clock(), mirza.now()
+  while true do
+    local b = s:next_batch()
+    if not b then break end
+    for i = 1, #b do
+      local ty = b[i].type
+      if ty == "text" or ty == "think" then count = count + 1
+      elseif ty == "error" then error(b[i].message) end
+    end
+  end
+  return { tokens = count, cpu = os.clock() - c0, wall = mirza.now() - t0 }
 end
-os.execute("kill " .. pid)
-print(("tokens        %d (%d bytes of text)"):format(best.count, best.bytes))
-print(("cpu           %.3f s (mirza process: curl + SSE + JSON + Lua loop)"):format(best.cpu))
-print(("wall          %.3f s"):format(best.wall))
-print(("cpu per token %.3f us   (target <= 0.65 us)"):format(best.cpu / best.count * 1e6))
-print(("tokens/s      %.0f"):format(best.count / best.wall))
+
+local function new_engine(p)
+  return require("mirza.engine").new { base_url = p.url, daemon = false, config_file = false,
+    model_id = "bench", dialect = "mtplx", auto_reload = false, log = function() end }
+end
+
+-- An engine turn: e:say with sinks in p.route mode ("token", "sentence").
+function runners.engine(p)
+  local e = new_engine(p)
+  assert(e:load())
+  local count = 0
+  local function sink() end
+  local req = body(p)
+  local c0, t0 = os.clock(), mirza.now()
+  local st, res = e:say("bench", { mode = p.route, think_mode = p.route, answer = sink, think = sink,
+    max_tokens = req.max_tokens, body_extra = { enable_thinking = req.enable_thinking, mirza_sim = req.mirza_sim } })
+  local cpu, wall = os.clock() - c0, mirza.now() - t0
+  assert(st, res)
+  count = (e.last and e.last.tokens) or count
+  assert(not res.cut, "the turn was cut")
+  e:close()
+  return { tokens = count, cpu = cpu, wall = wall }
+end
+
+-- Cancel latency: a paced turn cancelled after 20 deltas; the time from
+-- e:cancel() to the end of the turn (connection closed, cut delivered).
+function runners.cancel(p)
+  local e = new_engine(p)
+  assert(e:load())
+  local n, t_cancel, cut = 0, nil, nil
+  local req = body { tokens = 100000, rate = 1000, fpc = 1 }
+  for ev in e:turn("bench", { body_extra = { mirza_sim = req.mirza_sim }, max_tokens = req.max_tokens }) do
+    if ev.type == "text" then
+      n = n + 1
+      if n == 20 then t_cancel = mirza.now(); e:cancel() end
+    elseif ev.type == "cut" then cut = ev.reason end
+  end
+  local wall = mirza.now() - t_cancel
+  assert(cut == "cancelled", "no cut event")
+  e:close()
+  return { tokens = 0, cpu = 0, wall = wall }
+end
+
+-- ------------------------------------------------------------ the cases (parent side)
+
+local function case_list(n)
+  local paced = math.min(n, 20000)
+  local L = {}
+  local function add(name, kind, p) p.kind = kind; p.name = name; L[#L + 1] = p end
+  for _, src in ipairs { { "", 1, 0, n }, { " 16/chunk", 16, 0, n }, { " paced 10k/s", 1, 10000, paced } } do
+    local tag, fpc, rate, tokens = src[1], src[2], src[3], src[4]
+    local function p(t) t.fpc, t.rate, t.tokens = fpc, rate, tokens; t.reasoning = t.reasoning or 0.25; return t end
+    add("curl -sN" .. tag, "curl", p {})
+    add("core loop" .. tag, "core", p {})
+    if fpc == 16 then add("core next_batch" .. tag, "batch", p {}) end
+    add("engine token 25%" .. tag, "engine", p { route = "token" })
+    if rate == 0 then add("engine sentence 25%" .. tag, "engine", p { route = "sentence" }) end
+    if fpc == 1 and rate == 0 then
+      add("engine token 0%", "engine", p { route = "token", reasoning = 0 })
+      add("engine sentence 0%", "engine", p { route = "sentence", reasoning = 0 })
+    end
+  end
+  for _, k in ipairs { 1, 16, 64, 256 } do
+    add(("engine x%d streams"):format(k), "concurrent", { streams = k, tokens = n // 8, fpc = 1, rate = 0,
+      reasoning = 0.25, route = "token" })
+  end
+  add("start-up (mirza -e '')", "startup", {})
+  add("cancel latency", "cancel", {})
+  return L
+end
+
+local function source_key(c)
+  return ("%s/%s"):format(c.fpc, c.rate)
+end
+
+local function median(xs)
+  table.sort(xs)
+  local n = #xs
+  if n == 0 then return nil end
+  return n % 2 == 1 and xs[(n + 1) // 2] or (xs[n // 2] + xs[n // 2 + 1]) / 2
+end
+
+local function run_cmd(cmd)
+  local f = assert(io.popen(cmd))
+  local out = f:read("a")
+  local ok, _, code = f:close()
+  return out, ok, code
+end
+
+-- One run of a case in a fresh mirza process.
+local function run_child(c)
+  local params = json.encode(c)
+  local out, ok = run_cmd(("%s %s --case %s --params %s 2>&1"):format(sh_quote(MIRZA), sh_quote(SCRIPT),
+    sh_quote(c.kind), sh_quote(params)))
+  local line = out:match("BENCH (%b{})")
+  if not ok or not line then return nil, out end
+  return json.decode(line)
+end
+
+-- curl on the same request: CPU from the shell's `times` (children's
+-- user and system time), RSS from /usr/bin/time when there is one.
+local function run_curl(c)
+  local f = os.tmpname()
+  local h = assert(io.open(f, "w"))
+  h:write(json.encode(body(c)))
+  h:close()
+  local time = io.open("/usr/bin/time") and "/usr/bin/time -f 'RSS %M' " or ""
+  local cmd = ("bash -c %s 2>&1"):format(sh_quote(("%scurl -sN -H 'Content-Type: application/json' --data-binary @%s"
+    .. " %s/chat/completions > /dev/null; times"):format(time, sh_quote(f), c.url)))
+  local t0 = mirza.now()
+  local out = run_cmd(cmd)
+  local wall = mirza.now() - t0
+  os.remove(f)
+  local lines = {}
+  for l in out:gmatch("[^\n]+") do lines[#lines + 1] = l end
+  local u_m, u_s, s_m, s_s = (lines[#lines] or ""):match("(%d+)m([%d.]+)s%s+(%d+)m([%d.]+)s")
+  if not u_m then return nil, out end
+  return { tokens = c.tokens, cpu = u_m * 60 + u_s + s_m * 60 + s_s, wall = wall,
+    rss_kb = tonumber(out:match("RSS (%d+)")) }
+end
+
+local function run_startup()
+  local t0 = mirza.now()
+  local ok = os.execute(("%s -e ''"):format(sh_quote(MIRZA)))
+  return ok and { tokens = 0, cpu = 0, wall = mirza.now() - t0 } or nil, "mirza -e '' failed"
+end
+
+local function run_once(c)
+  if c.kind == "curl" then return run_curl(c) end
+  if c.kind == "startup" then return run_startup() end
+  if not runners[c.kind] then return nil, "skipped (needs mirza.loop: runners." .. c.kind .. ")" end
+  return run_child(c)
+end
+
+-- The median of o.runs runs (start-up: of 10).
+local function measure(c, o)
+  local cpu, wall, rss, tokens = {}, {}, {}, nil
+  for _ = 1, c.kind == "startup" and 10 or o.runs do
+    local r, err = run_once(c)
+    if not r then return { name = c.name, skipped = err } end
+    cpu[#cpu + 1], wall[#wall + 1] = r.cpu, r.wall
+    if r.rss_kb then rss[#rss + 1] = r.rss_kb end
+    tokens = r.tokens
+  end
+  local m = { name = c.name, kind = c.kind, source = source_key(c), tokens = tokens,
+    cpu_s = median(cpu), wall_s = median(wall), rss_kb = median(rss), fpc = c.fpc, rate = c.rate }
+  if tokens and tokens > 0 then
+    m.us_per_token = m.cpu_s / tokens * 1e6
+    m.tok_s = tokens / m.wall_s
+  end
+  return m
+end
+
+local function selected(c, only)
+  if not only then return true end
+  for w in only:gmatch("[^,]+") do
+    if c.name:sub(1, #w) == w or c.kind == w then return true end
+  end
+  return false
+end
+
+local function fmt(x, f)
+  return x and f:format(x) or "—"
+end
+
+local function print_table(rows)
+  local curl = {}
+  for _, r in ipairs(rows) do if r.kind == "curl" then curl[r.source] = r end end
+  print(("%-28s %10s %8s %12s %9s %10s"):format("case", "µs/token", "× curl", "tokens/s", "RSS MB", "wall ms"))
+  for _, r in ipairs(rows) do
+    if r.skipped then
+      print(("%-28s %s"):format(r.name, r.skipped:match("[^\n]*")))
+    else
+      local c = curl[r.source]
+      r.x_curl = c and r.us_per_token and c.us_per_token and r.us_per_token / c.us_per_token or nil
+      print(("%-28s %10s %8s %12s %9s %10s"):format(r.name, fmt(r.us_per_token, "%.3f"), fmt(r.x_curl, "%.2f"),
+        fmt(r.tok_s, "%.0f"), fmt(r.rss_kb and r.rss_kb / 1024, "%.1f"), fmt(r.wall_s * 1000, "%.1f")))
+    end
+  end
+end
+
+local function suite(o)
+  local url, pid = o.url, nil
+  if not url then url, pid = start_sim(o.sim) end
+  local rows = {}
+  local ok, err = pcall(function()
+    for _, c in ipairs(case_list(o.tokens)) do
+      if selected(c, o.only) then
+        c.url = url
+        rows[#rows + 1] = measure(c, o)
+      end
+    end
+  end)
+  if pid then os.execute("kill " .. pid) end
+  assert(ok, err)
+  print(("mirza bench: %d tokens per run, median of %d runs, source %s"):format(o.tokens, o.runs,
+    o.url or "mirza-sim (flat out)"))
+  print_table(rows)
+  local doc = json.encode { tokens = o.tokens, runs = o.runs, results = rows }
+  print("JSON " .. doc)
+  if o.json then
+    local f = assert(io.open(o.json, "w"))
+    f:write(doc, "\n")
+    f:close()
+  end
+end
+
+-- The classic figure: the core loop, best of 3, against a sim of its own.
+local function classic(n, sim)
+  local url, pid = start_sim(sim)
+  local p = { url = url, tokens = 2000, fpc = 0, rate = 0 }
+  runners.core(p) -- warm up
+  p.tokens = n
+  local best
+  for _ = 1, 3 do
+    local r = runners.core(p)
+    assert(r.tokens == n, ("expected %d tokens, got %d"):format(n, r.tokens))
+    if not best or r.cpu < best.cpu then best = r end
+  end
+  os.execute("kill " .. pid)
+  print(("tokens        %d"):format(best.tokens) .. " (flat out, 32 KiB chunks)")
+  print(("cpu           %.3f s (mirza process: curl + SSE + JSON + Lua loop)"):format(best.cpu))
+  print(("wall          %.3f s"):format(best.wall))
+  print(("cpu per token %.3f us   (target <= 0.65 us)"):format(best.cpu / best.tokens * 1e6))
+  print(("tokens/s      %.0f"):format(best.tokens / best.wall))
+end
+
+if tonumber(arg[1]) then
+  classic(tonumber(arg[1]), arg[2])
+else
+  local o = parse(arg)
+  if o.case then
+    local r = assert(runners[o.case], "bench: no runner " .. o.case)(o.params)
+    r.rss_kb = rss_kb()
+    print("BENCH " .. json.encode(r))
+  else
+    suite(o)
+  end
+end

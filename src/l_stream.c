@@ -170,6 +170,33 @@ static int s_next(lua_State *L) {
   return pull(L, u, timeout_ms(L, 2));
 }
 
+/*
+ * s:next_batch([timeout [, max]]) -> {event, ...} | nil (ended) | nil,
+ * "timeout", "timeout". Waits like next() for the first event, then takes
+ * every event already queued behind it (up to max, default all) without
+ * driving the transfers again: the frames that arrived in one read cost
+ * one call. The terminal event, when queued, is the batch's last element.
+ */
+static int s_next_batch(lua_State *L) {
+  lstream *u = check_stream(L, 1);
+  long ms = timeout_ms(L, 2);
+  lua_Integer max = luaL_optinteger(L, 3, 0);
+  luaL_argcheck(L, max >= 0, 3, "negative count");
+  size_t n = mz_stream_pending(u->s);
+  if (max && n > (size_t)max) n = (size_t)max;
+  lua_createtable(L, n ? (int)(n < 4096 ? n : 4096) : 1, 0); /* [s, timeout, max, batch] */
+  int got = pull(L, u, ms);
+  if (got != 1 || lua_isnil(L, -1)) return got; /* the end, or nil, msg, code */
+  lua_rawseti(L, -2, 1);
+  lua_Integer i = 1;
+  const mz_event *e;
+  while ((!max || i < max) && mz_stream_pending(u->s) && mz_stream_next(u->s, 0, &e) == MZ_NEXT_EVENT) {
+    push_event(L, e);
+    lua_rawseti(L, -2, ++i);
+  }
+  return 1;
+}
+
 static int events_iter(lua_State *L) {
   lstream *u = check_stream(L, 1);
   return pull(L, u, -1);
@@ -344,7 +371,8 @@ static int l_open(lua_State *L) {
 int luaopen_mirza_stream(lua_State *L) {
   static const luaL_Reg methods[] = {{"next", s_next},         {"events", s_events}, {"close", s_close},
                                      {"pending", s_pending},   {"finished", s_finished},
-                                     {"closed", s_closed},     {NULL, NULL}};
+                                     {"closed", s_closed},     {"next_batch", s_next_batch},
+                                     {NULL, NULL}};
   static const luaL_Reg meta[] = {{"__gc", s_close},
                                   {"__close", s_close},
                                   {"__tostring", s_tostring},

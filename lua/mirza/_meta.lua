@@ -78,6 +78,18 @@ function Stream:finished() end
 ---@return boolean closed
 function Stream:closed() end
 
+---The events that arrived together, in one call: waits like `next` for the
+---first event (up to `timeout`), then takes every event already queued
+---behind it (at most `max`, default all) without driving the transfers
+---again. The final done/error event, when it came, is the last element.
+---The same events, in the same order, as successive `next` calls.
+---@param timeout? number
+---@param max? integer
+---@return mirza.Event[]|nil events nil once the final event was returned
+---@return string? message "timeout" when nothing came in time
+---@return string? code "timeout"
+function Stream:next_batch(timeout, max) end
+
 ---@class mirza
 local mirza = {}
 

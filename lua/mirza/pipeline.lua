@@ -24,22 +24,22 @@ local EMIT = setmetatable({}, { __name = "mirza.pipeline.emit" })
 ---@field opts? table       passed as the stage's second argument
 ---@field enabled? boolean  false skips the stage
 
+local resume, yield, status = coroutine.resume, coroutine.yield, coroutine.status
+
 local function emit(ev)
-  coroutine.yield(EMIT, ev)
+  yield(EMIT, ev)
 end
 
--- Resume `co` until it emits, ends or yields something foreign. A foreign
--- yield is passed through to our own resumer and its answer handed back,
--- so a stage stays transparent to an outer scheduler.
-local function pull(co)
-  local args = table.pack()
-  while true do
-    local r = table.pack(coroutine.resume(co, table.unpack(args, 1, args.n)))
-    if not r[1] then error(r[2], 0) end
-    if coroutine.status(co) == "dead" then return nil end
-    if r[2] == EMIT then return r[3] end
-    args = table.pack(coroutine.yield(table.unpack(r, 2, r.n)))
-  end
+-- What a resume of the stage's coroutine gave: an emitted event, nil at
+-- the end, or a foreign yield, passed through to our own resumer and its
+-- answer handed back (a tail call: no stack growth), so a stage stays
+-- transparent to an outer scheduler. No table per event: the values stay
+-- on the stack.
+local function step(co, ok, tag, ev, ...)
+  if not ok then error(tag, 0) end
+  if tag == EMIT then return ev end
+  if status(co) == "dead" then return nil end
+  return step(co, resume(co, yield(tag, ev, ...)))
 end
 
 ---Make a stage from a push-style body. `fn(upstream, emit, opts)` reads
@@ -53,9 +53,10 @@ function M.stage(fn)
     local co = coroutine.create(function() fn(upstream, emit, opts) end)
     local finished = false
     local iter = function()
-      if finished or coroutine.status(co) == "dead" then return nil end -- ended, or raised
-      local ev = pull(co)
-      if ev == nil then finished = true end
+      if finished then return nil end -- ended, or raised
+      finished = true
+      local ev = step(co, resume(co))
+      if ev ~= nil then finished = false end
       return ev
     end
     return iter, co

@@ -35,7 +35,6 @@
 --- `repetition.new(opts)` is the plain guard object (`guard:feed(chunk)`);
 --- `repetition.stage` wraps one guard per watched channel over an event
 --- iterator. The module itself holds no state.
-local pipeline = require "mirza.pipeline"
 
 local M = {}
 
@@ -58,6 +57,9 @@ local CODE_WORDS = {}
 for w in ([[return end local else elif elseif fi done break continue pass import from def
   fn func function let const var if for while case switch goto print raise throw try
   catch except finally defer go val]]):gmatch("%S+") do CODE_WORDS[w] = true end
+
+local byte, concat, find, gsub, lower, sub = string.byte, table.concat, string.find, string.gsub,
+  string.lower, string.sub
 
 local ELLIPSIS = "\226\128\166"
 local BULLET = "\226\128\162"
@@ -95,8 +97,19 @@ end
 ---@param opts? table
 ---@return mirza.RepetitionGuard
 function M.new(opts)
-  local g = setmetatable({ triggered = false, _pending = "", _tail = "", _segs = {}, _fence = false }, Guard)
+  local g = setmetatable({ triggered = false, _segs = {}, _fence = false,
+    _pparts = {}, _pn = 0, _plen = 0, _open_stop = false,          -- pending text
+    _tparts = {}, _tpn = 0, _tstored = 0, _tlen = 0, _recent = "", -- normalised tail
+    _cands = {} }, Guard)
   for k, v in pairs(M.DEFAULTS) do g[k] = (opts and opts[k]) or v end
+  g._cap = math.max(1024, g.max_phrase * g.line_repeats * 2)
+  -- K: a period p passes only with a periodic tail of at least
+  -- max(phrase_repeats * p, phrase_min_chars) bytes, so of p + K bytes.
+  local K = 32
+  for p = 1, g.max_phrase do
+    K = math.min(K, math.max((g.phrase_repeats - 1) * p, g.phrase_min_chars - p))
+  end
+  g._K, g._W = K, g.max_phrase + math.max(K, 1) + 64
   return g
 end
 
@@ -150,28 +163,53 @@ end
 -- The end of the first segment in `buf` from `init`: a line break, or a
 -- sentence stop (. ! ? …, maybe closing quotes/brackets) before a space.
 local function segment_end(buf, init)
-  local best = buf:find("\n", init, true)
-  local _, e = buf:find("[%.!%?][\"')%]]*%s", init)
+  local best = find(buf, "\n", init, true)
+  local _, e = find(buf, "[%.!%?][\"')%]]*%s", init)
   if e and (not best or e < best) then best = e end
-  _, e = buf:find(ELLIPSIS .. "%s", init)
+  _, e = find(buf, ELLIPSIS .. "%s", init)
   if e and (not best or e < best) then best = e end
   return best
 end
 
--- Cut complete segments off the pending text and check each.
+-- The text not yet cut into segments, as one string (the parts joined).
+function Guard:_take_pending()
+  local p = concat(self._pparts, "", 1, self._pn)
+  self._pparts, self._pn, self._plen, self._open_stop = {}, 0, 0, false
+  return p
+end
+
+-- Keep `rest` as the pending text; note whether it ends in a stop (maybe
+-- with closers, or a partial ellipsis) that a space would complete.
+function Guard:_set_pending(rest)
+  local parts = self._pparts
+  for i = self._pn, 1, -1 do parts[i] = nil end
+  parts[1] = rest
+  self._pn, self._plen = 1, #rest
+  self._open_stop = find(rest, "[%.!%?][\"')%]]*$") ~= nil or find(rest, "\226[\128-\191]*$") ~= nil
+end
+
+-- Cut complete segments off the pending text and check each. Incremental:
+-- the pending text is a list of parts, joined and scanned (as a whole,
+-- like the one-string version) only when the chunk may complete a segment:
+-- it holds a line break or a stop, or a space follows a pending stop.
+-- Otherwise a segment end cannot lie in it (each ends with a space or "\n").
 function Guard:_segments(chunk)
-  local buf, pos = self._pending .. chunk, 1
-  while true do
-    local e = segment_end(buf, pos)
-    if not e then break end
-    if self:_segment(buf:sub(pos, e)) then return true end
-    pos = e + 1
+  local n = self._pn + 1
+  self._pparts[n], self._pn, self._plen = chunk, n, self._plen + #chunk
+  if find(chunk, "[\n%.!%?\226]") or (self._open_stop and find(chunk, "%s")) then
+    local buf, pos = concat(self._pparts, "", 1, n), 1
+    while true do
+      local e = segment_end(buf, pos)
+      if not e then break end
+      if self:_segment(sub(buf, pos, e)) then return true end
+      pos = e + 1
+    end
+    self:_set_pending(pos == 1 and buf or sub(buf, pos))
+  elseif self._open_stop and find(chunk, "[^\"')%]\128-\191]") then
+    self._open_stop = false
   end
-  self._pending = buf:sub(pos)
-  if #self._pending > 4096 then -- a runaway line: judge what we have
-    local seg = self._pending
-    self._pending = ""
-    return self:_segment(seg)
+  if self._plen > 4096 then -- a runaway line: judge what we have
+    return self:_segment(self:_take_pending())
   end
   return false
 end
@@ -190,44 +228,120 @@ local function readable(t, p, r)
   return (unit:gsub("^%s+", ""):gsub("%s+$", ""))
 end
 
+-- How many times the last `p` bytes of t[lo..m] repeat back to back at its end.
+local function repeats_at_end(t, m, lo, p)
+  local unit, r = sub(t, m - p + 1, m), 1
+  while m - (r + 1) * p + 1 >= lo and sub(t, m - (r + 1) * p + 1, m - r * p) == unit do r = r + 1 end
+  return r, unit
+end
+
+-- The normalised tail as one string (its parts joined, cut to its length).
+function Guard:_tail_string()
+  local t = concat(self._tparts, "", 1, self._tpn)
+  if #t > self._tlen then t = sub(t, -self._tlen) end
+  self._tparts, self._tpn = { t }, 1
+  self._tstored = #t
+  return t
+end
+
+-- The verdict on period p with r repetitions of `unit` (see _check_phrase):
+-- true/false decides, nil goes on to the next period.
+function Guard:_judge_phrase(p, r, unit)
+  if r >= self.phrase_repeats and r * p >= self.phrase_min_chars then
+    if letters(unit) < self.phrase_min_letters then return false end
+    if find(unit, "\n", 1, true) and r < self.line_repeats then return false end
+    return self:_trigger("phrase", readable(self:_tail_string(), p, r), r)
+  end
+  return nil
+end
+
 -- Phrase rule: the smallest period of the tail decides. A trivial unit
 -- (too few letters) ends the search: its multiples are just as trivial. A
 -- unit spanning a line break is a loop of lines, which the segment rules
 -- judge; only a very long run of one (a loop of lines too short for them,
--- like "Wait.") is cut here.
-function Guard:_check_phrase()
-  local t = self._tail
+-- like "Wait.") is cut here. This is the reference form, over the whole
+-- tail; _check_phrase finds the same verdict cheaply.
+function Guard:_check_phrase_full()
+  local t = self:_tail_string()
   local n = #t
   for p = 1, math.min(self.max_phrase, n // 2) do
-    local unit, r = t:sub(n - p + 1, n), 1
-    while n - (r + 1) * p >= 0 and t:sub(n - (r + 1) * p + 1, n - r * p) == unit do r = r + 1 end
-    if r >= self.phrase_repeats and r * p >= self.phrase_min_chars then
-      if letters(unit) < self.phrase_min_letters then return false end
-      if unit:find("\n", 1, true) and r < self.line_repeats then return false end
-      return self:_trigger("phrase", readable(t, p, r), r)
+    local r, unit = repeats_at_end(t, n, 1, p)
+    local v = self:_judge_phrase(p, r, unit)
+    if v ~= nil then return v end
+  end
+  return false
+end
+
+-- Phrase rule, incrementally. A period p can only pass the thresholds if
+-- the tail is periodic with period p over at least p + K bytes (K from the
+-- thresholds, see new), so the last K bytes occur again p bytes earlier:
+-- one plain find over the recent bytes lists the candidate periods, and
+-- only those are counted, smallest first, with the same verdicts.
+function Guard:_check_phrase()
+  local K, n = self._K, self._tlen
+  if K < 1 then return self:_check_phrase_full() end
+  if n <= K then return false end -- no period can pass: p + K > n
+  local R = self._recent
+  local m = #R
+  local pmax = math.min(self.max_phrase, n // 2)
+  local last = m - K + 1
+  local key = sub(R, last, m)
+  local lo = m - n + 1 -- the tail's first byte in R (<= 1 when R lies in the tail)
+  local i = find(R, key, math.max(1, lo, last - pmax), true)
+  if i == last then return false end -- the usual case: no candidate
+  local cands, nc = self._cands, 0
+  while i and i < last do
+    nc = nc + 1
+    cands[nc] = last - i
+    i = find(R, key, i + 1, true)
+  end
+  for c = nc, 1, -1 do -- found right to left in R: smallest period last
+    local p = cands[c]
+    local r, unit = repeats_at_end(R, m, math.max(1, lo), p)
+    if lo < 1 and m - (r + 1) * p + 1 < 1 then -- the run may go on before R: count on the tail
+      local t = self:_tail_string()
+      r = repeats_at_end(t, #t, 1, p)
     end
+    local v = self:_judge_phrase(p, r, unit)
+    if v ~= nil then return v end
   end
   return false
 end
 
 -- Whitespace runs become one space, or one "\n" when they hold a line break.
 local function squash(ws)
-  return ws:find("\n", 1, true) and "\n" or " "
+  return find(ws, "\n", 1, true) and "\n" or " "
 end
 
--- Append a chunk to the normalised character tail (bounded).
+-- Replace the last byte of the tail (a space that becomes a line break).
+function Guard:_set_last(ch)
+  local parts, n = self._tparts, self._tpn
+  parts[n] = sub(parts[n], 1, -2) .. ch
+  self._recent = sub(self._recent, 1, -2) .. ch
+end
+
+-- Append a chunk to the normalised character tail, bounded: its logical
+-- length `_tlen` follows the one-string rule exactly (past `cap`, keep the
+-- last 3/4 cap), while the bytes are kept as parts, joined now and then,
+-- and the last few hundred bytes as `_recent` for the phrase rule.
 function Guard:_append_tail(chunk)
-  local c = chunk:lower():gsub("%s+", squash)
-  local t = self._tail
-  local last, first = t:sub(-1), c:sub(1, 1)
-  if (last == " " or last == "\n") and (first == " " or first == "\n") then
-    t = t:sub(1, -2) .. ((last == "\n" or first == "\n") and "\n" or " ")
-    c = c:sub(2)
+  local c = lower(chunk)
+  if find(c, "[\t-\r]") or find(c, "  ", 1, true) then c = gsub(c, "%s+", squash) end
+  local lb, fb = byte(self._recent, -1), byte(c, 1)
+  if (lb == 32 or lb == 10) and (fb == 32 or fb == 10) then
+    self:_set_last((lb == 10 or fb == 10) and "\n" or " ")
+    c = sub(c, 2)
   end
-  t = t .. c
-  local cap = math.max(1024, self.max_phrase * self.line_repeats * 2)
-  if #t > cap then t = t:sub(-(cap * 3 // 4)) end
-  self._tail = t
+  local len = self._tlen + #c
+  if len > self._cap then len = self._cap * 3 // 4 end
+  self._tlen = len
+  if c == "" then return end
+  local n = self._tpn + 1
+  self._tparts[n], self._tpn, self._tstored = c, n, self._tstored + #c
+  if self._tstored > 2 * self._cap then self:_tail_string() end
+  local r = self._recent .. c
+  if #r > 2 * self._W then r = sub(r, -self._W) end
+  self._recent = r
 end
 
 ---Feed a chunk of streamed text. Once triggered, the guard stays triggered
@@ -251,11 +365,7 @@ end
 ---@return integer|nil count
 function Guard:check(text)
   self:feed(text)
-  if not self.triggered and self._pending ~= "" then
-    local seg = self._pending
-    self._pending = ""
-    self:_segment(seg)
-  end
+  if not self.triggered and self._plen > 0 then self:_segment(self:_take_pending()) end
   return self.triggered, self.line, self.count
 end
 
@@ -267,27 +377,45 @@ local DEFAULT_CHANNELS = { think = true }
 ---`opts.on_cut(cut)` first (the engine closes the request there), then
 ---emits the chunk that completed the loop, then
 ---`{type="cut", reason="repetition", line=, count=, channel=, rule=}`,
----and ends: no further upstream event is read.
----@type mirza.StageFn
-M.stage = pipeline.stage(function(upstream, emit, opts)
+---and ends: no further upstream event is read. A plain iterator (no
+---coroutine): an event costs one call and a table lookup.
+---@param upstream mirza.EventIter
+---@param opts? table thresholds (`DEFAULTS`), `channels`, `on_cut`
+---@return mirza.EventIter
+function M.stage(upstream, opts)
   opts = opts or {}
   local channels, guards = opts.channels or DEFAULT_CHANNELS, {}
-  for ev in upstream do
+  local over, cut = false, nil -- over: nothing more is read; cut: still to emit
+  return function()
+    if over then
+      local c = cut
+      cut = nil
+      return c
+    end
+    local ev = upstream()
+    if ev == nil then
+      over = true
+      return nil
+    end
     local ch = ev.type
-    if channels[ch] and type(ev.text) == "string" then
-      guards[ch] = guards[ch] or M.new(opts)
-      local hit, line, count = guards[ch]:feed(ev.text)
-      if hit then
-        local cut = { type = "cut", reason = "repetition", line = line, count = count,
-          channel = ch, rule = guards[ch].rule }
-        if opts.on_cut then opts.on_cut(cut) end
-        emit(ev)
-        emit(cut)
-        return
+    if channels[ch] then
+      local text = ev.text
+      if type(text) == "string" then
+        local g = guards[ch]
+        if not g then
+          g = M.new(opts)
+          guards[ch] = g
+        end
+        local hit, line, count = g:feed(text)
+        if hit then
+          cut = { type = "cut", reason = "repetition", line = line, count = count, channel = ch, rule = g.rule }
+          over = true
+          if opts.on_cut then opts.on_cut(cut) end
+        end
       end
     end
-    emit(ev)
+    return ev
   end
-end)
+end
 
 return M

@@ -32,6 +32,9 @@ for a in ([[mr mrs ms dr st mt jr sr prof pr mme mlle mm mgr me m vs cf ex e.g i
   capt rev p pp al ed eds éd op cit ibid vv nos resp cap]]):gmatch("%S+") do M.ABBREVIATIONS[a] = true end
 M.ABBREVIATIONS["me"] = nil -- "Tell me. Then..." ends; Maître is written Me without a dot
 
+local byte, concat, find, sub = string.byte, table.concat, string.find, string.sub
+local KEEP_RUN = 1024 -- deltas a channel keeps apart before joining them
+
 local ELLIPSIS = "\226\128\166"
 -- Closing marks that stay with the sentence they follow.
 local CLOSERS = { ['"'] = true, ["'"] = true, [")"] = true, ["]"] = true, ["}"] = true,
@@ -52,7 +55,10 @@ end
 -- Whether a UTF-8 character is a lower-case letter (ASCII, Latin-1, Latin
 -- Extended-A: enough for French and English).
 local function is_lower(ch)
-  if #ch == 1 then return ch:find("^%l") ~= nil end
+  if #ch == 1 then
+    local b = byte(ch)
+    return b >= 97 and b <= 122
+  end
   local ok, cp = pcall(utf8.codepoint, ch)
   if not ok then return false end
   if cp >= 0xDF and cp <= 0xFF then return cp ~= 0xF7 end
@@ -71,7 +77,7 @@ Splitter.__index = Splitter
 function M.splitter(opts)
   local abbrev = setmetatable({}, { __index = M.ABBREVIATIONS })
   for k, v in pairs(opts and opts.abbreviations or {}) do abbrev[k:lower()] = v end
-  return setmetatable({ _buf = "", _abbrev = abbrev }, Splitter)
+  return setmetatable({ _buf = "", _parts = {}, _pn = 0, _pos = 1, _wait = false, _abbrev = abbrev }, Splitter)
 end
 
 -- The end of a terminator run starting at i (. ! ? … in any mix), or nil
@@ -79,22 +85,31 @@ end
 local function run_end(s, i)
   local j = i - 1
   while true do
-    local c = s:sub(j + 1, j + 1)
-    if c == "." or c == "!" or c == "?" then j = j + 1
-    elseif s:sub(j + 1, j + 3) == ELLIPSIS then j = j + 3
+    local b = byte(s, j + 1)
+    if b == 46 or b == 33 or b == 63 then j = j + 1 -- . ! ?
+    elseif b == 226 and sub(s, j + 1, j + 3) == ELLIPSIS then j = j + 3
     else break end
   end
   return j >= i and j or nil
 end
 
--- Extend a sentence end over closing quotes/brackets, French spaced ones too.
+-- Extend a sentence end over closing quotes/brackets, French spaced ones
+-- too; nil when a space that may precede a » ends the text (more is needed).
 local function closers_end(s, k)
   while true do
+    local b = byte(s, k + 1)
+    if b == 10 then return k end
+    if b == 32 then -- the usual case: a plain space, not one before a »
+      local b2 = byte(s, k + 2)
+      if b2 and b2 ~= 194 then return k end
+    end
     local c = char_at(s, k + 1)
     if c and CLOSERS[c] then
       k = k + #c
     elseif c and NBSP[c] and char_at(s, k + 1 + #c) == "\194\187" then
       k = k + #c + 2
+    elseif c and NBSP[c] and k + #c >= #s then
+      return nil
     else
       return k
     end
@@ -104,7 +119,14 @@ end
 -- Whether a single "." at `dot` (in sentence s[from..]) is not a sentence
 -- end whatever follows: an abbreviation, an initial, a list number.
 function Splitter:_no_stop(s, from, dot)
-  local word = s:sub(from, dot - 1):match("([%w%.\128-\255']*)$") or ""
+  local k = dot - 1 -- back over the word before the dot: [%w.'] and UTF-8 bytes
+  while k >= from do
+    local b = byte(s, k)
+    if not (b >= 48 and b <= 57 or b >= 65 and b <= 90 or b >= 97 and b <= 122 or b == 46 or b == 39
+      or b >= 128) then break end
+    k = k - 1
+  end
+  local word = sub(s, k + 1, dot - 1)
   if word == "" then return false end
   local low = word:lower()
   if self._abbrev[low] then return true end
@@ -119,6 +141,7 @@ end
 -- byte; `false` when it does not end there; nil when more text is needed.
 function Splitter:_decide(s, from, i, j)
   local k = closers_end(s, j)
+  if not k then return nil end
   local ws_from = k + 1
   if ws_from > #s then return nil end
   local ws = s:match("^%s+", ws_from)
@@ -133,42 +156,93 @@ function Splitter:_decide(s, from, i, j)
 end
 
 local function trim(s)
+  local a, z = byte(s, 1), byte(s, -1)
+  if a and a > 32 and z > 32 then return s end -- nothing to trim (no %s byte is above 32)
   return (s:gsub("^%s+", ""):gsub("%s+$", ""))
+end
+
+-- Whether s ends inside a UTF-8 character (a delta can split one).
+local function incomplete_tail(s)
+  local n = #s
+  for k = 1, math.min(4, n) do
+    local b = string.byte(s, n - k + 1)
+    if b < 0x80 then return false end
+    if b >= 0xC0 then return (b < 0xE0 and 2 or b < 0xF0 and 3 or 4) > k end
+  end
+  return false
+end
+
+-- The buffered text as one string (the parts appended since the last scan
+-- joined to it).
+function Splitter:_text()
+  local n = self._pn
+  if n > 0 then
+    local parts = self._parts
+    self._buf = self._buf .. concat(parts, "", 1, n)
+    for i = 1, n do parts[i] = nil end
+    self._pn = 0
+  end
+  return self._buf
+end
+
+-- Add streamed text, appending the sentences it completed to `out` from
+-- out[k + 1]; returns the new count. Incremental: a delta without a
+-- terminator, a line break or a byte that may start "…" cannot complete a
+-- sentence unless one is waiting for more text (`_wait`), so it is only
+-- appended; and a scan resumes where the last one stopped (every terminator
+-- before it was judged "not an end", a verdict later text cannot change).
+function Splitter:_push(text, out, k)
+  if not self._wait and not find(text, "[%.!%?\n\226]") then
+    local n = self._pn + 1
+    self._parts[n], self._pn = text, n
+    return k
+  end
+  local n = self._pn + 1
+  self._parts[n], self._pn = text, n
+  local s, from, pos = self:_text(), 1, self._pos
+  self._wait = false
+  while true do
+    local i = find(s, "[%.!%?\n\226]", pos)
+    if not i then break end
+    local j = run_end(s, i)
+    local stop, next_from
+    if sub(s, i, i) == "\n" then
+      stop, next_from = i - 1, i + 1
+    elseif j then
+      stop, next_from = self:_decide(s, from, i, j)
+      if stop == nil then self._wait = true; break end
+    end
+    if stop then
+      local sentence = trim(sub(s, from, stop))
+      if sentence ~= "" then k = k + 1; out[k] = sentence end
+      from, pos = next_from, next_from
+    else
+      pos = (j or i) + 1
+    end
+  end
+  if incomplete_tail(s) then -- a verdict may have read a cut character as something else
+    self._wait, pos = true, from
+  elseif not self._wait then
+    pos = #s + 1
+  end
+  self._buf, self._pos = from == 1 and s or sub(s, from), pos - from + 1
+  return k
 end
 
 ---Add streamed text; returns the sentences it completed (maybe none).
 ---@param text string
 ---@return string[] sentences
 function Splitter:push(text)
-  local s, out, from, pos = self._buf .. text, {}, 1, 1
-  while true do
-    local i = s:find("[%.!%?\n\226]", pos)
-    if not i then break end
-    local j = run_end(s, i)
-    local stop, next_from
-    if s:sub(i, i) == "\n" then
-      stop, next_from = i - 1, i + 1
-    elseif j then
-      stop, next_from = self:_decide(s, from, i, j)
-      if stop == nil then break end
-    end
-    if stop then
-      local sentence = trim(s:sub(from, stop))
-      if sentence ~= "" then out[#out + 1] = sentence end
-      from, pos = next_from, next_from
-    else
-      pos = (j or i) + 1
-    end
-  end
-  self._buf = s:sub(from)
+  local out = {}
+  self:_push(text, out, 0)
   return out
 end
 
 ---End of the stream: the rest, as a last sentence (an empty list if blank).
 ---@return string[] sentences
 function Splitter:flush()
-  local rest = trim(self._buf)
-  self._buf = ""
+  local rest = trim(self:_text())
+  self._buf, self._pos, self._wait = "", 1, false
   return rest ~= "" and { rest } or {}
 end
 
@@ -217,17 +291,37 @@ local function channel(sink, mode, splitter_opts)
   if mode ~= "token" and mode ~= "sentence" and mode ~= "whole" then
     error(("route: unknown mode %q (token, sentence, whole)"):format(tostring(mode)), 3)
   end
-  return { sink = M.sink(sink), mode = mode, parts = {}, open = false,
+  return { sink = M.sink(sink), mode = mode, parts = {}, n = 0, runs = {}, open = false, out = {},
     splitter = mode == "sentence" and M.splitter(splitter_opts) or nil }
 end
 
+-- The channel's whole text: the joined runs, then the current one.
+local function channel_text(ch)
+  local runs = ch.runs
+  if #runs == 0 then return concat(ch.parts, "", 1, ch.n) end
+  return concat(runs) .. concat(ch.parts, "", 1, ch.n)
+end
+
+-- One delta of the channel: kept, and delivered in the channel's mode.
 local function channel_push(ch, text, ev)
-  ch.parts[#ch.parts + 1] = text
-  ch.open = true
-  if ch.mode == "token" then
+  local n = ch.n + 1
+  ch.parts[n], ch.n, ch.open = text, n, true
+  if n == KEEP_RUN then -- a long text costs its bytes, not a slot and a string per delta
+    local runs = ch.runs
+    runs[#runs + 1] = concat(ch.parts, "", 1, n)
+    ch.parts, ch.n = {}, 0
+  end
+  local mode = ch.mode
+  if mode == "token" then
     ch.sink(text, ev)
-  elseif ch.mode == "sentence" then
-    for _, s in ipairs(ch.splitter:push(text)) do ch.sink(s, ev) end
+  elseif mode == "sentence" then
+    local out = ch.out
+    local k = ch.splitter:_push(text, out, 0)
+    for i = 1, k do
+      local sentence = out[i]
+      out[i] = nil
+      ch.sink(sentence, ev)
+    end
   end
 end
 
@@ -238,7 +332,7 @@ local function channel_end(ch, ev)
   if ch.mode == "sentence" then
     for _, s in ipairs(ch.splitter:flush()) do ch.sink(s, ev) end
   elseif ch.mode == "whole" then
-    local text = table.concat(ch.parts)
+    local text = channel_text(ch)
     if text ~= "" then ch.sink(text, ev) end
   end
 end
@@ -283,8 +377,8 @@ function Router:_close(ev, deliver)
     channel_end(self.think, ev)
     channel_end(self.answer, ev)
   end
-  self.result.answer = table.concat(self.answer.parts)
-  self.result.think = table.concat(self.think.parts)
+  self.result.answer = channel_text(self.answer)
+  self.result.think = channel_text(self.think)
 end
 
 local handlers = {}
@@ -319,10 +413,17 @@ end
 ---@param ev table
 function Router:feed(ev)
   if self.result.ended then return end
-  local h = handlers[ev.type]
-  if h then h(self, ev) end
-  if ev.type ~= "think" and ev.type ~= "text" and ev.type ~= "error" and self.on_event then
-    self.on_event(ev)
+  local ty = ev.type
+  if ty == "text" then -- the deltas first: one comparison each
+    local think = self.think
+    if think.open then channel_end(think, ev) end -- the answer began: the thinking is over
+    channel_push(self.answer, ev.text, ev)
+  elseif ty == "think" then
+    channel_push(self.think, ev.text, ev)
+  else
+    local h = handlers[ty]
+    if h then h(self, ev) end
+    if ty ~= "error" and self.on_event then self.on_event(ev) end
   end
 end
 

@@ -28,7 +28,7 @@
 --- answer right after `</think>` is dropped (templates put "\n\n" there).
 ---
 --- Cost: a delta without `<` and nothing held back is passed through as
---- is after one plain `string.find`; inside a think the event is retyped
+--- is after one flag test and one plain `string.find`; inside a think the event is retyped
 --- in place. Only deltas around a tag allocate.
 local M = {}
 
@@ -74,6 +74,11 @@ function M.stage(upstream, opts)
   local held = {}             -- hold: text before the first tag
   local trim = false          -- drop leading space of the answer after </think>
   local queue, qh, qt = {}, 1, 0
+  local quiet = not hold      -- nothing pending, held or trimmed: a delta without "<" passes as is
+
+  local function requiet()
+    quiet = pending == "" and not hold and not trim
+  end
 
   local function push(ty, text)
     if ty == "text" and trim then
@@ -98,6 +103,7 @@ function M.stage(upstream, opts)
     hold = false
     push(as, table.concat(held))
     held = {}
+    requiet()
   end
 
   local function tag(kind)
@@ -126,6 +132,11 @@ function M.stage(upstream, opts)
     end
   end
 
+  local function scan_all(s)
+    scan(s)
+    requiet()
+  end
+
   -- End of the stream (or a terminal event): a held-back partial tag was
   -- text after all; held text was answer.
   local function flush()
@@ -133,6 +144,7 @@ function M.stage(upstream, opts)
     pending = ""
     emit(p)
     release("text")
+    requiet()
   end
 
   local function pop()
@@ -155,14 +167,14 @@ function M.stage(upstream, opts)
       local ty = ev.type
       if ty == "text" then
         local t = ev.text
-        if pending == "" and not hold and not trim and not find(t, "<", 1, true) then
+        if quiet and not find(t, "<", 1, true) then
           if inside then ev.type = "think" end
           return ev
         end
-        scan(pending .. t)
+        scan_all(pending .. t)
         if qh <= qt then return pop() end
       elseif ty == "think" then
-        release("text") -- the server parses reasoning itself
+        if hold then release("text") end -- the server parses reasoning itself
         if qh <= qt then
           qt = qt + 1
           queue[qt] = ev

@@ -64,6 +64,18 @@ local function check_turn_opts(opts)
   return opts or {}
 end
 
+-- Deltas kept per turn are joined every KEEP_RUN into one string: a long
+-- answer then costs about its bytes, not a table slot and a string per token.
+local KEEP_RUN = 1024
+
+-- The answer so far: the joined runs, then the deltas of the current run.
+local function answer_text(t)
+  local a = t.answer
+  if t.run_n > 0 then a[#a + 1] = table.concat(t.run, "", 1, t.run_n) end
+  t.run, t.run_n = {}, 0
+  return table.concat(a)
+end
+
 ---@class mirza.Turn
 ---@field cancelled boolean
 ---@field finished boolean
@@ -78,7 +90,7 @@ function Turn:finish()
   self.s:close()
   acc.t1 = acc.t1 or mirza.now()
   e.last = stats.stats(acc)
-  local answer = table.concat(self.answer)
+  local answer = answer_text(self)
   local tools = require "mirza.tools"
   -- whole calls from the done event; a turn cut short keeps what came
   local calls = tools.wire(self.tool_calls or tools.finish(self.tool_acc))
@@ -124,13 +136,21 @@ Turn.__close = Turn.close
 
 -- The stats tap: observes every event, keeps the answer and tool calls.
 local function tap_stage(e, t)
+  local observe, acc, concat = stats.observe, t.acc, table.concat
   return function(up)
     return function()
       local ev = up()
       if ev then
-        stats.observe(t.acc, ev)
+        observe(acc, ev)
         local ty = ev.type
-        if ty == "text" then t.answer[#t.answer + 1] = ev.text
+        if ty == "text" then
+          local n = t.run_n + 1
+          t.run[n], t.run_n = ev.text, n
+          if n == KEEP_RUN then
+            local a = t.answer
+            a[#a + 1] = concat(t.run, "", 1, n)
+            t.run, t.run_n = {}, 0
+          end
         elseif ty == "think" then t.think_bytes = t.think_bytes + #ev.text
         elseif ty == "done" then t.tool_calls = ev.tool_calls
         elseif ty == "progress" and ev.decode_tok_s then e.live_tok_s = ev.decode_tok_s end
@@ -169,8 +189,12 @@ local function source(e, t)
       local s = t.s
       if s:closed() then return nil end
       local ev = s:next()
-      if not (ev and busy(e, t, ev)) then
-        if ev and ev.type == "error" and e.daemon then ev = e.daemon:stream_error(ev) end
+      if ev == nil or ev.type ~= "error" then -- the common case, one comparison
+        t.got_any = true
+        return ev
+      end
+      if not busy(e, t, ev) then
+        if e.daemon then ev = e.daemon:stream_error(ev) end
         t.got_any = true
         return ev
       end
@@ -255,7 +279,7 @@ local function turn(e, input, opts)
     record = e.cfg.record }
   local function open() return mirza.open(req) end
   local s = open()
-  local t = setmetatable({ engine = e, s = s, open = open, acc = acc, plan = plan, answer = {}, think_bytes = 0,
+  local t = setmetatable({ engine = e, s = s, open = open, acc = acc, plan = plan, answer = {}, run = {}, run_n = 0, think_bytes = 0,
     info = info, tool_acc = require("mirza.tools").accumulator(), input = input, prompt = prompt, cancelled = false,
     finished = false }, Turn)
   e._turn, e.live_tok_s = t, nil

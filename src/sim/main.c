@@ -40,6 +40,7 @@ static const struct option long_opts[] = {
     {"fail-first", 1, 0, 'X'},    {"retry-after", 1, 0, 'Y'},
     {"tool-script", 1, 0, 0x101},
     {"replay-dir", 1, 0, 0x102},  {"replay-match", 1, 0, 0x103},
+    {"frames-per-chunk", 1, 0, 0x104},
     {0, 0, 0, 0}};
 
 static void usage(FILE *out) {
@@ -84,7 +85,9 @@ static void usage(FILE *out) {
       "                          requests of a recorded method and path get the recorded\n"
       "                          responses, byte for byte\n"
       "  --replay-match order|body  which recording answers: the next in order (default)\n"
-      "                          or the next with a byte-identical body\n\n"
+      "                          or the next with a byte-identical body\n"
+      "  --frames-per-chunk N    with --tok-rate 0: one HTTP chunk every N token frames;\n"
+      "                          0 = up to 32 KiB per chunk (default 0)\n\n"
       "Fault SPEC: comma-separated items, also per request with header\n"
       "'X-Mirza-Sim-Fault: SPEC' or body {\"mirza_sim\":{\"fault\":\"SPEC\"}}:\n"
       "  http=STATUS[:MSG]  http-text=STATUS  error-after=N  cut-after=N\n"
@@ -103,7 +106,8 @@ static void usage(FILE *out) {
       "                     HTTP-date N seconds ahead\n"
       "  gzip               Content-Encoding: gzip on every answer\n"
       "Per-request body overrides: \"mirza_sim\":{\"text\",\"reasoning\",\"answer_tokens\",\n"
-      "  \"reasoning_tokens\",\"tok_rate\",\"ttft_ms\",\"fault\",\"tool_calls\"}\n",
+      "  \"reasoning_tokens\",\"tok_rate\",\"ttft_ms\",\"fault\",\"tool_calls\",\n"
+      "  \"frames_per_chunk\"}\n",
       out);
 }
 
@@ -180,6 +184,7 @@ static void parse_args(server *s, int argc, char **argv) {
         die("--replay-match must be order or body, not '%s'", optarg);
       c->replay_by_body = optarg[0] == 'b';
       break;
+    case 0x104: c->frames_per_chunk = num(nm, optarg, 0, BIG); break;
     default: usage(stderr); exit(2);
     }
   }

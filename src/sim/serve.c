@@ -420,6 +420,7 @@ static void configure_chat(job *j, const http_request *r, const cJSON *body) {
   const cJSON *rate = cJSON_GetObjectItemCaseSensitive(ctl, "tok_rate");
   j->rate = cJSON_IsNumber(rate) && rate->valuedouble >= 0 ? rate->valuedouble : cfg->tok_rate;
   j->ttft_ms = json_long(ctl, "ttft_ms", cfg->ttft_ms);
+  j->frames_per_chunk = json_long(ctl, "frames_per_chunk", cfg->frames_per_chunk);
   j->created = (long)time(NULL);
   make_id(j, r);
   char *user = last_user_text(cJSON_GetObjectItemCaseSensitive(body, "messages"));

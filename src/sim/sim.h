@@ -64,6 +64,7 @@ typedef struct sim_config {
   const char *tool_script; /* --tool-script: tool calls per round (tools.c) */
   const char *replay_dir;  /* --replay-dir: serve a mirza recording (recorded.c) */
   bool replay_by_body;     /* --replay-match body (default: order) */
+  long frames_per_chunk; /* tok_rate 0: flush every N token frames; 0 = by size */
 } sim_config;
 
 /* ---- buf.c ---------------------------------------------------------- */
@@ -259,6 +260,7 @@ typedef struct job {
   bool has_reasoning;
   double rate;
   long ttft_ms;
+  long frames_per_chunk; /* see sim_config */
   sim_faults f;
   inflight fl;
   /* runtime */

@@ -260,7 +260,8 @@ static int checkpoint(job *j, bool end) {
 /* Wait for token number j->ntok to be due. 0 = go on. */
 static int pace(job *j) {
   if (j->rate <= 0) {
-    if (j->out.len >= SIM_FLUSH_BYTES) {
+    long fpc = j->frames_per_chunk;
+    if (j->out.len >= SIM_FLUSH_BYTES || (fpc > 0 && j->frames % fpc == 0)) {
       job_flush(j);
       if (atomic_load(&j->fl.cancel))
         j->cancelled = true;

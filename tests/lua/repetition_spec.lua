@@ -594,3 +594,82 @@ describe("mirza.repetition", function()
     end)
   end)
 end)
+
+-- The incremental guard (issue 12) against the one-string guard it
+-- replaced (tests/lua/repetition_ref.lua): the same verdicts, lines,
+-- counts, rules, at the same delta, on random texts with loops of every
+-- kind, cut into random chunks (UTF-8 characters split too).
+describe("mirza.repetition, incremental", function()
+  local ref = require "tests.lua.repetition_ref"
+  local WORDS = { "the", "answer", "is", "Wait", "let", "me", "check", "vérifier", "encore", "déjà", "x", "=",
+    "f(x)", "{", "}", "end", "return", "so", "on", "and", "»", "«", '"', ")", "12", "3.14", "e.g.", "Mr.", "ok",
+    "la", "—", "…", "```", "- item", "1.", "café", "naïve", "(", "]" }
+  local SEPS = { " ", " ", " ", " ", ". ", "! ", "? ", "... ", "… ", "\n", "\n\n", ".\n", "  ", "\t", ", ", ".) ",
+    '." ', " : ", ";" }
+
+  local function phrase(rnd, n)
+    local t = {}
+    for i = 1, n do t[i] = WORDS[rnd(#WORDS)] .. SEPS[rnd(#SEPS)] end
+    return table.concat(t)
+  end
+
+  -- Random prose with a loop now and then: a phrase or line repeated.
+  local function text(rnd)
+    local t = {}
+    for _ = 1, rnd(12) do
+      t[#t + 1] = phrase(rnd, rnd(30))
+      if rnd(3) == 1 then
+        local unit = phrase(rnd, rnd(6))
+        if rnd(2) == 1 then unit = unit:gsub("%s*$", "") .. (rnd(2) == 1 and "\n" or " ") end
+        t[#t + 1] = unit:rep(rnd(40))
+      end
+    end
+    return table.concat(t)
+  end
+
+  local function verdicts(guard_mod, s, cuts, opts)
+    local g, pos = guard_mod.new(opts), 1
+    for _, n in ipairs(cuts) do
+      local hit, line, count = g:feed(s:sub(pos, pos + n - 1))
+      pos = pos + n
+      if hit then return { hit, line, count, g.rule, pos } end
+      if pos > #s then break end
+    end
+    local hit, line, count = g:check("")
+    return { hit, line, count, g.rule, pos }
+  end
+
+  local OPTS = { false, { repeats = 3, count = 4, window = 8, phrase_repeats = 3, phrase_min_chars = 12,
+    max_phrase = 10, line_repeats = 5, min_letters = 2 }, { phrase_repeats = 1, phrase_min_chars = 1 } }
+
+  it("gives the reference's verdicts on 240 random texts", function()
+    local state = 12345
+    local function rnd(n) -- a small LCG: the same texts on every run and platform
+      state = (state * 1103515245 + 12345) % 2147483648
+      return state % n + 1
+    end
+    local hits = 0
+    for case = 1, 240 do
+      local s = text(rnd)
+      local cuts, total = {}, 0
+      while total < #s do -- every 5th text in one piece: the tail is cut to its bound at once
+        local n = case % 5 == 0 and #s or rnd(case % 4 == 0 and 40 or 9)
+        cuts[#cuts + 1], total = n, total + n
+      end
+      local opts = OPTS[case % #OPTS + 1] or nil
+      local want, got = verdicts(ref, s, cuts, opts), verdicts(repetition, s, cuts, opts)
+      assert.same(want, got, ("case %d: %q"):format(case, s))
+      if want[1] then hits = hits + 1 end
+    end
+    assert.is_true(hits > 40 and hits < 200, "both kinds of texts were drawn: " .. hits .. " hits")
+  end)
+
+  it("counts on the bounded tail, like the reference, when one delta overflows it", function()
+    for _, s in ipairs { ("and so on "):rep(1000), "Start. " .. ("la la "):rep(900) .. ("Wait.\n"):rep(700) } do
+      local want = { ref.new():check(s) }
+      assert.same(want, { repetition.new():check(s) })
+    end
+    -- 3072 / 10 units; the trimmed tail starts mid-word, so the unit does too
+    assert.same({ true, "n and so o", 307 }, { repetition.new():check(("and so on "):rep(1000)) })
+  end)
+end)

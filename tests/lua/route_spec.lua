@@ -287,4 +287,28 @@ describe("mirza.route splitter: FR/EN abbreviations", function()
     assert.same({ "Des pommes, des poires, etc.", "Puis le reste." },
       route.split("Des pommes, des poires, etc. Puis le reste."))
   end)
+
+  -- The splitter scans incrementally (issue 12): a delta without a
+  -- terminator is only appended, a scan resumes where the last stopped.
+  -- Whatever the chunking, random French and English text (with « », "…",
+  -- abbreviations, numbers and UTF-8 characters cut between deltas) splits
+  -- as the whole text does.
+  it("splits random texts the same whatever the chunks", function()
+    local bits = { "Bonjour", "le", "Mr.", "M.", "e.g.", "3.14", "12.", "…", "...", "!", "?", ".", "\n", " ", " ",
+      "  ", "«\194\160", "\194\160»", "”", "’", ")", '"', "Été", "élan", "Il", "dit", "x", "J.", "R.", "U.S.", "—" }
+    local state = 777
+    local function rnd(n)
+      state = (state * 1103515245 + 12345) % 2147483648
+      return state % n + 1
+    end
+    for case = 1, 150 do
+      local t = {}
+      for i = 1, rnd(80) do t[i] = bits[rnd(#bits)] .. (rnd(3) == 1 and "" or " ") end
+      local text = table.concat(t)
+      local whole = route.split(text)
+      for _, size in ipairs { 1, 2, rnd(9) } do
+        assert.same(whole, split_by(text, size), ("case %d, chunks of %d: %q"):format(case, size, text))
+      end
+    end
+  end)
 end)
