@@ -6,7 +6,6 @@
 --- the system prompt is prefilled, then a few turns stream: thinking goes
 --- to stderr (dimmed on a terminal), the answer is printed sentence by
 --- sentence as a speech engine would receive it, stats follow each turn.
-local mirza = require "mirza"
 local engine = require "mirza.engine"
 
 local tty = os.getenv("TERM") and os.execute("test -t 1") == true

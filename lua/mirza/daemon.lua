@@ -28,9 +28,9 @@ local M = {}
 ---@field host? string            default "127.0.0.1"
 ---@field port? integer           default 8766
 ---@field model? string           model directory/repo (mtplx) or .gguf file (llama-server); required by those presets
----@field model_id? string        id the daemon serves the model as; checked on adoption (default: the model's base name; mirza-sim: "mirza-sim")
+---@field model_id? string        id served, checked on adoption (default: model's base name; mirza-sim: "mirza-sim")
 ---@field context_window? integer default 16384 (llama-server: per slot, `-c` = context_window * parallel)
----@field kv_bits? integer        KV cache quantization: 8, 4, or anything else for none (default: mtplx 8; llama-server none, its f16)
+---@field kv_bits? integer        KV cache quantization: 8, 4, else none (default: mtplx 8; llama-server none, its f16)
 ---@field depth? integer          MTPLX MTP draft depth (default 3)
 ---@field parallel? integer       llama-server slots `-np` (default 1)
 ---@field jinja? boolean          llama-server `--jinja` (default true)
@@ -166,7 +166,10 @@ local function check_type(k, v)
   local want = option_types[k]
   if not want then argerror("unknown option '%s'", tostring(k)) end
   local ok = type(want) == "table" and want[type(v)] or type(v) == want
-  if not ok then argerror("option '%s' must be a %s, got %s", k, type(want) == "table" and "boolean or function" or want, type(v)) end
+  if not ok then
+    local wanted = type(want) == "table" and "boolean or function" or want
+    argerror("option '%s' must be a %s, got %s", k, wanted, type(v))
+  end
 end
 
 local function check_values(o)
@@ -380,7 +383,8 @@ end
 function Daemon:_exited(what)
   local _, text, code, sig = self._proc:poll()
   self._status = { text = text, exit_code = code, signal = sig }
-  return nil, with_tail(("daemon %s %s (%s on %s)"):format(text, what, self.preset, self.url), self:log_tail()), "exited"
+  local msg = ("daemon %s %s (%s on %s)"):format(text, what, self.preset, self.url)
+  return nil, with_tail(msg, self:log_tail()), "exited"
 end
 
 -- Stop and forget a child we started (and its pid file).
@@ -450,10 +454,12 @@ end
 
 ---Adopt a healthy daemon already on the port, or start one and wait until
 ---it is healthy. A daemon still loading on the port (503) is waited for and
----adopted. Calling start() on a running daemon does nothing.
+---adopted. Calling start() on a running daemon does nothing. Failure codes:
+---"exited" (the message has the exit status and log tail), "timeout",
+---"foreign" (another model, or not a daemon), "refused" (autostart off), "spawn".
 ---@return true|nil ok
 ---@return string? message
----@return string? code "exited" (with the exit status and log tail), "timeout", "foreign" (another model, or not a daemon), "refused" (autostart off), "spawn"
+---@return string? code "exited", "timeout", "foreign", "refused" or "spawn"
 function Daemon:start()
   if self._proc and self._proc:poll() then return true end
   if self._proc then self:_drop() end

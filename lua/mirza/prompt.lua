@@ -290,6 +290,15 @@ local function concat(...)
   return out
 end
 
+---Context budget options of prompt.build; unset fields take prompt.DEFAULTS.
+---@class mirza.PromptBudget
+---@field context_window? integer
+---@field reserve? integer
+---@field low_water? number
+---@field bytes_per_token? number
+---@field overhead? integer
+---@field primer? integer
+
 ---Build a request's messages: system prompt, history, then the input,
 ---trimmed to the context budget (see the module comment). A system message
 ---at the head of a list input replaces the history's for this request;
@@ -298,7 +307,7 @@ end
 ---The history is trimmed in place when it does not fit.
 ---@param h table|nil history
 ---@param input string|table
----@param opts? {context_window?: integer, reserve?: integer, low_water?: number, bytes_per_token?: number, overhead?: integer, primer?: integer}
+---@param opts? mirza.PromptBudget
 ---@return table[]|nil messages
 ---@return table info_or_message `{tokens, budget, dropped, fits, current}`; the error message on failure
 ---@return string? code "prompt" on failure

@@ -16,7 +16,8 @@ local function write(path, text)
 end
 
 local V1 = [[return { system = "S1", on_turn = function(t) return "v1:" .. t end,
-  stage = function(up) return function() local ev = up() if ev and ev.type == "text" then ev.tag = "v1" end return ev end end }]]
+  stage = function(up) return function() local ev = up()
+    if ev and ev.type == "text" then ev.tag = "v1" end return ev end end }]]
 -- v2: on_turn raises, the stage raises on its third text event
 local V2 = [[return { system = "S1", on_turn = function(t) error("v2 on_turn broke") end,
   stage = function(up) local n = 0 return function() local ev = up()
@@ -90,7 +91,10 @@ describe("scripts/chat.lua", function()
     -- v1's on_turn rewrites the file: the next turn runs v2 with another system prompt
     write(beh, ([[return { system = "First system.", on_turn = function(t, e)
       io.stderr:write("SYSTEM=", e.system_prompt, "\n")
-      local f = io.open(%q, "w") f:write('return { system = "Second system, longer.", on_turn = function(t, e) io.stderr:write("SYSTEM=", e.system_prompt, " HIST=", e.history.system, "\\n") return t end }') f:close()
+      local f = io.open(%q, "w")
+      f:write('return { system = "Second system, longer.", on_turn = function(t, e) ',
+        'io.stderr:write("SYSTEM=", e.system_prompt, " HIST=", e.history.system, "\\n") return t end }')
+      f:close()
       return t end }]]):format(beh))
     local r = run_chat({ "/bogus", "Bonjour", "Encore", "/new", "/stats", "/quit", "never sent" },
       "--sim --port " .. port, beh)

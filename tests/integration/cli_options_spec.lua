@@ -171,8 +171,9 @@ describe("mirza command line", function()
     assert.equal(1, rc)
     assert.equal("", out)
     assert.matches("^mirza: unrecognized option '%-%-bogus'\nusage: mirza", err)
-    _, err, rc = run { "--lua-dir" }
+    out, err, rc = run { "--lua-dir" }
     assert.equal(1, rc)
+    assert.equal("", out)
     assert.matches("^mirza: '%-%-lua%-dir' needs an argument\n", err)
   end)
 end)

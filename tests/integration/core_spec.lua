@@ -198,7 +198,8 @@ while len(body) < n:
     if not chunk: break
     body += chunk
 open(sys.argv[2], "wb").write(head + b"\r\n\r\n" + body)
-c.sendall(b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\nConnection: close\r\n\r\n{"ok":true}')
+c.sendall(b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n'
+          b'Connection: close\r\n\r\n{"ok":true}')
 c.close()
 ]]
   local script = H.tmpname(".py")

@@ -113,7 +113,8 @@ describe("mirza.engine against mirza-sim", function()
   end)
 
   it("routes a mid-stream error to the error sink, partial answer kept", function()
-    local e2 = new_engine { body_extra = { mirza_sim = { text = "Un deux trois. Quatre cinq six.", fault = "error-after=4" } } }
+    local e2 = new_engine {
+      body_extra = { mirza_sim = { text = "Un deux trois. Quatre cinq six.", fault = "error-after=4" } } }
     assert(e2:load())
     local answer, errors = {}, {}
     local stats, msg, code, res = e2:say("x", { mode = "sentence",
@@ -131,7 +132,8 @@ describe("mirza.engine against mirza-sim", function()
   end)
 
   it("cuts a degenerate reasoning loop early and closes the request", function()
-    local e3 = new_engine { max_tokens_thinking = 5000, body_extra = { mirza_sim = { fault = "loop", tok_rate = 2000 } } }
+    local e3 = new_engine { max_tokens_thinking = 5000,
+      body_extra = { mirza_sim = { fault = "loop", tok_rate = 2000 } } }
     assert(e3:load())
     finally(function() e3:unload() end)
     e3:set_thinking(true)

@@ -119,7 +119,8 @@ describe("fault matrix", function()
       local s <close> = open_row(row)
       local r = H.drain(s, 30)
       local ev, w = r.last, row.want
-      table_lines[#table_lines + 1] = ("%-40s %-6s %-9s %6d  %s"):format(one_line(label:gsub("^replay=.*/", "replay="), 40), ev.type, ev.code or "-",
+      local short_label = one_line(label:gsub("^replay=.*/", "replay="), 40)
+      table_lines[#table_lines + 1] = ("%-40s %-6s %-9s %6d  %s"):format(short_label, ev.type, ev.code or "-",
         #r.text + #r.think, one_line(ev.message))
       assert.equal(w[1], ev.type, ev.message)
       assert.equal(w[2], ev.code)

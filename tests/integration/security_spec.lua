@@ -50,7 +50,8 @@ end
 
 -- Shell syntax that would create a file in the daemon's cwd if any shell
 -- ever saw it; no '/' so it can be a file's base name.
-local EVIL = [[my model 'single' "double"; touch pwned-semi; $(touch pwned-subst) `touch pwned-tick` | touch pwned-pipe && touch pwned-and %1 {port} * ~]]
+local EVIL = [[my model 'single' "double"; touch pwned-semi; $(touch pwned-subst) `touch pwned-tick` ]]
+  .. [[| touch pwned-pipe && touch pwned-and %1 {port} * ~]]
 
 describe("daemon argv never goes through a shell", function()
   after_each(function() collectgarbage("collect") end)
@@ -101,7 +102,7 @@ describe("API keys never leak", function()
   after_each(function() collectgarbage("collect") end)
 
   it("is sent (the server takes the right key) and absent from a 401 message", function()
-    local body, msg, code = mirza.request { url = sim.base .. "/v1/models", api_key = "the-right-key", timeout = 5 }
+    local body, msg = mirza.request { url = sim.base .. "/v1/models", api_key = "the-right-key", timeout = 5 }
     assert.is_string(body, msg)
     local s <close> = mirza.open { url = sim.url, body = H.chat_body("x"), api_key = KEY, stall_timeout = 10 }
     local r = H.drain(s)
@@ -109,6 +110,7 @@ describe("API keys never leak", function()
     assert.equal("http", r.last.code)
     assert.equal(401, r.last.status)
     hides_key(r.last.message, "the 401 error event")
+    local code
     body, msg, code = mirza.request { url = sim.base .. "/v1/models", api_key = KEY, timeout = 5 }
     assert.is_nil(body)
     assert.equal("http", code)
@@ -117,7 +119,8 @@ describe("API keys never leak", function()
 
   it("is absent from transport errors", function()
     local port = H.free_port()
-    local body, msg, code = mirza.request { url = ("http://127.0.0.1:%d/v1/models"):format(port), api_key = KEY, timeout = 2 }
+    local body, msg, code = mirza.request { url = ("http://127.0.0.1:%d/v1/models"):format(port), api_key = KEY,
+      timeout = 2 }
     assert.is_nil(body)
     assert.equal("refused", code)
     hides_key(msg, "a refused request")

@@ -40,8 +40,8 @@ describe("streaming from mirza-sim (mtplx dialect)", function()
   after_each(function() collectgarbage("collect") end)
 
   it("streams reasoning, then the answer, then done with usage and stats", function()
-    local s <close> = open(sim, "Quel temps fait-il ?", { text = "Il fait beau à Lyon.", reasoning = "Je réfléchis.\nC'est simple." },
-      { enable_thinking = true })
+    local s <close> = open(sim, "Quel temps fait-il ?",
+      { text = "Il fait beau à Lyon.", reasoning = "Je réfléchis.\nC'est simple." }, { enable_thinking = true })
     local r = H.drain(s)
     assert.equal("Il fait beau à Lyon.", r.text)
     assert.equal("Je réfléchis.\nC'est simple.", r.think)
@@ -318,7 +318,8 @@ describe("misbehaving streams", function()
   end)
 
   it("ends with done without [DONE] in the llama dialect (usage-only frame last)", function()
-    local s <close> = open(llama, "x", { text = "a b", fault = "no-done" }, { stream_options = { include_usage = true }, chat_template_kwargs = { enable_thinking = false } })
+    local s <close> = open(llama, "x", { text = "a b", fault = "no-done" },
+      { stream_options = { include_usage = true }, chat_template_kwargs = { enable_thinking = false } })
     local r = H.drain(s)
     assert.equal("done", r.last.type)
     assert.equal("stop", r.last.finish_reason)
@@ -490,7 +491,8 @@ describe("redirects", function()
       assert.equal("error", ev.type)
       assert.equal("http", ev.code)
       assert.equal(st, ev.status)
-      assert.matches("^HTTP " .. st .. " [%a ]+ to " .. sim.url:gsub("%p", "%%%0") .. "/moved %(redirects are not followed", ev.message)
+      assert.matches("^HTTP " .. st .. " [%a ]+ to " .. sim.url:gsub("%p", "%%%0")
+        .. "/moved %(redirects are not followed", ev.message)
       assert.equal("/v1/chat/completions/moved", ev.headers.location)
     end)
   end

@@ -82,9 +82,10 @@ describe("the engine's tool loop", function()
     assert.same({ "user", "assistant", "tool", "tool", "assistant", "tool", "assistant" },
       (function() local r = {} for i, x in ipairs(m) do r[i] = x.role end return r end)())
     assert.equal(json.null, m[2].content)
-    assert.same({ { id = "c1", type = "function", ["function"] = { name = "get_weather", arguments = '{"city": "Lyon"}' } },
-      { id = "c2", type = "function", ["function"] = { name = "get_weather", arguments = '{"city":"Saint-Étienne"}' } } },
-      m[2].tool_calls)
+    assert.same({
+      { id = "c1", type = "function", ["function"] = { name = "get_weather", arguments = '{"city": "Lyon"}' } },
+      { id = "c2", type = "function", ["function"] = { name = "get_weather", arguments = '{"city":"Saint-Étienne"}' } },
+    }, m[2].tool_calls)
     assert.same({ role = "tool", tool_call_id = "c3", content = "42" }, m[6])
   end)
 
@@ -233,8 +234,8 @@ describe("mirza.tools.run over plain requests", function()
   teardown(function() sim.stop() end)
 
   it("loops until the model answers, and keeps the messages", function()
-    local res = assert(tools.run { url = sim.url, body = H.chat_body("Quel temps ?", { mirza_sim = { tool_calls = SCRIPT } }),
-      tools = weather_tools({}) })
+    local res = assert(tools.run { url = sim.url,
+      body = H.chat_body("Quel temps ?", { mirza_sim = { tool_calls = SCRIPT } }), tools = weather_tools({}) })
     assert.equal(3, res.rounds)
     assert.equal('tool results: [c1] ["Lyon: 4 °C"]; [c2] ["Saint-Étienne: 14 °C"]; [c3] 42', res.text)
     assert.equal(7, #res.messages)

@@ -29,7 +29,8 @@ describe("mirza.json", function()
     local want = {}
     for i, k in ipairs(keys) do want[i] = ("%q:%d"):format(k, t[k]) end
     assert.equal("{" .. table.concat(want, ",") .. "}", json.encode(t))
-    assert.equal('{"a":{"x":1,"y":[{"m":2,"n":1}]},"b":true}', json.encode { b = true, a = { y = { { n = 1, m = 2 } }, x = 1 } })
+    assert.equal('{"a":{"x":1,"y":[{"m":2,"n":1}]},"b":true}',
+      json.encode { b = true, a = { y = { { n = 1, m = 2 } }, x = 1 } })
   end)
 
   it("maps null to json.null both ways", function()
@@ -91,7 +92,9 @@ describe("mirza.json", function()
     end
     local grown = rss_mib() - before
     collectgarbage("restart")
-    if not os.getenv("ASAN_OPTIONS") then assert.is_true(grown < 64, ("resident memory grew %.0f MiB"):format(grown)) end
+    if not os.getenv("ASAN_OPTIONS") then
+      assert.is_true(grown < 64, ("resident memory grew %.0f MiB"):format(grown))
+    end
     assert.equal("[1]", json.encode({ 1 }))
   end)
 end)

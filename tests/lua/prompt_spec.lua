@@ -61,6 +61,7 @@ describe("mirza.prompt", function()
       assert.equal("prompt", code)
       m, msg, code = prompt.messages(42)
       assert.is_nil(m)
+      assert.equal("prompt must be a string or a message list, got number", msg)
       assert.equal("prompt", code)
       assert.is_nil((prompt.messages({})))
     end)
@@ -241,7 +242,8 @@ describe("mirza.prompt", function()
     assert.equal("b", prompt.last_user_text({ { role = "user", content = "a" }, { role = "assistant", content = "x" },
       { role = "user", content = "b" } }))
     assert.equal("see this", prompt.last_user_text({ { role = "user", content = {
-      { type = "text", text = "see" }, { type = "image_url", image_url = { url = "data:" } }, { type = "text", text = "this" } } } }))
+      { type = "text", text = "see" }, { type = "image_url", image_url = { url = "data:" } },
+      { type = "text", text = "this" } } } }))
     assert.equal("", prompt.last_user_text({ { role = "system", content = "s" } }))
   end)
 end)

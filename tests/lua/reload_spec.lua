@@ -69,7 +69,7 @@ describe("mirza.reload", function()
     local w = reload.new()
     reload.watch(w, name, path)
     local ok, err = reload.reload(w, name)
-    assert.is_true(ok)
+    assert.is_true(ok, err)
     write(path, "local x = 1")
     local code
     ok, err, code = reload.reload(w, name)

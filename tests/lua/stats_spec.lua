@@ -35,7 +35,8 @@ describe("mirza.stats", function()
   end)
 
   it("tokens: usage, then predicted_n, then counted deltas, then chars / 4", function()
-    assert.equal(7, stats.stats(acc({ type = "done", usage = { completion_tokens = 7 }, timings = { predicted_n = 9 } }, 101, 3)).tokens)
+    assert.equal(7, stats.stats(acc({ type = "done", usage = { completion_tokens = 7 }, timings = { predicted_n = 9 } },
+      101, 3)).tokens)
     assert.equal(9, stats.stats(acc({ type = "done", timings = { predicted_n = 9 } }, 101, 3)).tokens)
     assert.equal(3, stats.stats(acc({ type = "done" }, 101, 3, 40)).tokens)
     assert.equal(10, stats.stats(acc({ type = "done" }, nil, 0, 41)).tokens)
@@ -55,8 +56,10 @@ describe("mirza.stats", function()
   it("session cache figures, MTP acceptance, finish and error", function()
     local st = stats.stats(acc({ type = "done", finish_reason = "stop", stats = { session_cache_hit = true,
       cache_miss_reason = json.null, accepted_by_depth = { 6, 3, 1 }, drafted_by_depth = { 8, 6, 6 } } }, 101))
-    assert.same({ true, nil, 0.5, "stop" }, { st.session_cache_hit, st.cache_miss_reason, st.mtp_acceptance, st.finish_reason })
-    st = stats.stats(acc({ type = "done", stats = { session_cache_hit = false, cache_miss_reason = "policy_mismatch" } }, 101))
+    assert.same({ true, nil, 0.5, "stop" },
+      { st.session_cache_hit, st.cache_miss_reason, st.mtp_acceptance, st.finish_reason })
+    st = stats.stats(acc({ type = "done",
+      stats = { session_cache_hit = false, cache_miss_reason = "policy_mismatch" } }, 101))
     assert.same({ false, "policy_mismatch" }, { st.session_cache_hit, st.cache_miss_reason })
     st = stats.stats(acc({ type = "error", code = "exited" }, 101))
     assert.same({ "exited", nil, nil }, { st.error, st.mtp_acceptance, st.session_cache_hit })

@@ -97,14 +97,19 @@ end)
 describe("mirza.tools stage", function()
   it("emits one tool_call_done per call before done, which carries them", function()
     local list = { { type = "text", text = "hm" } }
-    for _, d in ipairs(fragments(1, "call_b", "mul", '{"y": 2}', 1, 4)) do list[#list + 1] = { type = "tool_call", calls = d } end
-    for _, d in ipairs(fragments(0, "call_a", "add", '{"x', 2, 2)) do list[#list + 1] = { type = "tool_call", calls = d } end
+    for _, d in ipairs(fragments(1, "call_b", "mul", '{"y": 2}', 1, 4)) do
+      list[#list + 1] = { type = "tool_call", calls = d }
+    end
+    for _, d in ipairs(fragments(0, "call_a", "add", '{"x', 2, 2)) do
+      list[#list + 1] = { type = "tool_call", calls = d }
+    end
     list[#list + 1] = { type = "done", finish_reason = "tool_calls" }
     local got = {}
     for ev in tools.stage(events_of(list)) do got[#got + 1] = ev end
     assert.equal(#list + 2, #got)
     for i = 1, #list - 1 do assert.equal(list[i], got[i]) end -- passed through untouched
-    assert.same({ "tool_call_done", "tool_call_done", "done" }, { got[#got - 2].type, got[#got - 1].type, got[#got].type })
+    assert.same({ "tool_call_done", "tool_call_done", "done" },
+      { got[#got - 2].type, got[#got - 1].type, got[#got].type })
     local a, b = got[#got - 2].call, got[#got - 1].call
     assert.same({ "call_a", "add", '{"x' }, { a.id, a.name, a.arguments })
     assert.truthy(a.error)
@@ -162,8 +167,8 @@ describe("mirza.tools calls", function()
     local specs = tools.specs(T)
     assert.same({ "add", "boom", "soft", "text" },
       { specs[1]["function"].name, specs[2]["function"].name, specs[3]["function"].name, specs[4]["function"].name })
-    assert.same({ type = "function", ["function"] = { name = "add", description = "a + b", parameters = { type = "object" } } },
-      specs[1])
+    assert.same({ type = "function",
+      ["function"] = { name = "add", description = "a + b", parameters = { type = "object" } } }, specs[1])
     assert.equal(specs, tools.specs(T))
     local body = tools.add_to_body({}, T, { tool_choice = "required" })
     assert.same({ "required", true }, { body.tool_choice, body.parallel_tool_calls })
