@@ -347,8 +347,19 @@ end
 ---@field flush_on_error? boolean  deliver the partial answer before an error (default true)
 ---@field abbreviations? table<string, boolean>  extra abbreviations for the splitter
 
+---@class mirza.RouteResult
+---@field answer string
+---@field think string
+---@field finish_reason? string
+---@field usage? table
+---@field stats? table
+---@field timings? table
+---@field error? table
+---@field cut? table
+---@field ended boolean
+
 ---@class mirza.Router
----@field result {answer: string, think: string, finish_reason?: string, usage?: table, stats?: table, timings?: table, error?: table, cut?: table, ended: boolean}
+---@field result mirza.RouteResult
 local Router = {}
 Router.__index = Router
 

@@ -279,7 +279,8 @@ local function turn(e, input, opts)
     record = e.cfg.record }
   local function open() return mirza.open(req) end
   local s = open()
-  local t = setmetatable({ engine = e, s = s, open = open, acc = acc, plan = plan, answer = {}, run = {}, run_n = 0, think_bytes = 0,
+  local t = setmetatable({ engine = e, s = s, open = open, acc = acc, plan = plan,
+    answer = {}, run = {}, run_n = 0, think_bytes = 0,
     info = info, tool_acc = require("mirza.tools").accumulator(), input = input, prompt = prompt, cancelled = false,
     finished = false }, Turn)
   e._turn, e.live_tok_s = t, nil

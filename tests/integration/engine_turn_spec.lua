@@ -5,7 +5,6 @@
 -- restarted, tool calls kept in the history, the prefill, unload's result,
 -- autostart off against a loading daemon, clear_cache, TTFT.
 local mirza = require "mirza"
-local core = require "mirza.core"
 local engine = require "mirza.engine"
 local pipeline = require "mirza.pipeline"
 local prompt = require "mirza.prompt"
@@ -150,7 +149,8 @@ describe("reasoning sent as <think> tags in content", function()
   it("goes to the think sink and stays out of the answer and the history", function()
     e:set_thinking(false)
     local think, answer = {}, {}
-    local st, res = e:say("x", { body_extra = { mirza_sim = { text = "<think>Je réfléchis bien.</think>\n\nBonjour à vous." } },
+    local text = "<think>Je réfléchis bien.</think>\n\nBonjour à vous."
+    local st, res = e:say("x", { body_extra = { mirza_sim = { text = text } },
       mode = "whole", think = function(t) think[#think + 1] = t end, answer = function(t) answer[#answer + 1] = t end })
     assert.is_table(st)
     assert.equal("Je réfléchis bien.", table.concat(think))
@@ -202,7 +202,8 @@ describe("per-turn options", function()
       evs = pipeline.collect(assert(e:turn("x", { budget = 2048, max_tokens = 300, temperature = 0.2, top_p = 0.5 })))
     end))
     local b = sent[1].body
-    assert.same({ true, "high", 300, 0.2, 0.5 }, { b.enable_thinking, b.reasoning_effort, b.max_tokens, b.temperature, b.top_p })
+    assert.same({ true, "high", 300, 0.2, 0.5 },
+      { b.enable_thinking, b.reasoning_effort, b.max_tokens, b.temperature, b.top_p })
     assert.truthy(texts(evs, "think") ~= "", "the daemon was asked to think")
     assert.equal(0, e.thinking.budget) -- the engine's own setting is unchanged
     local stage_seen = 0
@@ -366,7 +367,8 @@ describe("tool calls and the prefill", function()
 
   it("keeps the accumulated tool calls in the history, so a tool message follows validly", function()
     local replay = "replay=" .. H.fixtures .. "/tool_calls.sse"
-    local evs = pipeline.collect(assert(e:turn("Quel temps à Lyon ?", { body_extra = { mirza_sim = { fault = replay } } })))
+    local evs = pipeline.collect(assert(e:turn("Quel temps à Lyon ?",
+      { body_extra = { mirza_sim = { fault = replay } } })))
     assert.equal("tool_calls", evs[#evs].finish_reason)
     local last = e.history.messages[#e.history.messages]
     assert.equal("assistant", last.role)
@@ -436,7 +438,7 @@ describe("a session the daemon has not released yet", function()
   end
 
   it("is waited out: the turn asks again until the 409 clears", function()
-    local s <close> = hold_session()
+    local _ <close> = hold_session()
     local t0 = mirza.now()
     local st, res = e:say("Bonjour", { mode = "whole", answer = function() end })
     assert.is_table(st, tostring(res))
@@ -446,7 +448,7 @@ describe("a session the daemon has not released yet", function()
 
   it("fails with the daemon's 409 when busy_wait is 0", function()
     e.cfg.busy_wait = 0
-    local s <close> = hold_session()
+    local _ <close> = hold_session()
     local ok, msg, code = e:say("Bonjour", { mode = "whole", answer = function() end, error = function() end })
     e.cfg.busy_wait = 5
     assert.is_nil(ok)

@@ -463,7 +463,8 @@ describe("mirza.repetition", function()
     end)
 
     it("normalises case, spacing and trailing punctuation", function()
-      local text = "Let me verify.\nlet me  VERIFY!\nLet me verify\n- Let me verify.\nLet me verify...\n  Let me verify ?\n"
+      local text = "Let me verify.\nlet me  VERIFY!\nLet me verify\n- Let me verify.\n"
+        .. "Let me verify...\n  Let me verify ?\n"
       local hit, _, count = run(text, 3)
       assert.is_true(hit)
       assert.equal(6, count)

@@ -33,7 +33,8 @@ describe("mirza.route", function()
   describe("sentence splitter, English", function()
     local cases = {
       { "Hello there. How are you? I'm fine!", { "Hello there.", "How are you?", "I'm fine!" } },
-      { "Mr. Smith met Dr. Jones at St. Paul's. They talked.", { "Mr. Smith met Dr. Jones at St. Paul's.", "They talked." } },
+      { "Mr. Smith met Dr. Jones at St. Paul's. They talked.",
+        { "Mr. Smith met Dr. Jones at St. Paul's.", "They talked." } },
       { "Mrs. Brown arrived. She sat down.", { "Mrs. Brown arrived.", "She sat down." } },
       { "Bring fruit, e.g. apples or pears. Also bread.", { "Bring fruit, e.g. apples or pears.", "Also bread." } },
       { "Use a solvent, i.e. Water. Then stir.", { "Use a solvent, i.e. Water.", "Then stir." } },
@@ -73,8 +74,10 @@ describe("mirza.route", function()
   describe("sentence splitter, French", function()
     local cases = {
       { "Bonjour ! Comment ça va ? Très bien.", { "Bonjour !", "Comment ça va ?", "Très bien." } },
-      { "Bonjour" .. NNBSP .. "! Ça va" .. NNBSP .. "? Oui.", { "Bonjour" .. NNBSP .. "!", "Ça va" .. NNBSP .. "?", "Oui." } },
-      { "Attention : il pleut ; prenez un parapluie. Merci.", { "Attention : il pleut ; prenez un parapluie.", "Merci." } },
+      { "Bonjour" .. NNBSP .. "! Ça va" .. NNBSP .. "? Oui.",
+        { "Bonjour" .. NNBSP .. "!", "Ça va" .. NNBSP .. "?", "Oui." } },
+      { "Attention : il pleut ; prenez un parapluie. Merci.",
+        { "Attention : il pleut ; prenez un parapluie.", "Merci." } },
       { "M. Dupont est arrivé. Mme. Durand aussi.", { "M. Dupont est arrivé.", "Mme. Durand aussi." } },
       { "Mme Curie et M. Martin sont là. Entrez.", { "Mme Curie et M. Martin sont là.", "Entrez." } },
       { "Des fruits, p. ex. des pommes. Et du pain.", { "Des fruits, p. ex. des pommes.", "Et du pain." } },
@@ -234,7 +237,8 @@ describe("mirza.route", function()
       local real = io.stderr
       local captured = {}
       io.stderr = { write = function(_, s) captured[#captured + 1] = s end } -- luacheck: ignore
-      local ok, e = pcall(route.run, pipeline.from_list({ text("Hi."), { type = "error", code = "refused", message = "no daemon" } }),
+      local evs = { text("Hi."), { type = "error", code = "refused", message = "no daemon" } }
+      local ok, e = pcall(route.run, pipeline.from_list(evs),
         { answer = function() end })
       io.stderr = real -- luacheck: ignore
       assert.is_true(ok, e)
@@ -274,7 +278,6 @@ describe("mirza.route", function()
 end)
 
 describe("mirza.route splitter: FR/EN abbreviations", function()
-  local route = require "mirza.route"
   it("does not end a sentence after p., pp., no., art., M., Mr., Dr., e.g., i.e.", function()
     assert.same({ "Voir p. 12 et pp. 30-31 du no. 4, art. 5 du code.", "Fin." },
       route.split("Voir p. 12 et pp. 30-31 du no. 4, art. 5 du code. Fin."))
@@ -304,10 +307,10 @@ describe("mirza.route splitter: FR/EN abbreviations", function()
     for case = 1, 150 do
       local t = {}
       for i = 1, rnd(80) do t[i] = bits[rnd(#bits)] .. (rnd(3) == 1 and "" or " ") end
-      local text = table.concat(t)
-      local whole = route.split(text)
+      local str = table.concat(t)
+      local whole = route.split(str)
       for _, size in ipairs { 1, 2, rnd(9) } do
-        assert.same(whole, split_by(text, size), ("case %d, chunks of %d: %q"):format(case, size, text))
+        assert.same(whole, split_by(str, size), ("case %d, chunks of %d: %q"):format(case, size, str))
       end
     end
   end)
