@@ -15,8 +15,11 @@
 --- (the simulator excluded). curl is run on the very same requests
 --- (`curl -sN`, CPU from the shell's `times`), and each figure is also given
 --- as a ratio to curl on the same source (frames per chunk, pacing).
---- The concurrency rows (16/64/256 streams) need mirza.loop: they are
---- listed, and skipped until `runners.concurrent` exists.
+--- The concurrency rows (`--only concurrent`) run 1, 16, 64 and 256 engine
+--- turns (and raw core loops) at once in one process as mirza.loop tasks,
+--- sharing the same total of tokens, and add a second table: aggregate
+--- throughput over the one-stream row, RSS per extra stream, the fewest
+--- tokens any stream had at half time, and the simulator's CPU per token.
 local mirza = require "mirza"
 local json = mirza.json
 
@@ -60,7 +63,7 @@ local function start_sim(bin)
   local port_file = os.tmpname()
   os.remove(port_file)
   local p = assert(io.popen(("%s --port 0 --port-file %s --tok-rate 0 --ttft-ms 0 --progress-every 0"
-    .. " --heartbeat-ms 0 --context-window 100000000 --quiet >/dev/null 2>&1 & echo $!")
+    .. " --heartbeat-ms 0 --parallel 1024 --context-window 100000000 --quiet >/dev/null 2>&1 & echo $!")
     :format(sh_quote(bin), sh_quote(port_file))))
   local pid = p:read("l")
   p:close()
@@ -157,6 +160,60 @@ function runners.engine(p)
   return { tokens = count, cpu = cpu, wall = wall }
 end
 
+-- N concurrent streams in one process, each a mirza.loop task: p.streams
+-- of them share p.tokens (the same total work whatever N), each an engine
+-- turn (e:say, its own engine and session id, sinks in p.route mode) or,
+-- with p.core, a raw `for ev in s:events()`. Besides the aggregate
+-- {tokens, cpu, wall}: the fewest tokens any stream had when half of the
+-- total had arrived (`min_mid`, the fair share being `mid / streams`), the
+-- fewest at the end (`min_end`, of `per_stream`) and the tasks that failed.
+local function concurrent_task(p, i, seen)
+  if p.core then
+    return function()
+      local s <close> = mirza.open { url = p.url .. "/chat/completions", body = body(p) }
+      for ev in s:events() do
+        local ty = ev.type
+        if ty == "text" or ty == "think" then seen(i)
+        elseif ty == "error" then error(ev.message) end
+      end
+    end
+  end
+  local e = new_engine(p)
+  assert(e:load())
+  local req = body(p)
+  local function sink() seen(i) end
+  local opts = { mode = p.route, think_mode = p.route, answer = sink, think = sink, max_tokens = req.max_tokens,
+    body_extra = { enable_thinking = req.enable_thinking, mirza_sim = req.mirza_sim } }
+  return function()
+    local st, res = e:say("bench", opts)
+    assert(st, res)
+    assert(not res.cut, "the turn was cut")
+    e:close()
+  end
+end
+
+function runners.concurrent(p)
+  local loop = require "mirza.loop"
+  local n = p.streams
+  local per = { tokens = p.tokens // n }
+  for k, v in pairs(p) do if per[k] == nil then per[k] = v end end
+  local counts, total, mid, min_mid = {}, 0, per.tokens * n // 2, nil
+  local function seen(i)
+    counts[i] = counts[i] + 1
+    total = total + 1
+    if total == mid then min_mid = math.min(table.unpack(counts, 1, n)) end
+  end
+  local l = loop.new()
+  local fns = {}
+  for i = 1, n do counts[i], fns[i] = 0, concurrent_task(per, i, seen) end
+  local c0, t0 = os.clock(), mirza.now()
+  local _, errs, nerr = loop.gather(fns, { loop = l })
+  local cpu, wall = os.clock() - c0, mirza.now() - t0
+  assert(nerr == 0, select(2, next(errs)))
+  return { tokens = total, cpu = cpu, wall = wall, streams = n, per_stream = per.tokens, mid = mid,
+    min_mid = min_mid or 0, min_end = math.min(table.unpack(counts, 1, n)) }
+end
+
 -- Cancel latency: a paced turn cancelled after 20 deltas; the time from
 -- e:cancel() to the end of the turn (connection closed, cut delivered).
 function runners.cancel(p)
@@ -196,8 +253,12 @@ local function case_list(n)
     end
   end
   for _, k in ipairs { 1, 16, 64, 256 } do
-    add(("engine x%d streams"):format(k), "concurrent", { streams = k, tokens = n // 8, fpc = 1, rate = 0,
+    add(("engine x%d streams"):format(k), "concurrent", { streams = k, tokens = n, fpc = 1, rate = 0,
       reasoning = 0.25, route = "token" })
+  end
+  for _, k in ipairs { 1, 16, 64, 256 } do
+    add(("core loop x%d streams"):format(k), "concurrent", { streams = k, tokens = n, fpc = 1, rate = 0,
+      reasoning = 0.25, core = true })
   end
   add("start-up (mirza -e '')", "startup", {})
   add("cancel latency", "cancel", {})
@@ -260,6 +321,25 @@ local function run_startup()
   return ok and { tokens = 0, cpu = 0, wall = mirza.now() - t0 } or nil, "mirza -e '' failed"
 end
 
+local clk_tck
+-- CPU seconds process `pid` (the simulator) has used so far; nil when
+-- unknown (--url, no /proc).
+local function proc_cpu(pid)
+  local f = pid and io.open("/proc/" .. pid .. "/stat")
+  if not f then return nil end
+  local rest = f:read("a"):match("%) (.*)")
+  f:close()
+  local fields = {}
+  for w in (rest or ""):gmatch("%S+") do fields[#fields + 1] = w end
+  if not fields[13] then return nil end
+  if not clk_tck then
+    local g = io.popen("getconf CLK_TCK")
+    clk_tck = g and tonumber(g:read("a")) or 100
+    if g then g:close() end
+  end
+  return (fields[12] + fields[13]) / clk_tck -- utime, stime (fields 14, 15)
+end
+
 local function run_once(c)
   if c.kind == "curl" then return run_curl(c) end
   if c.kind == "startup" then return run_startup() end
@@ -269,16 +349,26 @@ end
 
 -- The median of o.runs runs (start-up: of 10).
 local function measure(c, o)
-  local cpu, wall, rss, tokens = {}, {}, {}, nil
+  local cpu, wall, rss, sim, tokens, worst = {}, {}, {}, {}, nil, nil
   for _ = 1, c.kind == "startup" and 10 or o.runs do
+    local s0 = proc_cpu(o.sim_pid)
     local r, err = run_once(c)
     if not r then return { name = c.name, skipped = err } end
+    local s1 = proc_cpu(o.sim_pid)
+    if s0 and s1 then sim[#sim + 1] = s1 - s0 end
     cpu[#cpu + 1], wall[#wall + 1] = r.cpu, r.wall
     if r.rss_kb then rss[#rss + 1] = r.rss_kb end
     tokens = r.tokens
+    if r.streams then -- concurrency: the worst run's progress
+      worst = worst or { streams = r.streams, per_stream = r.per_stream, mid = r.mid, min_mid = r.min_mid,
+        min_end = r.min_end }
+      worst.min_mid, worst.min_end = math.min(worst.min_mid, r.min_mid), math.min(worst.min_end, r.min_end)
+    end
   end
   local m = { name = c.name, kind = c.kind, source = source_key(c), tokens = tokens,
     cpu_s = median(cpu), wall_s = median(wall), rss_kb = median(rss), fpc = c.fpc, rate = c.rate }
+  for k, v in pairs(worst or {}) do m[k] = v end
+  m.sim_cpu_s = median(sim)
   if tokens and tokens > 0 then
     m.us_per_token = m.cpu_s / tokens * 1e6
     m.tok_s = tokens / m.wall_s
@@ -296,6 +386,34 @@ end
 
 local function fmt(x, f)
   return x and f:format(x) or "—"
+end
+
+-- The concurrency rows, next to the one-stream row of their family:
+-- aggregate throughput over it, RSS per extra stream, progress.
+local function print_concurrency(rows)
+  local one = {}
+  for _, r in ipairs(rows) do
+    if r.streams == 1 then one[r.name:gsub(" x1 streams$", "")] = r end
+  end
+  local head = false
+  for _, r in ipairs(rows) do
+    local base = r.streams and r.streams > 1 and one[r.name:gsub(" x%d+ streams$", "")]
+    if base then
+      r.x_one = r.tok_s / base.tok_s
+      if r.rss_kb and base.rss_kb then r.kb_per_extra = (r.rss_kb - base.rss_kb) / (r.streams - 1) end
+    end
+    if r.streams then
+      r.progressing = r.min_mid > 0 and r.min_end == r.per_stream
+      if not head then
+        print(("\n%-28s %8s %8s %10s %10s %16s %5s %10s"):format("concurrency (worst run)", "streams", "tok/str",
+          "× 1 stream", "KB/extra", "min at half/fair", "all", "sim µs/tok"))
+        head = true
+      end
+      print(("%-28s %8d %8d %10s %10s %16s %5s %10s"):format(r.name, r.streams, r.per_stream, fmt(r.x_one, "%.2f"),
+        fmt(r.kb_per_extra, "%.1f"), ("%d/%d"):format(r.min_mid, r.mid // r.streams),
+        r.min_end == r.per_stream and "yes" or "no", fmt(r.sim_cpu_s and r.sim_cpu_s / r.tokens * 1e6, "%.2f")))
+    end
+  end
 end
 
 local function print_table(rows)
@@ -317,6 +435,7 @@ end
 local function suite(o)
   local url, pid = o.url, nil
   if not url then url, pid = start_sim(o.sim) end
+  o.sim_pid = pid
   local rows = {}
   local ok, err = pcall(function()
     for _, c in ipairs(case_list(o.tokens)) do
@@ -331,6 +450,7 @@ local function suite(o)
   print(("mirza bench: %d tokens per run, median of %d runs, source %s"):format(o.tokens, o.runs,
     o.url or "mirza-sim (flat out)"))
   print_table(rows)
+  print_concurrency(rows)
   local doc = json.encode { tokens = o.tokens, runs = o.runs, results = rows }
   print("JSON " .. doc)
   if o.json then
