@@ -155,7 +155,7 @@ function Loop:spawn(fn, ...)
   if type(fn) ~= "function" then error("mirza.loop.spawn: function expected", 2) end
   self.ids = self.ids + 1
   local t = setmetatable({
-    id = self.ids, loop = self, token = 0, joiners = {},
+    id = self.ids, loop = self, token = 0, joiners = {}, slice = 0,
     streams = setmetatable({}, { __mode = "k" }),
   }, Task)
   t.co = coroutine.create(function(...)
@@ -317,9 +317,15 @@ core.raw_open = core.raw_open or core.open
 Stream.raw_close = Stream.raw_close or Stream.close
 local raw_next, raw_events, raw_open, raw_close = Stream.raw_next, Stream.raw_events, core.raw_open, Stream.raw_close
 
+-- Events a task may take from queued streams before it lets the others
+-- run: a stream flat out always has more queued, and without a slice one
+-- task would run its whole turn while every other stream waits.
+M.SLICE = 64
+
 ---Stream:next inside a task: pops what is queued, else suspends the task
 ---until the stream has news (no transfer is driven here: the scheduler's
----one wait drives them all).
+---one wait drives them all). After `M.SLICE` events taken in a row without
+---suspending, the task yields its turn to the other ready tasks first.
 ---@param s mirza.Stream
 ---@param timeout? number
 function Stream.next(s, timeout)
@@ -327,7 +333,16 @@ function Stream.next(s, timeout)
   if not t then return raw_next(s, timeout) end
   local t_end = timeout and mirza.now() + timeout
   while true do
-    if s:pending() > 0 or s:finished() then return raw_next(s, 0) end
+    if s:pending() > 0 or s:finished() then
+      local n = t.slice + 1
+      if n > M.SLICE then
+        n = 1
+        coroutine.yield() -- back of the ready queue; the scheduler polls meanwhile
+      end
+      t.slice = n
+      return raw_next(s, 0)
+    end
+    t.slice = 0
     local left = t_end and t_end - mirza.now()
     if left and left <= 0 then return raw_next(s, 0) end -- polls once more
     if l:_await_stream(t, s, left) == "timer" and not (s:pending() > 0 or s:finished()) then

@@ -79,6 +79,30 @@ describe("mirza.loop", function()
     assert.equal(0, mirza.streams())
   end)
 
+  it("shares the time between streams flat out: every one progresses", function()
+    local l = loop.new()
+    local n, words = 16, 2000
+    local counts, total, at_half = {}, 0, nil
+    for i = 1, n do
+      counts[i] = 0
+      l:spawn(function()
+        local s <close> = open(sim, text_for(i, words), { tok_rate = 0 })
+        for ev in s:events() do
+          if ev.type == "text" then
+            counts[i], total = counts[i] + 1, total + 1
+            if total == n * words // 2 then at_half = table.move(counts, 1, n, 1, {}) end
+          end
+        end
+      end)
+    end
+    l:run()
+    assert.equal(n * (words + 1), total) -- every word and the closing "é✓"
+    local least = math.huge
+    for i = 1, n do least = math.min(least, at_half[i]) end
+    -- half-way through, each stream has had a real share, not none
+    assert.is_true(least >= words // 8, ("a stream had %d of %d words at half time"):format(least, words))
+  end)
+
   it("joins results and errors; one task's error leaves the others running", function()
     local reported = {}
     local l = loop.new { on_error = function(t, msg) reported[#reported + 1] = { t = t, msg = msg } end }
