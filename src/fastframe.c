@@ -16,6 +16,16 @@
 #include <stdint.h>
 #include <string.h>
 
+/* The walk is a handful of small functions; the hot ones are forced
+ * inline so the frame compiles to one straight scan. */
+#ifdef __GNUC__
+#define NOINLINE __attribute__((noinline))
+#define HOT static inline __attribute__((always_inline))
+#else
+#define NOINLINE
+#define HOT static inline
+#endif
+
 #define MAX_DEPTH 32  /* nesting in skipped values; cJSON allows 1000 */
 #define MAX_NUMBER 63 /* cJSON copies at most 63 bytes of a number */
 
@@ -38,13 +48,13 @@ static int is_digit(unsigned char c) {
   return c >= '0' && c <= '9';
 }
 
-static inline void skip_ws(cur *c) {
+HOT void skip_ws(cur *c) {
   while (c->p < c->end && is_ws(*c->p)) c->p++;
 }
 
 /* Skip whitespace, then consume ch if it is next. Servers send compact
  * JSON, so the next byte is tried first. */
-static inline int eat(cur *c, unsigned char ch) {
+HOT int eat(cur *c, unsigned char ch) {
   if (c->p < c->end && *c->p == ch) return c->p++, 1;
   skip_ws(c);
   if (c->p >= c->end || *c->p != ch) return 0;
@@ -147,12 +157,6 @@ static const unsigned char *skip_plain(const unsigned char *p, const unsigned ch
   return p;
 }
 
-#ifdef __GNUC__
-#define NOINLINE __attribute__((noinline))
-#else
-#define NOINLINE
-#endif
-
 /* The rest of a string holding escapes, from the backslash at p: the
  * closing quote, or NULL. Out of line, so the common string without any
  * stays a short function. */
@@ -166,7 +170,7 @@ static NOINLINE const unsigned char *escaped_tail(const unsigned char *p, const 
 }
 
 /* A string at c->p (the opening quote): its body into *s. */
-static int scan_string(cur *c, mz_fast_str *s) {
+HOT int scan_string(cur *c, mz_fast_str *s) {
   const unsigned char *q = c->p, *p;
   if (q >= c->end || *q != '"') return 0;
   p = skip_plain(q + 1, c->end);
@@ -255,7 +259,7 @@ typedef struct scan {
  * object. */
 typedef int (*member_fn)(cur *c, scan *sc, unsigned *seen);
 
-static int walk_object(cur *c, member_fn fn, scan *sc) {
+HOT int walk_object(cur *c, member_fn fn, scan *sc) {
   unsigned seen = 0;
   if (!eat(c, '{')) return 0;
   if (eat(c, '}')) return 1;
@@ -269,17 +273,35 @@ static int walk_object(cur *c, member_fn fn, scan *sc) {
 /* Keys are matched as raw bytes, quotes included: every key we take is
  * plain ASCII, so these bytes are exactly the string cJSON would read, and
  * any other key (escaped, unknown, malformed) is refused, as the walk
- * refuses unknown keys anyway. A small constant memcmp compiles to a few
- * loads. */
-static inline int lit_at(const cur *c, const char *lit, size_t n) {
-  return (size_t)(c->end - c->p) >= n && memcmp(c->p, lit, n) == 0;
+ * refuses unknown keys anyway. lit is a literal of n >= 4 bytes, so the
+ * compiler folds its loads into constants: a key costs a few compares of
+ * 8 (or 4) bytes, the last load overlapping the one before. */
+HOT uint64_t load8(const void *p) {
+  uint64_t v;
+  memcpy(&v, p, 8);
+  return v;
+}
+
+HOT uint32_t load4(const void *p) {
+  uint32_t v;
+  memcpy(&v, p, 4);
+  return v;
+}
+
+HOT int lit_at(const cur *c, const char *lit, size_t n) {
+  const unsigned char *p = c->p;
+  if ((size_t)(c->end - p) < n) return 0;
+  if (n < 8) return load4(p) == load4(lit) && load4(p + n - 4) == load4(lit + n - 4);
+  for (size_t i = 0; i + 8 < n; i += 8)
+    if (load8(p + i) != load8(lit + i)) return 0;
+  return load8(p + n - 8) == load8(lit + n - 8);
 }
 #define AT(c, lit) lit_at((c), (lit), sizeof(lit) - 1)
 
 /* Each known key once (bit 0 = unknown key): a repeat would make cJSON's
  * last-one-wins matter. Then past the key (n bytes), the colon and the
  * whitespace before the value. */
-static int key_once(cur *c, size_t n, unsigned *seen, unsigned bit) {
+HOT int key_once(cur *c, size_t n, unsigned *seen, unsigned bit) {
   if (!bit || (*seen & bit)) return 0;
   *seen |= bit;
   c->p += n;
@@ -288,7 +310,7 @@ static int key_once(cur *c, size_t n, unsigned *seen, unsigned bit) {
   return 1;
 }
 
-static int string_or_null(cur *c, mz_fast_str *s) {
+HOT int string_or_null(cur *c, mz_fast_str *s) {
   if (c->p < c->end && *c->p == 'n') return scan_literal(c, "null", 4);
   return scan_string(c, s);
 }
@@ -328,16 +350,23 @@ static int scan_choices(cur *c, scan *sc) {
   return eat(c, '[') && walk_object(c, choice_member, sc) && eat(c, ']');
 }
 
+/* A value of the fields we skip: mostly strings, so those inline. */
+HOT int skip_field(cur *c) {
+  mz_fast_str s;
+  if (c->p < c->end && *c->p == '"') return scan_string(c, &s);
+  return skip_value(c, 1);
+}
+
 static int top_member(cur *c, scan *sc, unsigned *seen) {
   if (c->end - c->p < 2) return 0;
   switch (c->p[1]) {
   case 'c':
     if (AT(c, "\"choices\"")) return key_once(c, 9, seen, 1) && scan_choices(c, sc);
-    return AT(c, "\"created\"") && key_once(c, 9, seen, 2) && skip_value(c, 1);
-  case 'i': return AT(c, "\"id\"") && key_once(c, 4, seen, 4) && skip_value(c, 1);
-  case 'o': return AT(c, "\"object\"") && key_once(c, 8, seen, 8) && skip_value(c, 1);
-  case 'm': return AT(c, "\"model\"") && key_once(c, 7, seen, 16) && skip_value(c, 1);
-  case 's': return AT(c, "\"system_fingerprint\"") && key_once(c, 20, seen, 32) && skip_value(c, 1);
+    return AT(c, "\"created\"") && key_once(c, 9, seen, 2) && skip_field(c);
+  case 'i': return AT(c, "\"id\"") && key_once(c, 4, seen, 4) && skip_field(c);
+  case 'o': return AT(c, "\"object\"") && key_once(c, 8, seen, 8) && skip_field(c);
+  case 'm': return AT(c, "\"model\"") && key_once(c, 7, seen, 16) && skip_field(c);
+  case 's': return AT(c, "\"system_fingerprint\"") && key_once(c, 20, seen, 32) && skip_field(c);
   default: return 0;
   }
 }
