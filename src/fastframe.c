@@ -183,9 +183,47 @@ HOT int scan_string(cur *c, mz_fast_str *s) {
   return 1;
 }
 
-/* At least one digit. */
+/* lit (a literal of n >= 4 bytes) is next. Always inlined with a
+ * constant lit, the compiler folds its loads into constants: a few
+ * compares of 8 (or 4) bytes, the last load overlapping the one before. */
+HOT uint64_t load8(const void *p) {
+  uint64_t v;
+  memcpy(&v, p, 8);
+  return v;
+}
+
+HOT uint32_t load4(const void *p) {
+  uint32_t v;
+  memcpy(&v, p, 4);
+  return v;
+}
+
+HOT int lit_at(const cur *c, const char *lit, size_t n) {
+  const unsigned char *p = c->p;
+  if ((size_t)(c->end - p) < n) return 0;
+  if (n < 8) return load4(p) == load4(lit) && load4(p + n - 4) == load4(lit + n - 4);
+  for (size_t i = 0; i + 8 < n; i += 8)
+    if (load8(p + i) != load8(lit + i)) return 0;
+  return load8(p + n - 8) == load8(lit + n - 8);
+}
+
+/* At least one digit. With SWAR, eight at a time: t = w ^ "00000000" has
+ * a digit byte exactly where t is 0..9, i.e. where the high nibble is 0
+ * and the low nibble + 6 does not carry into it (never past the byte). */
 static int digits(cur *c) {
   const unsigned char *p = c->p;
+#ifdef SWAR
+  const uint64_t ones = 0x0101010101010101u;
+  while (c->end - c->p >= 8) {
+    uint64_t t = load8(c->p) ^ (ones * '0');
+    uint64_t m = (t | ((t & ones * 0x0F) + ones * 6)) & ones * 0xF0;
+    if (m) {
+      c->p += __builtin_ctzll(m) >> 3;
+      return c->p > p;
+    }
+    c->p += 8;
+  }
+#endif
   while (c->p < c->end && is_digit(*c->p)) c->p++;
   return c->p > p;
 }
@@ -205,8 +243,8 @@ static int scan_number(cur *c) {
   return c->p - start <= MAX_NUMBER;
 }
 
-static int scan_literal(cur *c, const char *lit, size_t n) {
-  if ((size_t)(c->end - c->p) < n || memcmp(c->p, lit, n) != 0) return 0;
+HOT int scan_literal(cur *c, const char *lit, size_t n) {
+  if (!lit_at(c, lit, n)) return 0;
   c->p += n;
   return 1;
 }
@@ -262,40 +300,26 @@ typedef int (*member_fn)(cur *c, scan *sc, unsigned *seen);
 HOT int walk_object(cur *c, member_fn fn, scan *sc) {
   unsigned seen = 0;
   if (!eat(c, '{')) return 0;
-  if (eat(c, '}')) return 1;
-  do {
-    skip_ws(c);
+  skip_ws(c);
+  if (c->p < c->end && *c->p == '}') return c->p++, 1;
+  for (;;) {
     if (!fn(c, sc, &seen)) return 0;
-  } while (eat(c, ','));
-  return eat(c, '}');
+    if (c->p < c->end && *c->p == ',' && c->end - c->p > 1 && c->p[1] == '"') {
+      c->p++; /* compact JSON: straight on to the next key */
+      continue;
+    }
+    skip_ws(c);
+    if (c->p >= c->end) return 0;
+    if (*c->p == '}') return c->p++, 1;
+    if (*c->p++ != ',') return 0;
+    skip_ws(c);
+  }
 }
 
-/* Keys are matched as raw bytes, quotes included: every key we take is
- * plain ASCII, so these bytes are exactly the string cJSON would read, and
- * any other key (escaped, unknown, malformed) is refused, as the walk
- * refuses unknown keys anyway. lit is a literal of n >= 4 bytes, so the
- * compiler folds its loads into constants: a key costs a few compares of
- * 8 (or 4) bytes, the last load overlapping the one before. */
-HOT uint64_t load8(const void *p) {
-  uint64_t v;
-  memcpy(&v, p, 8);
-  return v;
-}
-
-HOT uint32_t load4(const void *p) {
-  uint32_t v;
-  memcpy(&v, p, 4);
-  return v;
-}
-
-HOT int lit_at(const cur *c, const char *lit, size_t n) {
-  const unsigned char *p = c->p;
-  if ((size_t)(c->end - p) < n) return 0;
-  if (n < 8) return load4(p) == load4(lit) && load4(p + n - 4) == load4(lit + n - 4);
-  for (size_t i = 0; i + 8 < n; i += 8)
-    if (load8(p + i) != load8(lit + i)) return 0;
-  return load8(p + n - 8) == load8(lit + n - 8);
-}
+/* Keys are matched as raw bytes, quotes included (lit_at): every key we
+ * take is plain ASCII, so these bytes are exactly the string cJSON would
+ * read, and any other key (escaped, unknown, malformed) is refused, as the
+ * walk refuses unknown keys anyway. */
 #define AT(c, lit) lit_at((c), (lit), sizeof(lit) - 1)
 
 /* Each known key once (bit 0 = unknown key): a repeat would make cJSON's
@@ -305,6 +329,7 @@ HOT int key_once(cur *c, size_t n, unsigned *seen, unsigned bit) {
   if (!bit || (*seen & bit)) return 0;
   *seen |= bit;
   c->p += n;
+  if (c->p < c->end && *c->p == ':' && c->end - c->p > 1 && !is_ws(c->p[1])) return c->p++, 1;
   if (!eat(c, ':')) return 0;
   skip_ws(c);
   return 1;
