@@ -16,6 +16,16 @@
 #include <stdint.h>
 #include <string.h>
 
+/* The walk is a handful of small functions; the hot ones are forced
+ * inline so the frame compiles to one straight scan. */
+#ifdef __GNUC__
+#define NOINLINE __attribute__((noinline))
+#define HOT static inline __attribute__((always_inline))
+#else
+#define NOINLINE
+#define HOT static inline
+#endif
+
 #define MAX_DEPTH 32  /* nesting in skipped values; cJSON allows 1000 */
 #define MAX_NUMBER 63 /* cJSON copies at most 63 bytes of a number */
 
@@ -38,13 +48,13 @@ static int is_digit(unsigned char c) {
   return c >= '0' && c <= '9';
 }
 
-static inline void skip_ws(cur *c) {
+HOT void skip_ws(cur *c) {
   while (c->p < c->end && is_ws(*c->p)) c->p++;
 }
 
 /* Skip whitespace, then consume ch if it is next. Servers send compact
  * JSON, so the next byte is tried first. */
-static inline int eat(cur *c, unsigned char ch) {
+HOT int eat(cur *c, unsigned char ch) {
   if (c->p < c->end && *c->p == ch) return c->p++, 1;
   skip_ws(c);
   if (c->p >= c->end || *c->p != ch) return 0;
@@ -98,10 +108,15 @@ static const unsigned char *scan_escape(const unsigned char *p, const unsigned c
   return p + 12;
 }
 
-/* The string scan reads eight bytes at a time where it can: little-endian
- * GCC/Clang, where the first stop byte is found with one ctz. */
+/* The string scan reads sixteen bytes at a time with SSE2 (every x86-64),
+ * else eight at a time on little-endian GCC/Clang (SWAR), where the first
+ * stop byte is found with one ctz; the last few bytes one at a time. */
 #if defined(__GNUC__) && defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
 #define SWAR 1
+#if defined(__SSE2__)
+#define VEC16 1
+#include <emmintrin.h>
+#endif
 #endif
 
 #ifdef SWAR
@@ -118,6 +133,18 @@ static uint64_t stop_bits(uint64_t w) {
 
 /* The first byte at or after p that is not plain string content. */
 static const unsigned char *skip_plain(const unsigned char *p, const unsigned char *end) {
+#ifdef VEC16
+  const __m128i quote = _mm_set1_epi8('"'), bslash = _mm_set1_epi8('\\'), ctl = _mm_set1_epi8(0x1F);
+  while (end - p >= 16) {
+    __m128i v = _mm_loadu_si128((const __m128i *)(const void *)p);
+    /* min(v, 0x1F) == v exactly where v <= 0x1F (unsigned) */
+    __m128i s = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, bslash)),
+                             _mm_cmpeq_epi8(_mm_min_epu8(v, ctl), v));
+    unsigned m = (unsigned)_mm_movemask_epi8(s);
+    if (m) return p + __builtin_ctz(m);
+    p += 16;
+  }
+#endif
 #ifdef SWAR
   uint64_t w, m;
   while (end - p >= 8) {
@@ -129,12 +156,6 @@ static const unsigned char *skip_plain(const unsigned char *p, const unsigned ch
   while (p < end && !str_stop[*p]) p++;
   return p;
 }
-
-#ifdef __GNUC__
-#define NOINLINE __attribute__((noinline))
-#else
-#define NOINLINE
-#endif
 
 /* The rest of a string holding escapes, from the backslash at p: the
  * closing quote, or NULL. Out of line, so the common string without any
@@ -149,7 +170,7 @@ static NOINLINE const unsigned char *escaped_tail(const unsigned char *p, const 
 }
 
 /* A string at c->p (the opening quote): its body into *s. */
-static int scan_string(cur *c, mz_fast_str *s) {
+HOT int scan_string(cur *c, mz_fast_str *s) {
   const unsigned char *q = c->p, *p;
   if (q >= c->end || *q != '"') return 0;
   p = skip_plain(q + 1, c->end);
@@ -162,9 +183,47 @@ static int scan_string(cur *c, mz_fast_str *s) {
   return 1;
 }
 
-/* At least one digit. */
+/* lit (a literal of n >= 4 bytes) is next. Always inlined with a
+ * constant lit, the compiler folds its loads into constants: a few
+ * compares of 8 (or 4) bytes, the last load overlapping the one before. */
+HOT uint64_t load8(const void *p) {
+  uint64_t v;
+  memcpy(&v, p, 8);
+  return v;
+}
+
+HOT uint32_t load4(const void *p) {
+  uint32_t v;
+  memcpy(&v, p, 4);
+  return v;
+}
+
+HOT int lit_at(const cur *c, const char *lit, size_t n) {
+  const unsigned char *p = c->p;
+  if ((size_t)(c->end - p) < n) return 0;
+  if (n < 8) return load4(p) == load4(lit) && load4(p + n - 4) == load4(lit + n - 4);
+  for (size_t i = 0; i + 8 < n; i += 8)
+    if (load8(p + i) != load8(lit + i)) return 0;
+  return load8(p + n - 8) == load8(lit + n - 8);
+}
+
+/* At least one digit. With SWAR, eight at a time: t = w ^ "00000000" has
+ * a digit byte exactly where t is 0..9, i.e. where the high nibble is 0
+ * and the low nibble + 6 does not carry into it (never past the byte). */
 static int digits(cur *c) {
   const unsigned char *p = c->p;
+#ifdef SWAR
+  const uint64_t ones = 0x0101010101010101u;
+  while (c->end - c->p >= 8) {
+    uint64_t t = load8(c->p) ^ (ones * '0');
+    uint64_t m = (t | ((t & ones * 0x0F) + ones * 6)) & ones * 0xF0;
+    if (m) {
+      c->p += __builtin_ctzll(m) >> 3;
+      return c->p > p;
+    }
+    c->p += 8;
+  }
+#endif
   while (c->p < c->end && is_digit(*c->p)) c->p++;
   return c->p > p;
 }
@@ -184,8 +243,8 @@ static int scan_number(cur *c) {
   return c->p - start <= MAX_NUMBER;
 }
 
-static int scan_literal(cur *c, const char *lit, size_t n) {
-  if ((size_t)(c->end - c->p) < n || memcmp(c->p, lit, n) != 0) return 0;
+HOT int scan_literal(cur *c, const char *lit, size_t n) {
+  if (!lit_at(c, lit, n)) return 0;
   c->p += n;
   return 1;
 }
@@ -233,50 +292,59 @@ typedef struct scan {
   int has_choices;
 } scan;
 
-/* The value of one member; c is at the value (whitespace skipped) and the
- * function must consume exactly it. seen is per object. */
-typedef int (*member_fn)(cur *c, const mz_fast_str *key, scan *sc, unsigned *seen);
+/* One member of an object; c is at its key (the opening quote) and the
+ * function must consume the key, the colon and the value. seen is per
+ * object. */
+typedef int (*member_fn)(cur *c, scan *sc, unsigned *seen);
 
-/* An object whose members all pass fn; keys with escapes are refused, so
- * fn can compare raw bytes. */
-static int walk_object(cur *c, member_fn fn, scan *sc) {
-  mz_fast_str k;
+HOT int walk_object(cur *c, member_fn fn, scan *sc) {
   unsigned seen = 0;
   if (!eat(c, '{')) return 0;
-  if (eat(c, '}')) return 1;
-  do {
+  skip_ws(c);
+  if (c->p < c->end && *c->p == '}') return c->p++, 1;
+  for (;;) {
+    if (!fn(c, sc, &seen)) return 0;
+    if (c->p < c->end && *c->p == ',' && c->end - c->p > 1 && c->p[1] == '"') {
+      c->p++; /* compact JSON: straight on to the next key */
+      continue;
+    }
     skip_ws(c);
-    if (!scan_string(c, &k) || k.esc || !eat(c, ':')) return 0;
+    if (c->p >= c->end) return 0;
+    if (*c->p == '}') return c->p++, 1;
+    if (*c->p++ != ',') return 0;
     skip_ws(c);
-    if (!fn(c, &k, sc, &seen)) return 0;
-  } while (eat(c, ','));
-  return eat(c, '}');
+  }
 }
 
-static int key_is(const mz_fast_str *k, const char *lit, size_t n) {
-  return k->len == n && memcmp(k->p, lit, n) == 0;
-}
-#define KEY(k, lit) key_is((k), (lit), sizeof(lit) - 1)
+/* Keys are matched as raw bytes, quotes included (lit_at): every key we
+ * take is plain ASCII, so these bytes are exactly the string cJSON would
+ * read, and any other key (escaped, unknown, malformed) is refused, as the
+ * walk refuses unknown keys anyway. */
+#define AT(c, lit) lit_at((c), (lit), sizeof(lit) - 1)
 
 /* Each known key once (bit 0 = unknown key): a repeat would make cJSON's
- * last-one-wins matter. */
-static int first_time(unsigned *seen, unsigned bit) {
+ * last-one-wins matter. Then past the key (n bytes), the colon and the
+ * whitespace before the value. */
+HOT int key_once(cur *c, size_t n, unsigned *seen, unsigned bit) {
   if (!bit || (*seen & bit)) return 0;
   *seen |= bit;
+  c->p += n;
+  if (c->p < c->end && *c->p == ':' && c->end - c->p > 1 && !is_ws(c->p[1])) return c->p++, 1;
+  if (!eat(c, ':')) return 0;
+  skip_ws(c);
   return 1;
 }
 
-static int string_or_null(cur *c, mz_fast_str *s) {
+HOT int string_or_null(cur *c, mz_fast_str *s) {
   if (c->p < c->end && *c->p == 'n') return scan_literal(c, "null", 4);
   return scan_string(c, s);
 }
 
-static int delta_member(cur *c, const mz_fast_str *k, scan *sc, unsigned *seen) {
-  mz_fast_str *slot = KEY(k, "content") ? &sc->out->content
-                    : KEY(k, "reasoning_content") ? &sc->out->reasoning
-                    : KEY(k, "reasoning") ? &sc->alt : NULL;
-  unsigned bit = slot == &sc->out->content ? 1 : slot == &sc->out->reasoning ? 2 : slot ? 4 : 0;
-  return first_time(seen, bit) && string_or_null(c, slot);
+static int delta_member(cur *c, scan *sc, unsigned *seen) {
+  if (AT(c, "\"content\"")) return key_once(c, 9, seen, 1) && string_or_null(c, &sc->out->content);
+  if (AT(c, "\"reasoning_content\"")) return key_once(c, 19, seen, 2) && string_or_null(c, &sc->out->reasoning);
+  if (AT(c, "\"reasoning\"")) return key_once(c, 11, seen, 4) && string_or_null(c, &sc->alt);
+  return 0;
 }
 
 /* "index": a plain small integer; anything fancier (1.0, 1e0, -1) goes
@@ -293,11 +361,11 @@ static int scan_index(cur *c, int *index) {
   return 1;
 }
 
-static int choice_member(cur *c, const mz_fast_str *k, scan *sc, unsigned *seen) {
-  if (KEY(k, "index")) return first_time(seen, 1) && scan_index(c, &sc->out->index);
-  if (KEY(k, "finish_reason")) return first_time(seen, 2) && scan_literal(c, "null", 4);
-  if (KEY(k, "logprobs")) return first_time(seen, 4) && skip_value(c, 2);
-  if (KEY(k, "delta")) return first_time(seen, 8) && walk_object(c, delta_member, sc);
+static int choice_member(cur *c, scan *sc, unsigned *seen) {
+  if (AT(c, "\"index\"")) return key_once(c, 7, seen, 1) && scan_index(c, &sc->out->index);
+  if (AT(c, "\"delta\"")) return key_once(c, 7, seen, 8) && walk_object(c, delta_member, sc);
+  if (AT(c, "\"finish_reason\"")) return key_once(c, 15, seen, 2) && scan_literal(c, "null", 4);
+  if (AT(c, "\"logprobs\"")) return key_once(c, 10, seen, 4) && skip_value(c, 2);
   return 0;
 }
 
@@ -307,20 +375,25 @@ static int scan_choices(cur *c, scan *sc) {
   return eat(c, '[') && walk_object(c, choice_member, sc) && eat(c, ']');
 }
 
-static int top_member(cur *c, const mz_fast_str *k, scan *sc, unsigned *seen) {
-  unsigned bit = 0;
-  switch (k->len ? k->p[0] : 0) {
+/* A value of the fields we skip: mostly strings, so those inline. */
+HOT int skip_field(cur *c) {
+  mz_fast_str s;
+  if (c->p < c->end && *c->p == '"') return scan_string(c, &s);
+  return skip_value(c, 1);
+}
+
+static int top_member(cur *c, scan *sc, unsigned *seen) {
+  if (c->end - c->p < 2) return 0;
+  switch (c->p[1]) {
   case 'c':
-    if (KEY(k, "choices")) return first_time(seen, 1) && scan_choices(c, sc);
-    bit = KEY(k, "created") ? 2 : 0;
-    break;
-  case 'i': bit = KEY(k, "id") ? 4 : 0; break;
-  case 'o': bit = KEY(k, "object") ? 8 : 0; break;
-  case 'm': bit = KEY(k, "model") ? 16 : 0; break;
-  case 's': bit = KEY(k, "system_fingerprint") ? 32 : 0; break;
-  default: break;
+    if (AT(c, "\"choices\"")) return key_once(c, 9, seen, 1) && scan_choices(c, sc);
+    return AT(c, "\"created\"") && key_once(c, 9, seen, 2) && skip_field(c);
+  case 'i': return AT(c, "\"id\"") && key_once(c, 4, seen, 4) && skip_field(c);
+  case 'o': return AT(c, "\"object\"") && key_once(c, 8, seen, 8) && skip_field(c);
+  case 'm': return AT(c, "\"model\"") && key_once(c, 7, seen, 16) && skip_field(c);
+  case 's': return AT(c, "\"system_fingerprint\"") && key_once(c, 20, seen, 32) && skip_field(c);
+  default: return 0;
   }
-  return first_time(seen, bit) && skip_value(c, 1);
 }
 
 int mz_fast_frame(const char *data, size_t len, mz_fast *out) {

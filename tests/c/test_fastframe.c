@@ -338,6 +338,9 @@ static void test_fast_accepts(void **state) {
   assert_int_equal(fast("{\"choices\":[{\"delta\":{\"reasoning\":\"\",\"reasoning_content\":null}}]}", &f), 1);
   assert_null(f.reasoning.p);
   assert_int_equal(fast("{\"choices\":[{\"delta\":{}}]}", &f), 1);
+  assert_int_equal(fast("{\"choices\":[{\"delta\":{\"content\":\"a\"} ,\t\"index\":3}],\"id\":\"x\" }", &f), 1);
+  assert_int_equal(f.index, 3);
+  assert_int_equal(f.content.len, 1);
   assert_int_equal(fast("{\"choices\":[{\"delta\":{\"content\":\"\\ud83d\\ude00\"}}]}", &f), 1);
   /* a NUL character is text like any other (issue 8: it was cut) */
   char out[8];
@@ -369,6 +372,11 @@ static void test_fast_refuses(void **state) {
     "{\"created\":[1,],\"choices\":[{\"delta\":{}}]}", "{\"created\":{\"a\"},\"choices\":[{\"delta\":{}}]}",
     "{\"choices\":[{\"delta\":{}},]}", "{\"choices\":[{\"delta\":{}}],}", "\xef\xbb\xbf{\"choices\":[{}]}",
     "\x01{\"choices\":[{}]}",
+    /* near misses of the keys, which are matched as raw bytes */
+    "{\"choices\":[{\"delta\":{xcontent\":\"a\"}}]}", "{\"choices\":[{\"delta\":{\"contenT\":\"a\"}}]}",
+    "{\"choices\":[{\"delta\":{\"contents\":\"a\"}}]}", "{\"choices\":[{\"delta\":{\"reasoning_contenx\":\"a\"}}]}",
+    "{\"i\":1,\"choices\":[{}]}", "{\"ids\":1,\"choices\":[{}]}", "{\"choices\":[{\"delta\":{\"content\"",
+    "{\"choices\":[{\"delta\":{}, \"index\":0,\"index\":0}]}", "{\"choices\":[{\"delta\":{},\"x\":0}]}",
   };
   mz_fast f;
   (void)state;
