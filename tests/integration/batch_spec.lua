@@ -75,12 +75,15 @@ describe("mirza.batch", function()
     assert.equal("Alpha answer.", content(a))
     assert.equal("Thinking about alpha.", body.choices[1].message.reasoning_content)
     assert.equal("stop", body.choices[1].finish_reason)
-    assert.is_number(body.usage.completion_tokens)
+    assert.equal(5, body.usage.completion_tokens) -- 2 answer + 3 reasoning tokens
     assert.equal(1, a.mirza.attempts)
     assert.equal(sim.base .. "/v1", a.mirza.endpoint)
     assert.equal("Prompt answer.", content(by.p))
     assert.equal("dflt", by.p.response.body.model)
-    assert.is_string(content(by["line-3"]))
+    -- a plain line is the user message as it is: the simulator's text for it
+    local plain = assert(mirza.collect { url = sim.base .. "/v1/chat/completions",
+      body = H.chat_body("a plain text prompt") })
+    assert.equal(plain.text, content(by["line-3"]))
     assert.equal("input", by["line-5"].error.code)
     assert.truthy(by["line-5"].error.message:find("invalid JSON", 1, true))
     local bad = by.bad400

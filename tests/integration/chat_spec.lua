@@ -105,9 +105,19 @@ describe("scripts/chat.lua", function()
     assert.truthy(r.err:find("SYSTEM=Second system, longer. HIST=Second system, longer.", 1, true), r.err)
     assert.truthy(r.err:find("new conversation (session mirza-", 1, true), r.err)
     assert.truthy(r.err:find("chat: started", 1, true), r.err)
-    assert.truthy(#r.out > 0)
     local _, _, code = mirza.request { url = ("http://127.0.0.1:%d/health"):format(port), timeout = 1, deadline = 2 }
     assert.equal("refused", code) -- the daemon it started is stopped
+    -- stdout is the two answers, sentence by sentence: the simulator's text
+    -- for each prompt (seeded by the prompt alone), asked again here
+    local sim = H.start_sim { "--tok-rate", "0", "--ttft-ms", "0" }
+    finally(sim.stop)
+    local want = {}
+    for _, prompt in ipairs { "Bonjour", "Encore" } do
+      local res = assert(mirza.collect { url = sim.base .. "/v1/chat/completions",
+        body = H.chat_body(prompt, { max_tokens = 32 }) })
+      want[#want + 1] = res.text
+    end
+    assert.equal(table.concat(want, " "), (r.out:gsub("\n", " "):gsub(" +$", "")))
   end)
 
   it("leaves an adopted daemon running", function()

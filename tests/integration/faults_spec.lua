@@ -66,7 +66,7 @@ local rows = {
     pattern = true } },
   { "error-after=2", sim = "llama", want = { "error", "server", "server error: simulated failure after 2 tokens", 4 } },
   { "no-done", sim = "llama", body = { stream_options = { include_usage = true } }, want = { "done", nil, nil, 11 },
-    check = function(ev) assert.is_true(ev.no_done_marker) assert.is_number(ev.usage.completion_tokens) end },
+    check = function(ev) assert.is_true(ev.no_done_marker) assert.equal(6, ev.usage.completion_tokens) end },
   { "(no server)", sim = "none", want = { "error", "refused", "^http://127%.0%.0%.1:%d+/.*: .+", 0, pattern = true } },
 }
 

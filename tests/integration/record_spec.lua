@@ -169,7 +169,10 @@ describe("an engine recording", function()
     assert.equal("Et demain ?", lines[3].prompt)
     assert.equal(0, l1.reasoning_bytes)
     assert.truthy(l1.time:match("^%d%d%d%d%-%d%d%-%d%dT%d%d:%d%d:%d%dZ$"))
-    assert.is_number(l1.stats.ttft_ms)
+    -- the last line is the engine's last request: its stats as the engine reported them
+    assert.same({ e.last.ttft_ms, e.last.tokens, e.last.finish_reason },
+      { lines[4].stats.ttft_ms, lines[4].stats.tokens, lines[4].finish_reason })
+    assert.is_true(l1.stats.ttft_ms >= 0 and l1.stats.ttft_ms < 10000)
     assert.is_nil(l1.error)
     local replay = H.start_sim { "--replay-dir", dir }
     local second = session(replay.base, nil)
