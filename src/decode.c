@@ -31,16 +31,13 @@ static int is_done(const char *s, size_t len) {
  * anything but whitespace after it is not one JSON value, so refuse it
  * rather than silently dropping the rest. *at is where parsing failed. */
 static cJSON *parse_exact(const char *data, size_t len, size_t *at) {
-  const char *end = NULL;
-  cJSON *root = cJSON_ParseWithLengthOpts(data, len, &end, 0);
-  if (!root) {
-    end = cJSON_GetErrorPtr(); /* set by this failure, into data */
-    *at = end && end >= data && end <= data + len ? (size_t)(end - data) : 0;
-    return NULL;
-  }
-  while (end < data + len && is_space(*end)) end++;
-  if (end == data + len) return root;
-  *at = (size_t)(end - data);
+  size_t end = 0;
+  cJSON *root = mz_json_parse(data, len, &end);
+  *at = end;
+  if (!root) return NULL;
+  while (end < len && is_space(data[end])) end++;
+  if (end == len) return root;
+  *at = end;
   cJSON_Delete(root);
   return NULL;
 }
@@ -93,60 +90,86 @@ static void set_err(char *err, size_t errlen, const char *msg) {
  * cJSON decodes "\u0000" but its strings are NUL-terminated, so the text
  * after it would be lost. A payload holding that escape (rare: checked
  * with one scan for a backslash-u-0000) is parsed from a copy where each
- * one is replaced by the escape of a control character the payload does
- * not otherwise contain; afterwards that character is turned back into NUL
- * and the string's real length is kept in its (otherwise unused) valueint,
- * read by str_len(). */
+ * one is replaced by the escape of a character the payload does not
+ * otherwise hold: a control character (U+0001..U+001F), else a
+ * noncharacter (U+FDD0..U+FDEF, which no text uses); afterwards that
+ * character is turned back into NUL and the string's real length is kept
+ * in its (otherwise unused) valueint, read by mz_json_strlen(). Keys still
+ * end at their first NUL (json.encode refuses such keys anyway). Only a
+ * payload holding all 63 of those characters falls back to cJSON's cut. */
 
 static int hex_val(char c) {
   return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
 }
 
-/* Control characters (1..31) the payload holds, raw or escaped, as bits;
- * returns the number of \u0000 escapes. */
-static int scan_controls(const char *d, size_t len, unsigned long *used) {
+/* The value of the 4 hex digits at d (-1 when they are not hex). */
+static long hex4(const char *d) {
+  long v = 0;
+  for (int k = 0; k < 4; k++) {
+    int h = hex_val(d[k]);
+    if (h < 0) return -1;
+    v = v * 16 + h;
+  }
+  return v;
+}
+
+/* The sentinel candidates the payload holds, raw or escaped, as bits:
+ * ctl for U+0000..U+001F, nc for U+FDD0..U+FDEF; returns the number of
+ * \u0000 escapes. */
+static int scan_controls(const char *d, size_t len, unsigned long *ctl, unsigned long *nc) {
   int nuls = 0;
   for (size_t i = 0; i < len; i++) {
     unsigned char c = (unsigned char)d[i];
-    if (c < 32) *used |= 1ul << c;
+    if (c < 32) *ctl |= 1ul << c;
+    if (c == 0xEF && i + 2 < len && (unsigned char)d[i + 1] == 0xB7) {
+      unsigned char c2 = (unsigned char)d[i + 2];
+      if (c2 >= 0x90 && c2 <= 0xAF) *nc |= 1ul << (c2 - 0x90);
+    }
     if (c != '\\' || i + 1 >= len) continue;
     switch (d[++i]) { /* skip the escaped character: an escaped backslash before u0000 is no NUL */
-    case 'b': *used |= 1ul << 8; break;
-    case 't': *used |= 1ul << 9; break;
-    case 'n': *used |= 1ul << 10; break;
-    case 'f': *used |= 1ul << 12; break;
-    case 'r': *used |= 1ul << 13; break;
-    case 'u':
-      if (i + 4 < len && d[i + 1] == '0' && d[i + 2] == '0' && hex_val(d[i + 3]) >= 0 && hex_val(d[i + 3]) < 2 &&
-          hex_val(d[i + 4]) >= 0) {
-        int v = hex_val(d[i + 3]) * 16 + hex_val(d[i + 4]);
-        *used |= 1ul << v;
-        nuls += v == 0;
-      }
+    case 'b': *ctl |= 1ul << 8; break;
+    case 't': *ctl |= 1ul << 9; break;
+    case 'n': *ctl |= 1ul << 10; break;
+    case 'f': *ctl |= 1ul << 12; break;
+    case 'r': *ctl |= 1ul << 13; break;
+    case 'u': {
+      long v = i + 4 < len ? hex4(d + i + 1) : -1;
+      if (v >= 0 && v < 32) *ctl |= 1ul << v, nuls += v == 0;
+      else if (v >= 0xFDD0 && v <= 0xFDEF) *nc |= 1ul << (v - 0xFDD0);
       break;
+    }
     default: break;
     }
   }
   return nuls;
 }
 
-/* A copy of the payload with every \u0000 replaced by \u00XX (XX = the
- * sentinel), or NULL (none needed, no free sentinel, or out of memory). */
-static char *nul_copy(const char *d, size_t len, char *sentinel) {
-  unsigned long used = 0;
-  *sentinel = 0;
-  if (!memchr(d, '\\', len) || !scan_controls(d, len, &used)) return NULL;
-  for (int c = 1; c < 32 && !*sentinel; c++)
-    if (!(used & (1ul << c))) *sentinel = (char)c;
-  char *copy = *sentinel ? malloc(len ? len : 1) : NULL;
+/* A sentinel: its code point, and its UTF-8 bytes (1 or 3). */
+typedef struct {
+  long cp;
+  char bytes[4];
+  size_t n;
+} sentinel;
+
+/* A copy of the payload with every \u0000 replaced by the escape of the
+ * sentinel, or NULL (none needed, none free, or out of memory). */
+static char *nul_copy(const char *d, size_t len, sentinel *sn) {
+  unsigned long ctl = 0, nc = 0;
+  sn->cp = 0;
+  if (!memchr(d, '\\', len) || !scan_controls(d, len, &ctl, &nc)) return NULL;
+  for (int c = 1; c < 32 && !sn->cp; c++)
+    if (!(ctl & (1ul << c))) sn->cp = c, sn->bytes[0] = (char)c, sn->n = 1;
+  for (int k = 0; k < 32 && !sn->cp; k++)
+    if (!(nc & (1ul << k)))
+      sn->cp = 0xFDD0 + k, sn->bytes[0] = '\xEF', sn->bytes[1] = '\xB7', sn->bytes[2] = (char)(0x90 + k), sn->n = 3;
+  char *copy = sn->cp ? malloc(len ? len : 1) : NULL;
   if (!copy) return NULL;
   memcpy(copy, d, len);
   for (size_t i = 0; i + 5 < len; i++) {
     if (copy[i] != '\\') continue;
     if (memcmp(copy + i + 1, "u0000", 5) == 0) {
       static const char hex[] = "0123456789abcdef";
-      copy[i + 4] = hex[*sentinel >> 4];
-      copy[i + 5] = hex[*sentinel & 15];
+      for (int k = 0; k < 4; k++) copy[i + 2 + k] = hex[(sn->cp >> (12 - 4 * k)) & 15];
     }
     i++;
   }
@@ -154,22 +177,45 @@ static char *nul_copy(const char *d, size_t len, char *sentinel) {
 }
 
 /* Turn the sentinel back into NUL everywhere in the tree. */
-static void restore_nuls(cJSON *item, char sentinel) {
+static void restore_nuls(cJSON *item, const sentinel *sn) {
   for (; item; item = item->next) {
     char *p;
-    if (item->string && (p = strchr(item->string, sentinel))) *p = '\0';
-    if (cJSON_IsString(item) && item->valuestring && strchr(item->valuestring, sentinel)) {
-      size_t n = strlen(item->valuestring);
+    if (item->string && (p = strstr(item->string, sn->bytes))) *p = '\0';
+    if (cJSON_IsString(item) && item->valuestring && strstr(item->valuestring, sn->bytes)) {
+      char *r = item->valuestring, *w = r;
+      while (*r) {
+        if (strncmp(r, sn->bytes, sn->n) == 0) *w++ = '\0', r += sn->n;
+        else *w++ = *r++;
+      }
+      *w = '\0';
+      size_t n = (size_t)(w - item->valuestring);
       item->valueint = n < (size_t)1 << 30 ? (int)n : 0;
-      for (p = item->valuestring; (p = strchr(p, sentinel)); p++) *p = '\0';
     }
-    restore_nuls(item->child, sentinel);
+    restore_nuls(item->child, sn);
   }
+}
+
+cJSON *mz_json_parse(const char *data, size_t len, size_t *end) {
+  const char *stop = NULL;
+  sentinel sn;
+  sn.bytes[3] = sn.bytes[1] = '\0';
+  char *copy = nul_copy(data, len, &sn);
+  const char *src = copy ? copy : data;
+  cJSON *root = cJSON_ParseWithLengthOpts(src, len, &stop, 0);
+  if (!root) stop = cJSON_GetErrorPtr(); /* set by this failure, into src */
+  if (end) *end = stop && stop >= src && stop <= src + len ? (size_t)(stop - src) : 0;
+  free(copy);
+  if (root && copy) restore_nuls(root, &sn);
+  return root;
+}
+
+size_t mz_json_strlen(const cJSON *v) {
+  return v->valueint > 0 ? (size_t)v->valueint : strlen(v->valuestring);
 }
 
 /* Length of a string value, NUL characters included. */
 static size_t str_len(const cJSON *v) {
-  return v->valueint > 0 ? (size_t)v->valueint : strlen(v->valuestring);
+  return mz_json_strlen(v);
 }
 
 int mz_frame_decode(mz_frame *f, const char *data, size_t len, char *err, size_t errlen) {
@@ -181,11 +227,7 @@ int mz_frame_decode(mz_frame *f, const char *data, size_t len, char *err, size_t
     f->done = 1;
     return 0;
   }
-  char sentinel;
-  char *copy = nul_copy(data, len, &sentinel);
-  f->root = parse_exact(copy ? copy : data, len, &at);
-  free(copy);
-  if (f->root && sentinel) restore_nuls(f->root, sentinel);
+  f->root = parse_exact(data, len, &at);
   if (!f->root) {
     char msg[64];
     snprintf(msg, sizeof msg, "malformed JSON in SSE data at byte %zu", at);

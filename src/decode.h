@@ -44,9 +44,21 @@ typedef struct mz_choice {
   const cJSON *message;      /* non-streamed: choices[i].message, or NULL */
 } mz_choice;
 
+/* Parse JSON text data[0..len) (not necessarily NUL-terminated) with
+ * cJSON, keeping "\u0000" in string values: a string's length, NULs
+ * included, is mz_json_strlen(item) (keys still end at their first NUL).
+ * Like cJSON_ParseWithLengthOpts, parsing stops after the first value;
+ * *end (NULL is fine) is the offset where it stopped, or where it failed
+ * when the result is NULL. The caller owns the tree. */
+cJSON *mz_json_parse(const char *data, size_t len, size_t *end);
+
+/* Length of a string item of a tree from mz_json_parse (or any cJSON
+ * string), NUL characters included. */
+size_t mz_json_strlen(const cJSON *v);
+
 /* Decode one SSE data payload (not necessarily NUL-terminated). A "\u0000"
- * in a delta's content or reasoning is kept: mz_choice lengths count it
- * (other strings of the tree still end at the first NUL, as in cJSON). "[DONE]"
+ * in a string value is kept: mz_choice lengths count it, and
+ * mz_json_strlen gives the others' (the tree is mz_json_parse's). "[DONE]"
  * (surrounding whitespace allowed) sets done. Returns 0, or -1 with a short
  * message in err when the payload is not JSON or not a JSON object. The
  * frame must be freed with mz_frame_free in both cases. */

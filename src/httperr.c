@@ -159,7 +159,7 @@ static const char *json_message(const cJSON *root) {
 }
 
 cJSON *mz_http_error_object(const char *body, size_t len) {
-  cJSON *root = body && len ? cJSON_ParseWithLength(body, len) : NULL, *e;
+  cJSON *root = body && len ? mz_json_parse(body, len, NULL) : NULL, *e;
   if (!cJSON_IsObject(root)) {
     cJSON_Delete(root);
     return NULL;
@@ -204,7 +204,7 @@ char *mz_http_error_message(long status, const char *body, size_t len, char *out
   if (!out || !outlen) return out;
   if (!body) len = 0;
   while (len && (*body == ' ' || *body == '\t' || *body == '\r' || *body == '\n')) body++, len--;
-  cJSON *root = len && (*body == '{' || *body == '[') ? cJSON_ParseWithLength(body, len) : NULL;
+  cJSON *root = len && (*body == '{' || *body == '[') ? mz_json_parse(body, len, NULL) : NULL;
   const char *msg = json_message(root);
   if (msg) {
     l.max = MESSAGE_MAX;

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "decode.h"
 #include "l_util.h"
 #include "mirza.h"
 
@@ -76,7 +77,7 @@ void mz_l_pushjson(lua_State *L, const cJSON *v, int skip_null) {
   } else if (cJSON_IsNumber(v)) {
     push_number(L, v->valuedouble);
   } else if (cJSON_IsString(v)) {
-    lua_pushstring(L, v->valuestring);
+    lua_pushlstring(L, v->valuestring, mz_json_strlen(v));
   } else if (cJSON_IsArray(v)) {
     lua_createtable(L, cJSON_GetArraySize(v), 0);
     lua_Integer i = 1;
@@ -102,16 +103,13 @@ static int is_ws(char c) {
  * cJSON stops after the first value, and text after it would otherwise be
  * dropped without a word. On failure *at is the offset of the problem. */
 static cJSON *parse_all(const char *s, size_t len, size_t *at) {
-  const char *end = NULL;
-  cJSON *tree = cJSON_ParseWithLengthOpts(s, len, &end, 0);
-  if (!tree) {
-    end = cJSON_GetErrorPtr();
-    *at = end && end >= s && end <= s + len ? (size_t)(end - s) : len;
-    return NULL;
-  }
-  while (end < s + len && is_ws(*end)) end++;
-  if (end == s + len) return tree;
-  *at = (size_t)(end - s);
+  size_t end = len;
+  cJSON *tree = mz_json_parse(s, len, &end); /* "\u0000" kept in strings */
+  *at = end;
+  if (!tree) return NULL;
+  while (end < len && is_ws(s[end])) end++;
+  if (end == len) return tree;
+  *at = end;
   cJSON_Delete(tree);
   return NULL;
 }

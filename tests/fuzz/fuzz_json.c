@@ -23,14 +23,8 @@
 
 static const char CHECKER[] =
   "local json, mode, s = ...\n"
-  /* json.decode still ends a string at \u0000 (cJSON's strings are C
-   * strings; issue 8 item 10): until that is fixed, a built string with a
-   * NUL only has to come back up to its first NUL. Set to false to check. */
-  "local NUL_CUT = true\n"
   "local function eq(a, b, d)\n"
   "  if type(a) == 'number' and type(b) == 'number' then return a == b end\n"
-  "  if NUL_CUT and type(a) == 'string' and type(b) == 'string' and a:find('\\0', 1, true) then\n"
-  "    return a:sub(1, a:find('\\0', 1, true) - 1) == b end\n"
   "  if type(a) ~= type(b) then return false end\n"
   "  if type(a) ~= 'table' then return a == b end\n"
   "  local n = 0\n"

@@ -27,6 +27,18 @@ describe("mirza.json exactness", function()
     assert.equal('["x\\u0000"]', json.encode({ "x\0" }))
   end)
 
+  it("decodes a NUL inside a string value whole, at any depth", function()
+    local v = json.decode('{"a":"x\\u0000y","b":["\\u0000","z\\u0000\\u0000"],"c":{"d":"\\u0001\\u0000"}}')
+    assert.same({ a = "x\0y", b = { "\0", "z\0\0" }, c = { d = "\1\0" } }, v)
+    assert.equal("a\0b\"\\\1", json.decode(json.encode("a\0b\"\\\1")))
+    -- every control character in use: a noncharacter stands in for NUL
+    local all = {}
+    for c = 1, 31 do all[#all + 1] = string.char(c) end
+    local s = table.concat(all) .. "\0end"
+    assert.equal(s, json.decode(json.encode(s)))
+    assert.equal("\u{FDD0}\0\u{FDD0}", json.decode(json.encode(table.concat(all) .. "\u{FDD0}\0\u{FDD0}")):sub(32))
+  end)
+
   it("raises on a table key holding a NUL instead of cutting it", function()
     assert.has_error(function() json.encode({ ["a\0b"] = 1 }) end,
       "json: cannot encode a table key containing NUL")
