@@ -73,8 +73,10 @@ static int jobs_dirs(char dirs[MAX_DIRS][PATH_MAX]) {
   const char *rel = MIRZA_JOBS_FROM_BIN; /* absolute when so configured */
   char joined[2 * PATH_MAX];
   // cppcheck-suppress knownConditionTrueFalse ; MIRZA_JOBS_FROM_BIN is absolute in some builds
-  if (rel[0] == '/') snprintf(joined, sizeof joined, "%s", rel);
-  else if (!join(joined, sizeof joined, bin, rel)) return n;
+  if (rel[0] == '/')
+    snprintf(joined, sizeof joined, "%s", rel);
+  else if (!join(joined, sizeof joined, bin, rel))
+    return n;
   if (realpath(joined, dirs[n])) n++; /* "P/share/...", not "P/bin/../share/..." */
   return n;
 }
@@ -104,9 +106,7 @@ static void job_summary(const char *path, char *out, size_t size) {
   fclose(f);
 }
 
-static int by_name(const struct dirent **a, const struct dirent **b) {
-  return strcmp((*a)->d_name, (*b)->d_name);
-}
+static int by_name(const struct dirent **a, const struct dirent **b) { return strcmp((*a)->d_name, (*b)->d_name); }
 
 static int is_job(const struct dirent *e) {
   size_t n = strlen(e->d_name);
@@ -131,18 +131,17 @@ static void list_dir(FILE *out, char dirs[MAX_DIRS][PATH_MAX], int which) {
   if (n >= 0) free(ents);
 }
 
-static const char env_text[] =
-    "Environment:\n"
-    "  MIRZA_LUA_DIR         load the mirza.* modules from this directory (as --lua-dir)\n"
-    "  MIRZA_SIM             the mirza-sim binary (default: next to mirza, then PATH)\n"
-    "  MIRZA_CONFIG          engine config file (default ~/.config/mirza/config.lua)\n"
-    "  MIRZA_BASE_URL, MIRZA_MODEL, MIRZA_MODEL_ID, MIRZA_API_KEY, MIRZA_HOST,\n"
-    "  MIRZA_PORT, MIRZA_PRESET, MIRZA_SESSION_ID, MIRZA_DIALECT,\n"
-    "  MIRZA_CONTEXT_WINDOW, MIRZA_MAX_TOKENS, MIRZA_TEMPERATURE, MIRZA_AUTOSTART,\n"
-    "  MIRZA_DAEMON, MIRZA_THINK_TAGS\n"
-    "                        engine settings (over the config file and the code)\n"
-    "  MIRZA_DEMO_PORT       the demo job's simulator port (default 18766)\n"
-    "  MIRZA_RECORD          record every request and turn into this directory\n";
+static const char env_text[] = "Environment:\n"
+                               "  MIRZA_LUA_DIR         load the mirza.* modules from this directory (as --lua-dir)\n"
+                               "  MIRZA_SIM             the mirza-sim binary (default: next to mirza, then PATH)\n"
+                               "  MIRZA_CONFIG          engine config file (default ~/.config/mirza/config.lua)\n"
+                               "  MIRZA_BASE_URL, MIRZA_MODEL, MIRZA_MODEL_ID, MIRZA_API_KEY, MIRZA_HOST,\n"
+                               "  MIRZA_PORT, MIRZA_PRESET, MIRZA_SESSION_ID, MIRZA_DIALECT,\n"
+                               "  MIRZA_CONTEXT_WINDOW, MIRZA_MAX_TOKENS, MIRZA_TEMPERATURE, MIRZA_AUTOSTART,\n"
+                               "  MIRZA_DAEMON, MIRZA_THINK_TAGS\n"
+                               "                        engine settings (over the config file and the code)\n"
+                               "  MIRZA_DEMO_PORT       the demo job's simulator port (default 18766)\n"
+                               "  MIRZA_RECORD          record every request and turn into this directory\n";
 
 void mz_cli_help(FILE *out) {
   char dirs[MAX_DIRS][PATH_MAX];
@@ -154,6 +153,5 @@ void mz_cli_help(FILE *out) {
 
 void mz_cli_version(FILE *out) {
   const curl_version_info_data *cv = curl_version_info(CURLVERSION_NOW);
-  fprintf(out, "mirza %s (%s, libcurl %s, cJSON %s)\n", MIRZA_VERSION, LUA_RELEASE, cv->version,
-          cJSON_Version());
+  fprintf(out, "mirza %s (%s, libcurl %s, cJSON %s)\n", MIRZA_VERSION, LUA_RELEASE, cv->version, cJSON_Version());
 }

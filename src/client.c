@@ -57,31 +57,31 @@ struct mz_stream {
   mz_buf arena, body;
   item *q;
   size_t qhead, qlen, qcap;
-  cJSON *popped_json;      /* json of the last popped event */
-  char carry[2][4];        /* held-back partial UTF-8: [0] think, [1] text */
+  cJSON *popped_json; /* json of the last popped event */
+  char carry[2][4];   /* held-back partial UTF-8: [0] think, [1] text */
   size_t carry_len[2];
   char finish_reason[32];
-  int no_done;             /* ended cleanly after a finish_reason, no [DONE] */
-  size_t invalid_utf8;     /* ill-formed sequences replaced by U+FFFD */
-  int skip_bad;            /* on_bad_frame = "skip" */
-  size_t skipped_frames;   /* malformed frames skipped */
+  int no_done;           /* ended cleanly after a finish_reason, no [DONE] */
+  size_t invalid_utf8;   /* ill-formed sequences replaced by U+FFFD */
+  int skip_bad;          /* on_bad_frame = "skip" */
+  size_t skipped_frames; /* malformed frames skipped */
   cJSON *usage, *timings, *stats, *extra;
-  double last_rx, stall_s;  /* last byte received (head or body) */
-  double retry_after;       /* of an HTTP error: seconds, or -1 */
+  double last_rx, stall_s; /* last byte received (head or body) */
+  double retry_after;      /* of an HTTP error: seconds, or -1 */
   double t_open, header_s; /* header_timeout: until the head is complete */
   int got_rx, head_done;   /* a response byte came; the final head ended */
   mz_buf headers;          /* "name: value\n" lines, names in lowercase */
   /* the terminal event */
-  mz_evtype term;          /* 0 while none */
+  mz_evtype term; /* 0 while none */
   int term_popped;
   const char *term_code;
   char term_msg[512];
   cJSON *term_json;
-  mz_event cur;            /* what next() handed out */
+  mz_event cur; /* what next() handed out */
   char errbuf[CURL_ERROR_SIZE];
   mz_stream *rprev, *rnext; /* the client's ready list (see mark_ready) */
   int listed;               /* on the ready list */
-  FILE *rec;               /* record_path: the response as received; NULL when off */
+  FILE *rec;                /* record_path: the response as received; NULL when off */
 };
 
 struct mz_client {
@@ -143,18 +143,24 @@ static void mark_ready(mz_stream *s) {
   s->listed = 1;
   s->rnext = NULL;
   s->rprev = c->rtail;
-  if (c->rtail) c->rtail->rnext = s;
-  else c->rhead = s;
+  if (c->rtail)
+    c->rtail->rnext = s;
+  else
+    c->rhead = s;
   c->rtail = s;
 }
 
 static void unmark_ready(mz_stream *s) {
   mz_client *c = s->c;
   if (!s->listed) return;
-  if (s->rprev) s->rprev->rnext = s->rnext;
-  else c->rhead = s->rnext;
-  if (s->rnext) s->rnext->rprev = s->rprev;
-  else c->rtail = s->rprev;
+  if (s->rprev)
+    s->rprev->rnext = s->rnext;
+  else
+    c->rhead = s->rnext;
+  if (s->rnext)
+    s->rnext->rprev = s->rprev;
+  else
+    c->rtail = s->rprev;
   s->listed = 0;
   s->rprev = s->rnext = NULL;
 }
@@ -243,8 +249,10 @@ static void push_text_esc(mz_stream *s, mz_evtype t, int index, const char *p, s
   }
   size_t off = s->arena.len;
   memcpy(s->arena.p + off, s->carry[ch], held);
-  if (esc) len = mz_json_unescape(p, len, s->arena.p + off + held);
-  else memcpy(s->arena.p + off + held, p, len);
+  if (esc)
+    len = mz_json_unescape(p, len, s->arena.p + off + held);
+  else
+    memcpy(s->arena.p + off + held, p, len);
   size_t total = held + len, keep = total;
   if (index == 0) {
     keep = mz_utf8_complete(s->arena.p + off, total);
@@ -296,9 +304,9 @@ static cJSON *take(mz_frame *f, const cJSON *it) {
 }
 
 static int known_key(const char *k) {
-  static const char *const keys[] = {"id", "object", "created", "model", "system_fingerprint",
-                                     "choices", "usage", "timings", "mtplx_stats",
-                                     "mtplx_progress", "error", NULL};
+  static const char *const keys[] = {"id",      "object", "created", "model",       "system_fingerprint",
+                                     "choices", "usage",  "timings", "mtplx_stats", "mtplx_progress",
+                                     "error",   NULL};
   for (int i = 0; keys[i]; i++)
     if (strcmp(k, keys[i]) == 0) return 1;
   return 0;
@@ -367,8 +375,7 @@ static void handle_frame(mz_stream *s, mz_frame *f) {
   mz_choice c;
   for (int i = 0; i < f->nchoices; i++)
     if (mz_frame_choice(f, i, &c) == 0) handle_choice(s, &c);
-  if (f->progress)
-    push_json(s, f->heartbeat ? MZ_EV_HEARTBEAT : MZ_EV_PROGRESS, 0, take(f, f->progress));
+  if (f->progress) push_json(s, f->heartbeat ? MZ_EV_HEARTBEAT : MZ_EV_PROGRESS, 0, take(f, f->progress));
   if (f->usage) replace(&s->usage, take(f, f->usage));
   if (f->timings) replace(&s->timings, take(f, f->timings));
   if (f->stats) replace(&s->stats, take(f, f->stats));
@@ -378,10 +385,8 @@ static void handle_frame(mz_stream *s, mz_frame *f) {
 
 /* A token frame read by the fast path: same events as handle_choice. */
 static void handle_fast(mz_stream *s, const mz_fast *f) {
-  if (f->reasoning.len)
-    push_text_esc(s, MZ_EV_THINK, f->index, f->reasoning.p, f->reasoning.len, f->reasoning.esc);
-  if (f->content.len)
-    push_text_esc(s, MZ_EV_TEXT, f->index, f->content.p, f->content.len, f->content.esc);
+  if (f->reasoning.len) push_text_esc(s, MZ_EV_THINK, f->index, f->reasoning.p, f->reasoning.len, f->reasoning.esc);
+  if (f->content.len) push_text_esc(s, MZ_EV_TEXT, f->index, f->content.p, f->content.len, f->content.esc);
 }
 
 static int on_sse_event(void *ud, const mz_sse_event *e) {
@@ -391,7 +396,7 @@ static int on_sse_event(void *ud, const mz_sse_event *e) {
   if (s->term) return 1;
   int is_error = e->type_len == 5 && memcmp(e->type, "error", 5) == 0;
   if (!is_error && strcmp(e->type, "message") != 0) return 0; /* other event types: not ours */
-  mz_fast ff; /* most frames are plain tokens: no cJSON tree for them */
+  mz_fast ff;                                                 /* most frames are plain tokens: no cJSON tree for them */
   if (!is_error && mz_fast_frame(e->data, e->data_len, &ff)) {
     handle_fast(s, &ff);
     return s->term ? 1 : 0;
@@ -423,10 +428,14 @@ static void classify(mz_stream *s) {
   char *ct = NULL;
   curl_easy_getinfo(s->easy, CURLINFO_RESPONSE_CODE, &s->status);
   curl_easy_getinfo(s->easy, CURLINFO_CONTENT_TYPE, &ct);
-  if (s->status >= 300) s->mode = MODE_ERRBODY; /* redirects are not followed */
-  else if (s->plain) s->mode = MODE_PLAIN;
-  else if (ct && strstr(ct, "json") && !strstr(ct, "event-stream")) s->mode = MODE_JSON;
-  else s->mode = MODE_SSE;
+  if (s->status >= 300)
+    s->mode = MODE_ERRBODY; /* redirects are not followed */
+  else if (s->plain)
+    s->mode = MODE_PLAIN;
+  else if (ct && strstr(ct, "json") && !strstr(ct, "event-stream"))
+    s->mode = MODE_JSON;
+  else
+    s->mode = MODE_SSE;
 }
 
 static size_t on_write(char *p, size_t size, size_t n, void *ud) {
@@ -482,8 +491,7 @@ static size_t on_header(char *p, size_t size, size_t n, void *ud) {
   name = (size_t)(colon - p);
   size_t at = s->headers.len;
   if (buf_add(&s->headers, p, len) || buf_add(&s->headers, "\n", 1)) return size * n;
-  for (size_t i = 0; i < name; i++)
-    s->headers.p[at + i] = (char)tolower((unsigned char)s->headers.p[at + i]);
+  for (size_t i = 0; i < name; i++) s->headers.p[at + i] = (char)tolower((unsigned char)s->headers.p[at + i]);
   return size * n;
 }
 
@@ -529,8 +537,8 @@ static void finish_redirect(mz_stream *s) {
   char *to = NULL;
   curl_easy_getinfo(s->easy, CURLINFO_REDIRECT_URL, &to);
   const char *reason = mz_http_reason(s->status);
-  set_terminal(s, MZ_EV_ERROR, MZ_E_HTTP, "HTTP %ld%s%s to %s (redirects are not followed: use that url)",
-               s->status, *reason ? " " : "", reason, to ? to : "(no Location)");
+  set_terminal(s, MZ_EV_ERROR, MZ_E_HTTP, "HTTP %ld%s%s to %s (redirects are not followed: use that url)", s->status,
+               *reason ? " " : "", reason, to ? to : "(no Location)");
 }
 
 static void finish_http_error(mz_stream *s) {
@@ -564,12 +572,8 @@ static void finish_transport_error(mz_stream *s, CURLcode rc) {
   int closed = 0;
   switch (rc) {
   case CURLE_COULDNT_CONNECT:
-  case CURLE_COULDNT_RESOLVE_HOST:
-    code = MZ_E_REFUSED;
-    break;
-  case CURLE_OPERATION_TIMEDOUT:
-    code = MZ_E_TIMEOUT;
-    break;
+  case CURLE_COULDNT_RESOLVE_HOST: code = MZ_E_REFUSED; break;
+  case CURLE_OPERATION_TIMEDOUT: code = MZ_E_TIMEOUT; break;
   case CURLE_PARTIAL_FILE:
   case CURLE_RECV_ERROR:
   case CURLE_GOT_NOTHING:
@@ -577,8 +581,7 @@ static void finish_transport_error(mz_stream *s, CURLcode rc) {
     code = MZ_E_CLOSED;
     closed = 1;
     break;
-  default:
-    break;
+  default: break;
   }
   flush_carry(s);
   const char *why = s->errbuf[0] ? s->errbuf : curl_easy_strerror(rc);
@@ -597,10 +600,14 @@ static void detach_easy(mz_stream *s) {
 
 static void on_complete(mz_stream *s, CURLcode rc) {
   if (s->mode == MODE_UNKNOWN && rc == CURLE_OK) classify(s);
-  if (s->mode == MODE_ERRBODY && (rc == CURLE_OK || s->body.len)) finish_http_error(s);
-  else if (rc != CURLE_OK) finish_transport_error(s, rc);
-  else if (s->mode == MODE_PLAIN) set_terminal(s, MZ_EV_RESPONSE, NULL, NULL);
-  else if (s->mode == MODE_JSON) finish_json_body(s);
+  if (s->mode == MODE_ERRBODY && (rc == CURLE_OK || s->body.len))
+    finish_http_error(s);
+  else if (rc != CURLE_OK)
+    finish_transport_error(s, rc);
+  else if (s->mode == MODE_PLAIN)
+    set_terminal(s, MZ_EV_RESPONSE, NULL, NULL);
+  else if (s->mode == MODE_JSON)
+    finish_json_body(s);
   else if (!s->term) {
     int partial = mz_sse_finish(&s->sse);
     if (!s->term && !partial && s->finish_reason[0]) {
@@ -659,9 +666,7 @@ static void drive(mz_client *c) {
   check_stalls(c, mz_now());
 }
 
-static int ready(const mz_stream *s) {
-  return s->qhead < s->qlen || (s->term && !s->term_popped);
-}
+static int ready(const mz_stream *s) { return s->qhead < s->qlen || (s->term && !s->term_popped); }
 
 static int count_ready(const mz_client *c) {
   int n = 0;
@@ -709,9 +714,7 @@ static double deadline_from(long timeout_ms) {
   return timeout_ms < 0 ? INFINITY : mz_now() + (double)timeout_ms / 1000.0;
 }
 
-int mz_client_wait(mz_client *c, long timeout_ms) {
-  return wait_loop(c, NULL, deadline_from(timeout_ms));
-}
+int mz_client_wait(mz_client *c, long timeout_ms) { return wait_loop(c, NULL, deadline_from(timeout_ms)); }
 
 int mz_client_sleep(mz_client *c, long timeout_ms) {
   double end = mz_now() + (double)timeout_ms / 1000.0;
@@ -806,13 +809,9 @@ int mz_stream_next(mz_stream *s, long timeout_ms, const mz_event **ev) {
   return MZ_NEXT_EVENT;
 }
 
-size_t mz_stream_pending(const mz_stream *s) {
-  return s->qlen - s->qhead + (s->term && !s->term_popped);
-}
+size_t mz_stream_pending(const mz_stream *s) { return s->qlen - s->qhead + (s->term && !s->term_popped); }
 
-int mz_stream_finished(const mz_stream *s) {
-  return s->term != 0;
-}
+int mz_stream_finished(const mz_stream *s) { return s->term != 0; }
 
 /* ------------------------------------------------------ open / close */
 
@@ -926,8 +925,10 @@ void mz_stream_close(mz_stream *s) {
   mz_client *c = s->c;
   detach_easy(s);
   unmark_ready(s);
-  if (s->prev) s->prev->next = s->next;
-  else c->streams = s->next;
+  if (s->prev)
+    s->prev->next = s->next;
+  else
+    c->streams = s->next;
   if (s->next) s->next->prev = s->prev;
   c->nstreams--;
   for (size_t i = s->qhead; i < s->qlen; i++) cJSON_Delete(s->q[i].json);
@@ -974,6 +975,4 @@ void mz_client_wakeup(mz_client *c) {
   if (c) curl_multi_wakeup(c->multi);
 }
 
-size_t mz_client_streams(const mz_client *c) {
-  return c->nstreams;
-}
+size_t mz_client_streams(const mz_client *c) { return c->nstreams; }

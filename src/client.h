@@ -26,53 +26,53 @@ typedef struct mz_client mz_client;
 typedef struct mz_stream mz_stream;
 
 typedef enum mz_evtype {
-  MZ_EV_THINK = 1,  /* reasoning delta: text */
-  MZ_EV_TEXT,       /* answer delta: text */
-  MZ_EV_TOOL_CALL,  /* json = delta.tool_calls array */
-  MZ_EV_PROGRESS,   /* json = mtplx_progress */
-  MZ_EV_HEARTBEAT,  /* json = mtplx_progress with heartbeat: true */
-  MZ_EV_DONE,       /* terminal; json = {finish_reason, usage, stats, timings, extra} */
-  MZ_EV_ERROR,      /* terminal; text = message, code, status; json = server error */
-  MZ_EV_RESPONSE    /* terminal, plain requests: text = body, status */
+  MZ_EV_THINK = 1, /* reasoning delta: text */
+  MZ_EV_TEXT,      /* answer delta: text */
+  MZ_EV_TOOL_CALL, /* json = delta.tool_calls array */
+  MZ_EV_PROGRESS,  /* json = mtplx_progress */
+  MZ_EV_HEARTBEAT, /* json = mtplx_progress with heartbeat: true */
+  MZ_EV_DONE,      /* terminal; json = {finish_reason, usage, stats, timings, extra} */
+  MZ_EV_ERROR,     /* terminal; text = message, code, status; json = server error */
+  MZ_EV_RESPONSE   /* terminal, plain requests: text = body, status */
 } mz_evtype;
 
 /* Valid until the next call into the client for this client (next/wait/
  * close): copy what you need at once. */
 typedef struct mz_event {
   mz_evtype type;
-  int index;           /* choice index */
-  const char *text;    /* think/text delta, error message, response body */
+  int index;        /* choice index */
+  const char *text; /* think/text delta, error message, response body */
   size_t len;
-  cJSON *json;         /* see mz_evtype; may be NULL; owned by the stream */
-  const char *code;    /* error token (mirza.h MZ_E_*) for MZ_EV_ERROR */
-  long status;         /* HTTP status (0 if no response) */
-  const char *body;    /* error/response: raw body (may be NULL) */
+  cJSON *json;      /* see mz_evtype; may be NULL; owned by the stream */
+  const char *code; /* error token (mirza.h MZ_E_*) for MZ_EV_ERROR */
+  long status;      /* HTTP status (0 if no response) */
+  const char *body; /* error/response: raw body (may be NULL) */
   size_t body_len;
   const char *headers; /* error/response: the response headers as "name:
                           value\n" lines, names in lowercase (may be NULL) */
   size_t headers_len;
-  double retry_after;  /* error: Retry-After in seconds from now, or -1 */
+  double retry_after; /* error: Retry-After in seconds from now, or -1 */
 } mz_event;
 
 typedef struct mz_request {
   const char *url;
-  const char *method;          /* NULL: POST if body, else GET */
-  const char *body;            /* copied */
+  const char *method; /* NULL: POST if body, else GET */
+  const char *body;   /* copied */
   size_t body_len;
-  const char *const *headers;  /* "Name: value", NULL-terminated, or NULL */
-  const char *api_key;         /* -> Authorization: Bearer (never logged) */
-  int plain;                   /* 1: not a stream: one MZ_EV_RESPONSE at the end */
-  long connect_timeout_ms;     /* TCP connect; 0: 10 s */
-  long stall_timeout_ms;       /* no byte (head or body) for this long once the
+  const char *const *headers; /* "Name: value", NULL-terminated, or NULL */
+  const char *api_key;        /* -> Authorization: Bearer (never logged) */
+  int plain;                  /* 1: not a stream: one MZ_EV_RESPONSE at the end */
+  long connect_timeout_ms;    /* TCP connect; 0: 10 s */
+  long stall_timeout_ms;      /* no byte (head or body) for this long once the
                                   first one came -> "timeout"; 0: none */
-  long deadline_ms;            /* whole request; 0: none */
-  size_t max_event_bytes;      /* SSE event cap; 0: MZ_SSE_DEFAULT_MAX */
-  long header_timeout_ms;      /* from the start until the whole response
+  long deadline_ms;           /* whole request; 0: none */
+  size_t max_event_bytes;     /* SSE event cap; 0: MZ_SSE_DEFAULT_MAX */
+  long header_timeout_ms;     /* from the start until the whole response
                                   head came (a queued request waits that
                                   long) -> "timeout"; 0: none */
-  int skip_bad_frames;         /* 1: a malformed frame is skipped (counted in
+  int skip_bad_frames;        /* 1: a malformed frame is skipped (counted in
                                   done.skipped_frames); 0: "protocol" error */
-  const char *record_path;     /* record the response into this file (created
+  const char *record_path;    /* record the response into this file (created
                                   or truncated): the head as received, then
                                   the body as delivered (de-chunked,
                                   decoded); NULL: off (one NULL check per

@@ -16,9 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int is_space(char c) {
-  return c == ' ' || c == '\t' || c == '\n' || c == '\r';
-}
+static int is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
 /* "[DONE]" with optional surrounding whitespace. */
 static int is_done(const char *s, size_t len) {
@@ -42,9 +40,7 @@ static cJSON *parse_exact(const char *data, size_t len, size_t *at) {
   return NULL;
 }
 
-static const cJSON *object_or_null(const cJSON *item) {
-  return cJSON_IsObject(item) ? item : NULL;
-}
+static const cJSON *object_or_null(const cJSON *item) { return cJSON_IsObject(item) ? item : NULL; }
 
 /* One top-level member. Returns 0 if the key is known, 1 if not; a known
  * key with a value of the wrong type is known but stays NULL. */
@@ -67,9 +63,12 @@ static int take_member(mz_frame *f, const cJSON *item) {
     f->timings = object_or_null(item);
     return 0;
   case 'm':
-    if (strcmp(k, "mtplx_stats") == 0) f->stats = object_or_null(item);
-    else if (strcmp(k, "mtplx_progress") == 0) f->progress = object_or_null(item);
-    else return strcmp(k, "model") != 0;
+    if (strcmp(k, "mtplx_stats") == 0)
+      f->stats = object_or_null(item);
+    else if (strcmp(k, "mtplx_progress") == 0)
+      f->progress = object_or_null(item);
+    else
+      return strcmp(k, "model") != 0;
     return 0;
   case 'e':
     if (strcmp(k, "error") != 0) return 1;
@@ -99,7 +98,10 @@ static void set_err(char *err, size_t errlen, const char *msg) {
  * payload holding all 63 of those characters falls back to cJSON's cut. */
 
 static int hex_val(char c) {
-  return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+  return c >= '0' && c <= '9'   ? c - '0'
+         : c >= 'a' && c <= 'f' ? c - 'a' + 10
+         : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                : -1;
 }
 
 /* The value of the 4 hex digits at d (-1 when they are not hex). */
@@ -134,8 +136,10 @@ static int scan_controls(const char *d, size_t len, unsigned long *ctl, unsigned
     case 'r': *ctl |= 1ul << 13; break;
     case 'u': {
       long v = i + 4 < len ? hex4(d + i + 1) : -1;
-      if (v >= 0 && v < 32) *ctl |= 1ul << v, nuls += v == 0;
-      else if (v >= 0xFDD0 && v <= 0xFDEF) *nc |= 1ul << (v - 0xFDD0);
+      if (v >= 0 && v < 32)
+        *ctl |= 1ul << v, nuls += v == 0;
+      else if (v >= 0xFDD0 && v <= 0xFDEF)
+        *nc |= 1ul << (v - 0xFDD0);
       break;
     }
     default: break;
@@ -184,8 +188,10 @@ static void restore_nuls(cJSON *item, const sentinel *sn) {
     if (cJSON_IsString(item) && item->valuestring && strstr(item->valuestring, sn->bytes)) {
       char *r = item->valuestring, *w = r;
       while (*r) {
-        if (strncmp(r, sn->bytes, sn->n) == 0) *w++ = '\0', r += sn->n;
-        else *w++ = *r++;
+        if (strncmp(r, sn->bytes, sn->n) == 0)
+          *w++ = '\0', r += sn->n;
+        else
+          *w++ = *r++;
       }
       *w = '\0';
       size_t n = (size_t)(w - item->valuestring);
@@ -209,14 +215,10 @@ cJSON *mz_json_parse(const char *data, size_t len, size_t *end) {
   return root;
 }
 
-size_t mz_json_strlen(const cJSON *v) {
-  return v->valueint > 0 ? (size_t)v->valueint : strlen(v->valuestring);
-}
+size_t mz_json_strlen(const cJSON *v) { return v->valueint > 0 ? (size_t)v->valueint : strlen(v->valuestring); }
 
 /* Length of a string value, NUL characters included. */
-static size_t str_len(const cJSON *v) {
-  return mz_json_strlen(v);
-}
+static size_t str_len(const cJSON *v) { return mz_json_strlen(v); }
 
 int mz_frame_decode(mz_frame *f, const char *data, size_t len, char *err, size_t errlen) {
   const cJSON *item;
@@ -238,8 +240,7 @@ int mz_frame_decode(mz_frame *f, const char *data, size_t len, char *err, size_t
     set_err(err, errlen, "SSE data is JSON but not an object");
     return -1;
   }
-  for (item = f->root->child; item; item = item->next)
-    f->unknown += take_member(f, item);
+  for (item = f->root->child; item; item = item->next) f->unknown += take_member(f, item);
   if (f->progress) f->heartbeat = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(f->progress, "heartbeat"));
   return 0;
 }
@@ -257,9 +258,7 @@ static const char *str_of(const cJSON *obj, const char *key, size_t *len) {
   return s;
 }
 
-static const char *str_val(const cJSON *v) {
-  return cJSON_IsString(v) ? v->valuestring : NULL;
-}
+static const char *str_val(const cJSON *v) { return cJSON_IsString(v) ? v->valuestring : NULL; }
 
 /* The text fields of a delta (or message), in one pass over its members:
  * this runs for every token, and a lookup per field would walk the list
@@ -269,11 +268,16 @@ static void read_delta(const cJSON *src, mz_choice *c) {
   const cJSON *v, *cv = NULL, *rc = NULL, *r = NULL;
   for (v = src->child; v; v = v->next) {
     const char *k = v->string;
-    if (strcmp(k, "content") == 0) cv = cJSON_IsString(v) ? v : NULL;
-    else if (strcmp(k, "reasoning_content") == 0) rc = cJSON_IsString(v) ? v : NULL;
-    else if (strcmp(k, "role") == 0) c->role = str_val(v);
-    else if (strcmp(k, "tool_calls") == 0) c->tool_calls = cJSON_IsArray(v) ? v : NULL;
-    else if (strcmp(k, "reasoning") == 0) r = cJSON_IsString(v) ? v : NULL;
+    if (strcmp(k, "content") == 0)
+      cv = cJSON_IsString(v) ? v : NULL;
+    else if (strcmp(k, "reasoning_content") == 0)
+      rc = cJSON_IsString(v) ? v : NULL;
+    else if (strcmp(k, "role") == 0)
+      c->role = str_val(v);
+    else if (strcmp(k, "tool_calls") == 0)
+      c->tool_calls = cJSON_IsArray(v) ? v : NULL;
+    else if (strcmp(k, "reasoning") == 0)
+      r = cJSON_IsString(v) ? v : NULL;
   }
   if (cv) c->content = cv->valuestring, c->content_len = str_len(cv);
   if (rc && !str_len(rc)) rc = NULL;
@@ -291,12 +295,15 @@ int mz_frame_choice(const mz_frame *f, int i, mz_choice *c) {
   if (!cJSON_IsObject(ch)) return -1;
   for (v = ch->child; v; v = v->next) {
     const char *k = v->string;
-    if (strcmp(k, "delta") == 0) delta = object_or_null(v);
-    else if (strcmp(k, "finish_reason") == 0) c->finish_reason = str_val(v);
+    if (strcmp(k, "delta") == 0)
+      delta = object_or_null(v);
+    else if (strcmp(k, "finish_reason") == 0)
+      c->finish_reason = str_val(v);
     else if (strcmp(k, "index") == 0 && cJSON_IsNumber(v) && v->valuedouble > -2147483648.0 &&
              v->valuedouble < 2147483648.0) /* else absent: casting it would be undefined */
       c->index = (int)v->valuedouble;
-    else if (strcmp(k, "message") == 0) c->message = object_or_null(v);
+    else if (strcmp(k, "message") == 0)
+      c->message = object_or_null(v);
   }
   if (delta || c->message) read_delta(delta ? delta : c->message, c);
   return 0;
@@ -310,8 +317,10 @@ static void render_code(const cJSON *code, char *buf, size_t len) {
     snprintf(buf, len, "%s", code->valuestring);
   } else if (cJSON_IsNumber(code)) {
     d = code->valuedouble;
-    if (d > -1e15 && d < 1e15 && d == (double)(long long)d) snprintf(buf, len, "%lld", (long long)d);
-    else snprintf(buf, len, "%g", d);
+    if (d > -1e15 && d < 1e15 && d == (double)(long long)d)
+      snprintf(buf, len, "%lld", (long long)d);
+    else
+      snprintf(buf, len, "%g", d);
   }
 }
 
@@ -338,10 +347,14 @@ static int seq_len(unsigned char b) {
  * surrogates, nothing past U+10FFFF); later ones are 80..BF. */
 static int second_ok(unsigned char lead, unsigned char b) {
   unsigned char lo = 0x80, hi = 0xBF;
-  if (lead == 0xE0) lo = 0xA0;
-  else if (lead == 0xED) hi = 0x9F;
-  else if (lead == 0xF0) lo = 0x90;
-  else if (lead == 0xF4) hi = 0x8F;
+  if (lead == 0xE0)
+    lo = 0xA0;
+  else if (lead == 0xED)
+    hi = 0x9F;
+  else if (lead == 0xF0)
+    lo = 0x90;
+  else if (lead == 0xF4)
+    hi = 0x8F;
   return b >= lo && b <= hi;
 }
 

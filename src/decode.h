@@ -15,17 +15,17 @@
 #include <cJSON.h>
 
 typedef struct mz_frame {
-  cJSON *root;             /* owned parse tree; NULL for [DONE] */
-  int done;                /* the payload was the literal [DONE] */
-  const cJSON *choices;    /* the "choices" array, or NULL */
-  int nchoices;            /* 0 for usage-only frames (choices: []) */
-  const cJSON *usage;      /* top-level objects, NULL when absent or null */
-  const cJSON *timings;    /* llama.cpp */
-  const cJSON *stats;      /* MTPLX mtplx_stats */
-  const cJSON *progress;   /* MTPLX mtplx_progress */
-  const cJSON *error;      /* top-level "error" (object or string) */
-  int heartbeat;           /* mtplx_progress.heartbeat == true */
-  int unknown;             /* count of top-level keys not listed below */
+  cJSON *root;           /* owned parse tree; NULL for [DONE] */
+  int done;              /* the payload was the literal [DONE] */
+  const cJSON *choices;  /* the "choices" array, or NULL */
+  int nchoices;          /* 0 for usage-only frames (choices: []) */
+  const cJSON *usage;    /* top-level objects, NULL when absent or null */
+  const cJSON *timings;  /* llama.cpp */
+  const cJSON *stats;    /* MTPLX mtplx_stats */
+  const cJSON *progress; /* MTPLX mtplx_progress */
+  const cJSON *error;    /* top-level "error" (object or string) */
+  int heartbeat;         /* mtplx_progress.heartbeat == true */
+  int unknown;           /* count of top-level keys not listed below */
 } mz_frame;
 
 /* Top-level keys mz_frame knows: id object created model system_fingerprint
@@ -33,11 +33,11 @@ typedef struct mz_frame {
  * counts in `unknown` so a caller can keep the raw frame reachable. */
 
 typedef struct mz_choice {
-  int index;                 /* "index", default: position in the array */
-  const char *role;          /* delta.role or NULL */
-  const char *reasoning;     /* delta.reasoning_content, else delta.reasoning */
-  size_t reasoning_len;      /* 0 when absent, null or "" */
-  const char *content;       /* delta.content (null/absent -> NULL, len 0) */
+  int index;             /* "index", default: position in the array */
+  const char *role;      /* delta.role or NULL */
+  const char *reasoning; /* delta.reasoning_content, else delta.reasoning */
+  size_t reasoning_len;  /* 0 when absent, null or "" */
+  const char *content;   /* delta.content (null/absent -> NULL, len 0) */
   size_t content_len;
   const cJSON *tool_calls;   /* delta.tool_calls array, or NULL */
   const char *finish_reason; /* NULL when null or absent */
@@ -73,8 +73,7 @@ int mz_frame_choice(const mz_frame *f, int i, mz_choice *c);
 /* The message of an error value: {"message": "..."} -> message, a plain
  * string -> itself, anything else -> NULL. Also reports "type" and "code"
  * (code may be a string or a number, rendered into code_buf). */
-const char *mz_error_message(const cJSON *error, const char **type,
-                             char *code_buf, size_t code_len);
+const char *mz_error_message(const cJSON *error, const char **type, char *code_buf, size_t code_len);
 
 /* Render the message for an HTTP error response into out (always
  * NUL-terminated; httperr.c): "HTTP <status> <reason phrase>: <line>" where

@@ -35,18 +35,13 @@ typedef struct cur {
 
 /* Bytes that end a run of plain string bytes: controls, '"' and '\\'. */
 static const unsigned char str_stop[256] = {
-  1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
-  1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
-  ['"'] = 1, ['\\'] = 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,         1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, ['"'] = 1, ['\\'] = 1,
 };
 
-static int is_ws(unsigned char c) {
-  return c <= ' ' && (c == ' ' || c == '\n' || c == '\r' || c == '\t');
-}
+static int is_ws(unsigned char c) { return c <= ' ' && (c == ' ' || c == '\n' || c == '\r' || c == '\t'); }
 
-static int is_digit(unsigned char c) {
-  return c >= '0' && c <= '9';
-}
+static int is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
 
 HOT void skip_ws(cur *c) {
   while (c->p < c->end && is_ws(*c->p)) c->p++;
@@ -80,13 +75,9 @@ static long hex4(const unsigned char *p) {
   return v;
 }
 
-static int is_high(long u) {
-  return u >= 0xD800 && u <= 0xDBFF;
-}
+static int is_high(long u) { return u >= 0xD800 && u <= 0xDBFF; }
 
-static int is_low(long u) {
-  return u >= 0xDC00 && u <= 0xDFFF;
-}
+static int is_low(long u) { return u >= 0xDC00 && u <= 0xDFFF; }
 
 /* p is at a backslash: the byte after a valid escape, or NULL. Unpaired
  * surrogates are refused like cJSON does; \u0000 is taken (decode.c keeps
@@ -95,12 +86,16 @@ static const unsigned char *scan_escape(const unsigned char *p, const unsigned c
   long u;
   if (end - p < 2) return NULL;
   switch (p[1]) {
-  case '"': case '\\': case '/': case 'b': case 'f': case 'n': case 'r': case 't':
-    return p + 2;
-  case 'u':
-    break;
-  default:
-    return NULL;
+  case '"':
+  case '\\':
+  case '/':
+  case 'b':
+  case 'f':
+  case 'n':
+  case 'r':
+  case 't': return p + 2;
+  case 'u': break;
+  default: return NULL;
   }
   if (end - p < 6 || (u = hex4(p + 2)) < 0 || is_low(u)) return NULL;
   if (!is_high(u)) return p + 6;
@@ -235,8 +230,10 @@ static int digits(cur *c) {
 static int scan_number(cur *c) {
   const unsigned char *start = c->p;
   if (c->p < c->end && *c->p == '-') c->p++;
-  if (c->p < c->end && *c->p == '0') c->p++;
-  else if (!digits(c)) return 0;
+  if (c->p < c->end && *c->p == '0')
+    c->p++;
+  else if (!digits(c))
+    return 0;
   if (c->p < c->end && *c->p == '.' && (c->p++, !digits(c))) return 0;
   if (c->p < c->end && (*c->p == 'e' || *c->p == 'E')) {
     c->p++;
@@ -355,7 +352,8 @@ static int delta_member(cur *c, scan *sc, unsigned *seen) {
 static int scan_index(cur *c, int *index) {
   const unsigned char *start = c->p;
   int v = 0;
-  if (c->p < c->end && *c->p == '0') c->p++;
+  if (c->p < c->end && *c->p == '0')
+    c->p++;
   else
     while (c->p < c->end && is_digit(*c->p) && c->p - start < 6) v = v * 10 + (*c->p++ - '0');
   if (c->p == start) return 0;

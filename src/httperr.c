@@ -16,21 +16,45 @@
 
 #include "decode.h"
 
-#define SUMMARY_MAX 200 /* bytes of a body's text line in a message */
+#define SUMMARY_MAX 200  /* bytes of a body's text line in a message */
 #define MESSAGE_MAX 1000 /* bytes of a server's own error message */
 
 const char *mz_http_reason(long status) {
-  static const struct { short code; const char *text; } reasons[] = {
-    {300, "Multiple Choices"}, {301, "Moved Permanently"}, {302, "Found"}, {303, "See Other"},
-    {304, "Not Modified"}, {307, "Temporary Redirect"}, {308, "Permanent Redirect"},
-    {400, "Bad Request"}, {401, "Unauthorized"}, {402, "Payment Required"}, {403, "Forbidden"},
-    {404, "Not Found"}, {405, "Method Not Allowed"}, {406, "Not Acceptable"},
-    {408, "Request Timeout"}, {409, "Conflict"}, {410, "Gone"}, {411, "Length Required"},
-    {413, "Content Too Large"}, {414, "URI Too Long"}, {415, "Unsupported Media Type"},
-    {422, "Unprocessable Content"}, {429, "Too Many Requests"},
-    {431, "Request Header Fields Too Large"}, {500, "Internal Server Error"},
-    {501, "Not Implemented"}, {502, "Bad Gateway"}, {503, "Service Unavailable"},
-    {504, "Gateway Timeout"}, {505, "HTTP Version Not Supported"}, {507, "Insufficient Storage"},
+  static const struct {
+    short code;
+    const char *text;
+  } reasons[] = {
+      {300, "Multiple Choices"},
+      {301, "Moved Permanently"},
+      {302, "Found"},
+      {303, "See Other"},
+      {304, "Not Modified"},
+      {307, "Temporary Redirect"},
+      {308, "Permanent Redirect"},
+      {400, "Bad Request"},
+      {401, "Unauthorized"},
+      {402, "Payment Required"},
+      {403, "Forbidden"},
+      {404, "Not Found"},
+      {405, "Method Not Allowed"},
+      {406, "Not Acceptable"},
+      {408, "Request Timeout"},
+      {409, "Conflict"},
+      {410, "Gone"},
+      {411, "Length Required"},
+      {413, "Content Too Large"},
+      {414, "URI Too Long"},
+      {415, "Unsupported Media Type"},
+      {422, "Unprocessable Content"},
+      {429, "Too Many Requests"},
+      {431, "Request Header Fields Too Large"},
+      {500, "Internal Server Error"},
+      {501, "Not Implemented"},
+      {502, "Bad Gateway"},
+      {503, "Service Unavailable"},
+      {504, "Gateway Timeout"},
+      {505, "HTTP Version Not Supported"},
+      {507, "Insufficient Storage"},
   };
   for (size_t i = 0; i < sizeof reasons / sizeof *reasons; i++)
     if (reasons[i].code == status) return reasons[i].text;
@@ -86,8 +110,10 @@ static size_t find_ci(const char *b, size_t len, size_t i, const char *lit) {
 /* &amp; &lt; &gt; &quot; &#39; &nbsp; at b[i] ('&'): the character put,
  * returns the bytes consumed (1 when it is none of them). */
 static size_t entity(const char *b, size_t len, size_t i, line *l) {
-  static const struct { const char *name; char c; } ents[] = {
-    {"&amp;", '&'}, {"&lt;", '<'}, {"&gt;", '>'}, {"&quot;", '"'}, {"&#39;", '\''}, {"&nbsp;", ' '}};
+  static const struct {
+    const char *name;
+    char c;
+  } ents[] = {{"&amp;", '&'}, {"&lt;", '<'}, {"&gt;", '>'}, {"&quot;", '"'}, {"&#39;", '\''}, {"&nbsp;", ' '}};
   for (size_t k = 0; k < sizeof ents / sizeof *ents; k++)
     if (starts_with_ci(b + i, len - i, ents[k].name)) {
       put(l, ents[k].c);
@@ -105,8 +131,10 @@ static void html_text(const char *b, size_t stop, size_t i, line *l) {
     char c = b[i];
     if (c == '<') {
       size_t end = find_ci(b, stop, i, ">");
-      if (starts_with_ci(b + i, stop - i, "<script")) end = find_ci(b, stop, i, "</script");
-      else if (starts_with_ci(b + i, stop - i, "<style")) end = find_ci(b, stop, i, "</style");
+      if (starts_with_ci(b + i, stop - i, "<script"))
+        end = find_ci(b, stop, i, "</script");
+      else if (starts_with_ci(b + i, stop - i, "<style"))
+        end = find_ci(b, stop, i, "</style");
       if (end < stop && b[end] != '>') end = find_ci(b, stop, end, ">");
       put(l, ' ');
       i = end + 1;

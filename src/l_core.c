@@ -28,9 +28,7 @@ void mz_l_signal(void) {
   if (c) mz_client_wakeup(c);
 }
 
-int mz_l_was_interrupted(void) {
-  return interrupt_seen;
-}
+int mz_l_was_interrupted(void) { return interrupt_seen; }
 
 int mz_l_raise_interrupt(lua_State *L) {
   interrupt_pending = 0;
@@ -161,8 +159,10 @@ static int l_ready(lua_State *L) {
   while ((got = mz_client_ready(ctx->client, batch, 64)) > 0)
     for (size_t i = 0; i < got; i++) {
       lua_pushlightuserdata(L, batch[i]);
-      if (lua_rawget(L, -2) == LUA_TNIL) lua_pop(L, 1); /* being collected: closing */
-      else lua_rawseti(L, out, ++n);
+      if (lua_rawget(L, -2) == LUA_TNIL)
+        lua_pop(L, 1); /* being collected: closing */
+      else
+        lua_rawseti(L, out, ++n);
     }
   for (lua_Integer i = n + 1; lua_rawgeti(L, out, i) != LUA_TNIL; i++) {
     lua_pop(L, 1);
@@ -180,11 +180,10 @@ static int l_streams(lua_State *L) {
 }
 
 int luaopen_mirza_core(lua_State *L) {
-  static const luaL_Reg funcs[] = {{"wait", l_wait},       {"sleep", l_sleep}, {"now", l_now},
-                                   {"streams", l_streams}, {"stat", l_stat},
-                                   {"ready", l_ready},     {NULL, NULL}};
+  static const luaL_Reg funcs[] = {{"wait", l_wait}, {"sleep", l_sleep}, {"now", l_now}, {"streams", l_streams},
+                                   {"stat", l_stat}, {"ready", l_ready}, {NULL, NULL}};
   mz_l_ctx(L);
-  luaL_newlib(L, funcs); /* [core] */
+  luaL_newlib(L, funcs);   /* [core] */
   luaopen_mirza_stream(L); /* [core, open] */
   lua_setfield(L, -2, "open");
   luaopen_mirza_proc(L); /* [core]: spawn, pid_stop, pidfile_*, file_tail... */

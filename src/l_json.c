@@ -70,8 +70,10 @@ static void push_number(lua_State *L, double d) {
 void mz_l_pushjson(lua_State *L, const cJSON *v, int skip_null) {
   luaL_checkstack(L, 4, "json too deep");
   if (!v || cJSON_IsNull(v)) {
-    if (skip_null) lua_pushnil(L);
-    else lua_pushlightuserdata(L, NULL);
+    if (skip_null)
+      lua_pushnil(L);
+    else
+      lua_pushlightuserdata(L, NULL);
   } else if (cJSON_IsBool(v)) {
     lua_pushboolean(L, cJSON_IsTrue(v));
   } else if (cJSON_IsNumber(v)) {
@@ -95,9 +97,7 @@ void mz_l_pushjson(lua_State *L, const cJSON *v, int skip_null) {
   }
 }
 
-static int is_ws(char c) {
-  return c == ' ' || c == '\t' || c == '\n' || c == '\r';
-}
+static int is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
 /* Parse all of s[0..len) as one JSON value (whitespace around it allowed):
  * cJSON stops after the first value, and text after it would otherwise be
@@ -200,8 +200,7 @@ static void add_table(lua_State *L, int idx, cJSON *node, int depth) {
       size_t klen;
       k = lua_tolstring(L, top - 1, &klen);
       if (memchr(k, '\0', klen)) luaL_error(L, "json: cannot encode a table key containing NUL");
-    }
-    else if (lua_isinteger(L, top - 1))
+    } else if (lua_isinteger(L, top - 1))
       k = lua_pushfstring(L, "%I", (LUAI_UACINT)lua_tointeger(L, top - 1));
     else
       luaL_error(L, "json: cannot encode a table key of type %s", luaL_typename(L, top - 1));
@@ -246,9 +245,12 @@ static cJSON *new_string(lua_State *L, int idx) {
   luaL_addchar(&b, '"');
   for (size_t i = 0; i < len; i++) {
     unsigned char c = (unsigned char)s[i];
-    if (c == '"' || c == '\\') luaL_addchar(&b, '\\'), luaL_addchar(&b, (char)c);
-    else if (c < 0x20) snprintf(esc, sizeof esc, "\\u%04x", (unsigned)c), luaL_addstring(&b, esc);
-    else luaL_addchar(&b, (char)c);
+    if (c == '"' || c == '\\')
+      luaL_addchar(&b, '\\'), luaL_addchar(&b, (char)c);
+    else if (c < 0x20)
+      snprintf(esc, sizeof esc, "\\u%04x", (unsigned)c), luaL_addstring(&b, esc);
+    else
+      luaL_addchar(&b, (char)c);
   }
   luaL_addchar(&b, '"');
   luaL_pushresult(&b); /* [text] */
@@ -269,8 +271,7 @@ static cJSON *new_node(lua_State *L, int idx, int depth) {
   case LUA_TTABLE:
     if (depth > MAX_DEPTH) luaL_error(L, "json: nesting deeper than %d (a cycle?)", MAX_DEPTH);
     return is_array(L, idx) ? cJSON_CreateArray() : cJSON_CreateObject();
-  default:
-    break;
+  default: break;
   }
   luaL_error(L, "json: cannot encode a value of type %s", luaL_typename(L, idx));
   return NULL;
@@ -326,9 +327,8 @@ static int json_array(lua_State *L) { return mark(L, ARRAY_MT); }
 static int json_object(lua_State *L) { return mark(L, OBJECT_MT); }
 
 int luaopen_mirza_json(lua_State *L) {
-  static const luaL_Reg funcs[] = {{"encode", json_encode}, {"decode", json_decode},
-                                   {"array", json_array},   {"object", json_object},
-                                   {NULL, NULL}};
+  static const luaL_Reg funcs[] = {
+      {"encode", json_encode}, {"decode", json_decode}, {"array", json_array}, {"object", json_object}, {NULL, NULL}};
   luaL_newmetatable(L, ARRAY_MT);
   luaL_newmetatable(L, OBJECT_MT);
   lua_pop(L, 2);

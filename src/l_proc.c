@@ -27,10 +27,10 @@
 #include "mirza.h"
 #include "supervisor.h"
 
-#define E_SPAWN "spawn"          /* code of a failed spawn */
-#define DEFAULT_GRACE_MS 5000    /* SIGTERM -> SIGKILL delay on close */
+#define E_SPAWN "spawn"       /* code of a failed spawn */
+#define DEFAULT_GRACE_MS 5000 /* SIGTERM -> SIGKILL delay on close */
 #define DEFAULT_TAIL_LINES 20
-#define TAIL_BYTES 16384         /* log_tail/file_tail return at most this */
+#define TAIL_BYTES 16384            /* log_tail/file_tail return at most this */
 #define LIVE_KEY "mirza.live_procs" /* registry: spawned processes not closed yet */
 
 typedef struct lproc {
@@ -39,11 +39,9 @@ typedef struct lproc {
   int keep_alive; /* close() leaves the child running */
   int grace_ms;   /* grace used by close() */
   int pidfile;    /* port whose pid file names this child, or 0 */
-} lproc;           /* uservalue 1: the log path, or nil */
+} lproc;          /* uservalue 1: the log path, or nil */
 
-static lproc *to_proc(lua_State *L, int idx) {
-  return luaL_checkudata(L, idx, MZ_PROC_MT);
-}
+static lproc *to_proc(lua_State *L, int idx) { return luaL_checkudata(L, idx, MZ_PROC_MT); }
 
 static lproc *check_proc(lua_State *L, int idx) {
   lproc *u = to_proc(L, idx);
@@ -64,10 +62,14 @@ static int opt_grace(lua_State *L, int idx, int def) {
 static int push_status(lua_State *L, int st) {
   char buf[128];
   lua_pushstring(L, mz_status_describe(st, buf, sizeof buf));
-  if (WIFEXITED(st)) lua_pushinteger(L, WEXITSTATUS(st));
-  else lua_pushnil(L);
-  if (WIFSIGNALED(st)) lua_pushinteger(L, WTERMSIG(st));
-  else lua_pushnil(L);
+  if (WIFEXITED(st))
+    lua_pushinteger(L, WEXITSTATUS(st));
+  else
+    lua_pushnil(L);
+  if (WIFSIGNALED(st))
+    lua_pushinteger(L, WTERMSIG(st));
+  else
+    lua_pushnil(L);
   return 3;
 }
 
@@ -75,8 +77,10 @@ static int push_status(lua_State *L, int st) {
 static void push_tail(lua_State *L, const char *path, int n) {
   luaL_Buffer b;
   char *buf = luaL_buffinitsize(L, &b, TAIL_BYTES);
-  if (path) mz_file_tail(path, n, buf, TAIL_BYTES);
-  else buf[0] = '\0';
+  if (path)
+    mz_file_tail(path, n, buf, TAIL_BYTES);
+  else
+    buf[0] = '\0';
   luaL_pushresultsize(&b, strlen(buf));
 }
 
@@ -142,8 +146,10 @@ static void set_live(lua_State *L, int idx, int on) {
   idx = lua_absindex(L, idx);
   push_live(L);
   lua_pushvalue(L, idx);
-  if (on) lua_pushboolean(L, 1);
-  else lua_pushnil(L);
+  if (on)
+    lua_pushboolean(L, 1);
+  else
+    lua_pushnil(L);
   lua_rawset(L, -3);
   lua_pop(L, 1);
 }
@@ -173,8 +179,10 @@ static int p_closed(lua_State *L) {
 
 static int p_tostring(lua_State *L) {
   lproc *u = to_proc(L, 1);
-  if (u->p) lua_pushfstring(L, "mirza.Process (pid %I)", (lua_Integer)u->pid);
-  else lua_pushliteral(L, "mirza.Process (closed)");
+  if (u->p)
+    lua_pushfstring(L, "mirza.Process (pid %I)", (lua_Integer)u->pid);
+  else
+    lua_pushliteral(L, "mirza.Process (closed)");
   return 1;
 }
 
@@ -222,8 +230,10 @@ static const char **push_argv(lua_State *L, int idx) {
 /* Add one env entry (value on top, key below) as "NAME=value" to anchors. */
 static void env_entry(lua_State *L, int anchors, int n) {
   if (lua_type(L, -1) != LUA_TSTRING) luaL_error(L, "mirza.spawn: env values must be strings");
-  if (lua_type(L, -2) == LUA_TSTRING) lua_pushfstring(L, "%s=%s", lua_tostring(L, -2), lua_tostring(L, -1));
-  else lua_pushvalue(L, -1);
+  if (lua_type(L, -2) == LUA_TSTRING)
+    lua_pushfstring(L, "%s=%s", lua_tostring(L, -2), lua_tostring(L, -1));
+  else
+    lua_pushvalue(L, -1);
   if (!strchr(lua_tostring(L, -1), '=')) luaL_error(L, "mirza.spawn: env entry without '=': %s", lua_tostring(L, -1));
   lua_rawseti(L, anchors, n);
 }
@@ -331,8 +341,10 @@ static int l_pid_listens(lua_State *L) {
 /* pidfile_read(port) -> pid | nil (no file, unreadable, unsafe directory) */
 static int l_pidfile_read(lua_State *L) {
   pid_t pid = mz_pidfile_read(check_port(L, 1));
-  if (pid > 0) lua_pushinteger(L, pid);
-  else lua_pushnil(L);
+  if (pid > 0)
+    lua_pushinteger(L, pid);
+  else
+    lua_pushnil(L);
   return 1;
 }
 
@@ -394,11 +406,11 @@ static int l_file_tail(lua_State *L) {
  * functions to the table on top of the stack (mirza.core). Pushes
  * nothing. */
 int luaopen_mirza_proc(lua_State *L) {
-  static const luaL_Reg methods[] = {{"pid", p_pid},           {"poll", p_poll},     {"stop", p_stop},
-                                     {"log_tail", p_log_tail}, {"log_path", p_log_path},
-                                     {"close", p_close},       {"closed", p_closed}, {NULL, NULL}};
-  static const luaL_Reg meta[] = {{"__gc", p_close},         {"__close", p_close}, {"__tostring", p_tostring},
-                                  {"__index", NULL},         {NULL, NULL}};
+  static const luaL_Reg methods[] = {
+      {"pid", p_pid},           {"poll", p_poll},   {"stop", p_stop},     {"log_tail", p_log_tail},
+      {"log_path", p_log_path}, {"close", p_close}, {"closed", p_closed}, {NULL, NULL}};
+  static const luaL_Reg meta[] = {
+      {"__gc", p_close}, {"__close", p_close}, {"__tostring", p_tostring}, {"__index", NULL}, {NULL, NULL}};
   static const luaL_Reg funcs[] = {{"spawn", l_spawn},
                                    {"pid_stop", l_pid_stop},
                                    {"pid_alive", l_pid_alive},

@@ -19,13 +19,11 @@
 #include "mirza.h"
 
 typedef struct lstream {
-  mz_stream *s;  /* NULL when closed */
-  mz_ctx *ctx;   /* kept alive by uservalue 1 */
+  mz_stream *s; /* NULL when closed */
+  mz_ctx *ctx;  /* kept alive by uservalue 1 */
 } lstream;
 
-static lstream *to_stream(lua_State *L, int idx) {
-  return luaL_checkudata(L, idx, MZ_STREAM_MT);
-}
+static lstream *to_stream(lua_State *L, int idx) { return luaL_checkudata(L, idx, MZ_STREAM_MT); }
 
 static lstream *check_stream(lua_State *L, int idx) {
   lstream *u = to_stream(L, idx);
@@ -36,9 +34,9 @@ static lstream *check_stream(lua_State *L, int idx) {
 /* ------------------------------------------------------------ events */
 
 static const char *const type_names[] = {
-    [MZ_EV_THINK] = "think",        [MZ_EV_TEXT] = "text",  [MZ_EV_TOOL_CALL] = "tool_call",
-    [MZ_EV_PROGRESS] = "progress",  [MZ_EV_HEARTBEAT] = "heartbeat",
-    [MZ_EV_DONE] = "done",          [MZ_EV_ERROR] = "error", [MZ_EV_RESPONSE] = "response"};
+    [MZ_EV_THINK] = "think",       [MZ_EV_TEXT] = "text",           [MZ_EV_TOOL_CALL] = "tool_call",
+    [MZ_EV_PROGRESS] = "progress", [MZ_EV_HEARTBEAT] = "heartbeat", [MZ_EV_DONE] = "done",
+    [MZ_EV_ERROR] = "error",       [MZ_EV_RESPONSE] = "response"};
 
 /* Copy the fields of a JSON object into the table on top (nulls left out). */
 static void merge_fields(lua_State *L, const cJSON *obj) {
@@ -64,7 +62,7 @@ static void push_headers(lua_State *L, const char *h, size_t len) {
     const char *v = colon + 1;
     while (v < nl && (*v == ' ' || *v == '\t')) v++;
     lua_pushlstring(L, h, (size_t)(colon - h)); /* [ev, headers, name] */
-    if (lua_rawget(L, -2) == LUA_TSTRING) { /* [ev, headers, old] */
+    if (lua_rawget(L, -2) == LUA_TSTRING) {     /* [ev, headers, old] */
       lua_pushliteral(L, ", ");
       lua_pushlstring(L, v, (size_t)(nl - v));
       lua_concat(L, 3);
@@ -92,8 +90,7 @@ static void push_error(lua_State *L, const mz_event *e) {
     mz_l_pushjson(L, e->json, 1);
     lua_setfield(L, -2, "error");
   }
-  if (e->body && e->body_len && e->code && strcmp(e->code, MZ_E_HTTP) == 0)
-    set_string(L, "body", e->body, e->body_len);
+  if (e->body && e->body_len && e->code && strcmp(e->code, MZ_E_HTTP) == 0) set_string(L, "body", e->body, e->body_len);
   if (e->headers_len) push_headers(L, e->headers, e->headers_len);
   if (e->retry_after >= 0) {
     lua_pushinteger(L, (lua_Integer)e->retry_after);
@@ -107,21 +104,15 @@ static void push_event(lua_State *L, const mz_event *e) {
   lua_createtable(L, 0, text ? 2 + (e->index != 0) : 3); /* exact for text: less for the GC to walk */
   switch (e->type) {
   case MZ_EV_THINK:
-  case MZ_EV_TEXT:
-    set_string(L, "text", e->text, e->len);
-    break;
+  case MZ_EV_TEXT: set_string(L, "text", e->text, e->len); break;
   case MZ_EV_TOOL_CALL:
     mz_l_pushjson(L, e->json, 1);
     lua_setfield(L, -2, "calls");
     break;
   case MZ_EV_PROGRESS:
   case MZ_EV_HEARTBEAT:
-  case MZ_EV_DONE:
-    merge_fields(L, e->json);
-    break;
-  case MZ_EV_ERROR:
-    push_error(L, e);
-    break;
+  case MZ_EV_DONE: merge_fields(L, e->json); break;
+  case MZ_EV_ERROR: push_error(L, e); break;
   case MZ_EV_RESPONSE:
     set_string(L, "body", e->text, e->len);
     lua_pushinteger(L, e->status);
@@ -151,16 +142,10 @@ static long timeout_ms(lua_State *L, int idx) {
 static int pull(lua_State *L, lstream *u, long ms) {
   const mz_event *e;
   switch (mz_stream_next(u->s, ms, &e)) {
-  case MZ_NEXT_EVENT:
-    push_event(L, e);
-    return 1;
-  case MZ_NEXT_TIMEOUT:
-    return mz_l_fail(L, "timeout", MZ_E_TIMEOUT);
-  case MZ_NEXT_INTERRUPTED:
-    return mz_l_raise_interrupt(L);
-  default: /* MZ_NEXT_END */
-    lua_pushnil(L);
-    return 1;
+  case MZ_NEXT_EVENT: push_event(L, e); return 1;
+  case MZ_NEXT_TIMEOUT: return mz_l_fail(L, "timeout", MZ_E_TIMEOUT);
+  case MZ_NEXT_INTERRUPTED: return mz_l_raise_interrupt(L);
+  default: /* MZ_NEXT_END */ lua_pushnil(L); return 1;
   }
 }
 
@@ -240,17 +225,29 @@ static int s_closed(lua_State *L) {
 
 static int s_tostring(lua_State *L) {
   lstream *u = to_stream(L, 1);
-  if (u->s) lua_pushfstring(L, "mirza.Stream (%p)", (void *)u);
-  else lua_pushliteral(L, "mirza.Stream (closed)");
+  if (u->s)
+    lua_pushfstring(L, "mirza.Stream (%p)", (void *)u);
+  else
+    lua_pushliteral(L, "mirza.Stream (closed)");
   return 1;
 }
 
 /* ------------------------------------------------------------ open */
 
-static const char *const request_keys[] = {"url",      "body",          "headers",  "api_key",
-                                           "timeout",  "stall_timeout", "deadline", "max_event_bytes",
-                                           "method",   "plain",         "header_timeout",
-                                           "on_bad_frame", "record_file", NULL};
+static const char *const request_keys[] = {"url",
+                                           "body",
+                                           "headers",
+                                           "api_key",
+                                           "timeout",
+                                           "stall_timeout",
+                                           "deadline",
+                                           "max_event_bytes",
+                                           "method",
+                                           "plain",
+                                           "header_timeout",
+                                           "on_bad_frame",
+                                           "record_file",
+                                           NULL};
 
 static void check_keys(lua_State *L, int idx) {
   lua_pushnil(L);
@@ -302,8 +299,10 @@ static const char **build_headers(lua_State *L, int idx) {
   lua_pushnil(L);
   while (lua_next(L, src)) { /* [headers, anchors, key, value] */
     if (lua_type(L, -1) != LUA_TSTRING) luaL_error(L, "mirza.open: header values must be strings");
-    if (lua_type(L, -2) == LUA_TSTRING) lua_pushfstring(L, "%s: %s", lua_tostring(L, -2), lua_tostring(L, -1));
-    else lua_pushvalue(L, -1);
+    if (lua_type(L, -2) == LUA_TSTRING)
+      lua_pushfstring(L, "%s: %s", lua_tostring(L, -2), lua_tostring(L, -1));
+    else
+      lua_pushvalue(L, -1);
     check_header_text(L, lua_tostring(L, -1));
     lua_rawseti(L, src + 1, ++n);
     lua_pop(L, 1);
@@ -369,15 +368,11 @@ static int l_open(lua_State *L) {
 }
 
 int luaopen_mirza_stream(lua_State *L) {
-  static const luaL_Reg methods[] = {{"next", s_next},         {"events", s_events}, {"close", s_close},
-                                     {"pending", s_pending},   {"finished", s_finished},
-                                     {"closed", s_closed},     {"next_batch", s_next_batch},
-                                     {NULL, NULL}};
-  static const luaL_Reg meta[] = {{"__gc", s_close},
-                                  {"__close", s_close},
-                                  {"__tostring", s_tostring},
-                                  {"__index", NULL},
-                                  {NULL, NULL}};
+  static const luaL_Reg methods[] = {
+      {"next", s_next},         {"events", s_events}, {"close", s_close},           {"pending", s_pending},
+      {"finished", s_finished}, {"closed", s_closed}, {"next_batch", s_next_batch}, {NULL, NULL}};
+  static const luaL_Reg meta[] = {
+      {"__gc", s_close}, {"__close", s_close}, {"__tostring", s_tostring}, {"__index", NULL}, {NULL, NULL}};
   if (luaL_newmetatable(L, MZ_STREAM_MT)) {
     luaL_setfuncs(L, meta, 0);
     luaL_newlib(L, methods);

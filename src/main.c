@@ -28,23 +28,22 @@
 static lua_State *globalL; /* for the signal handler only, as in lua.c */
 static volatile sig_atomic_t signal_number, signal_count;
 
-static const char usage_text[] =
-    "usage: mirza [options] [script|job [args]]\n"
-    "Run a Lua 5.4 script with the mirza library (require \"mirza\") built in;\n"
-    "a job is a ready-made script run by name (listed below). With no script\n"
-    "on a terminal, start an interactive prompt.\n"
-    "Options:\n"
-    "  -e CODE        execute the string CODE\n"
-    "  -l NAME        require library NAME into global NAME\n"
-    "  -i             enter the interactive prompt after the script (or -e)\n"
-    "  -              execute standard input (stop handling options)\n"
-    "  --             stop handling options\n"
-    "  --lua-dir DIR  load the mirza.* Lua modules from DIR/mirza/ instead of the\n"
-    "                 copies compiled into the binary (also: MIRZA_LUA_DIR=DIR)\n"
-    "  -v, --version  print the version and exit\n"
-    "  -h, --help     print this help and exit\n"
-    "Exit status: 0 on success, 1 on an uncaught error (traceback on stderr),\n"
-    "130 when interrupted by SIGINT, 143 by SIGTERM.\n";
+static const char usage_text[] = "usage: mirza [options] [script|job [args]]\n"
+                                 "Run a Lua 5.4 script with the mirza library (require \"mirza\") built in;\n"
+                                 "a job is a ready-made script run by name (listed below). With no script\n"
+                                 "on a terminal, start an interactive prompt.\n"
+                                 "Options:\n"
+                                 "  -e CODE        execute the string CODE\n"
+                                 "  -l NAME        require library NAME into global NAME\n"
+                                 "  -i             enter the interactive prompt after the script (or -e)\n"
+                                 "  -              execute standard input (stop handling options)\n"
+                                 "  --             stop handling options\n"
+                                 "  --lua-dir DIR  load the mirza.* Lua modules from DIR/mirza/ instead of the\n"
+                                 "                 copies compiled into the binary (also: MIRZA_LUA_DIR=DIR)\n"
+                                 "  -v, --version  print the version and exit\n"
+                                 "  -h, --help     print this help and exit\n"
+                                 "Exit status: 0 on success, 1 on an uncaught error (traceback on stderr),\n"
+                                 "130 when interrupted by SIGINT, 143 by SIGTERM.\n";
 
 /* Hook set by the signal handler: raise at the next Lua instruction. */
 static void stop_hook(lua_State *L, lua_Debug *ar) {
@@ -115,8 +114,10 @@ static void create_arg_table(lua_State *L, char **argv, int argc, int script) {
 static void script_dir_first(lua_State *L, const char *script) {
   const char *slash = strrchr(script, '/');
   lua_getglobal(L, "package");
-  if (slash) lua_pushlstring(L, script, (size_t)(slash - script));
-  else lua_pushliteral(L, ".");
+  if (slash)
+    lua_pushlstring(L, script, (size_t)(slash - script));
+  else
+    lua_pushliteral(L, ".");
   const char *dir = lua_tostring(L, -1);
   lua_getfield(L, -2, "path");
   lua_pushfstring(L, "%s/?.lua;%s/?/init.lua;%s", dir, dir, lua_tostring(L, -1));
@@ -136,8 +137,10 @@ static int run_chunk(lua_State *L, int status, int nargs) {
 static int run_script(lua_State *L, char **argv, int argc, int script) {
   const char *fname = argv[script];
   char job[4096]; // cppcheck-suppress variableScope ; fname may point into it until the load below
-  if (strcmp(fname, "-") == 0) fname = NULL;
-  else script_dir_first(L, fname = mz_cli_job(fname, job, sizeof job));
+  if (strcmp(fname, "-") == 0)
+    fname = NULL;
+  else
+    script_dir_first(L, fname = mz_cli_job(fname, job, sizeof job));
   int status = luaL_loadfile(L, fname);
   int n = 0;
   for (int i = script + 1; i < argc; i++, n++) {
@@ -250,6 +253,7 @@ int main(int argc, char **argv) {
   report(L, status);
   globalL = NULL;
   lua_close(L); /* closes streams (cancelling transfers) and daemons */
-  if (signal_number || (!o.interactive && mz_l_was_interrupted())) return 128 + (signal_number ? signal_number : SIGINT);
+  if (signal_number || (!o.interactive && mz_l_was_interrupted()))
+    return 128 + (signal_number ? signal_number : SIGINT);
   return ok ? 0 : 1;
 }

@@ -21,6 +21,6 @@
 #define MZ_E_SERVER "server"     /* error frame sent by the server */
 #define MZ_E_EXITED "exited"     /* daemon process exited */
 #define MZ_E_CANCELLED "cancelled"
-#define MZ_E_IO "io"             /* other transport error */
+#define MZ_E_IO "io" /* other transport error */
 
 #endif

@@ -135,9 +135,7 @@ static int read_line(const char *prompt, char **out, const volatile sig_atomic_t
 #endif
 
 /* Clears the client's pending-interrupt flag (it raises by design). */
-static int clear_interrupt(lua_State *L) {
-  return mz_l_raise_interrupt(L);
-}
+static int clear_interrupt(lua_State *L) { return mz_l_raise_interrupt(L); }
 
 /* Run the function on top with its arguments under the traceback handler,
  * with SIGINT armed to cancel it. Leaves the results or the message. */
@@ -245,8 +243,10 @@ static int step(lua_State *L, const volatile sig_atomic_t *quit) {
   if (got == LINE_EOF) return -1;
   if (got == LINE_CANCEL) return 0;
   if (status == LUA_OK) status = docall(L, 0, LUA_MULTRET);
-  if (status == LUA_OK) print_results(L, lua_gettop(L) - top);
-  else report(L, status);
+  if (status == LUA_OK)
+    print_results(L, lua_gettop(L) - top);
+  else
+    report(L, status);
   return 0;
 }
 
@@ -267,8 +267,7 @@ int mz_repl(lua_State *L, const volatile sig_atomic_t *quit) {
   rl_catch_signals = 0; /* SIGINT is ours: see read_line */
 #endif
   mz_cli_version(stdout);
-  fputs("`mirza` is loaded; a stream value prints as it arrives, Ctrl-C cancels it, Ctrl-D quits.\n",
-        stdout);
+  fputs("`mirza` is loaded; a stream value prints as it arrives, Ctrl-C cancels it, Ctrl-D quits.\n", stdout);
   repl_state = L;
   sigaction(SIGINT, &sa, &old);
   int top = lua_gettop(L);

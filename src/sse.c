@@ -105,8 +105,7 @@ static int dispatch(mz_sse *p) {
 static int add_data(mz_sse *p, const char *v, size_t n) {
   size_t sep = p->has_data ? 1 : 0;
   if (p->data_len + sep > p->max || n > p->max - p->data_len - sep) return fail(p, MZ_SSE_TOOBIG);
-  if (grow(&p->data, &p->data_cap, p->data_len + sep + n + 1, p->max + 1))
-    return fail(p, MZ_SSE_NOMEM);
+  if (grow(&p->data, &p->data_cap, p->data_len + sep + n + 1, p->max + 1)) return fail(p, MZ_SSE_NOMEM);
   if (sep) p->data[p->data_len++] = '\n';
   memcpy(p->data + p->data_len, v, n);
   p->data_len += n;
@@ -218,8 +217,10 @@ static int parse(mz_sse *p, const char *buf, size_t len, size_t *used) {
     int rc = end_line(p, s, eol);
     s = eol + 1;
     if (*eol == '\r') {
-      if (s == end) p->last_cr = 1; /* an LF may open the next feed */
-      else if (*s == '\n') s++;
+      if (s == end)
+        p->last_cr = 1; /* an LF may open the next feed */
+      else if (*s == '\n')
+        s++;
     }
     if (rc) {
       *used = (size_t)(s - buf);
@@ -247,8 +248,10 @@ static int stash(mz_sse *p, const char *buf, size_t len) {
 static int drain(mz_sse *p) {
   size_t used = 0;
   int rc = parse(p, p->pend + p->pend_off, p->pend_len - p->pend_off, &used);
-  if (rc == MZ_SSE_STOPPED) p->pend_off += used;
-  else p->pend_off = p->pend_len = 0;
+  if (rc == MZ_SSE_STOPPED)
+    p->pend_off += used;
+  else
+    p->pend_off = p->pend_len = 0;
   if (p->pend_off == p->pend_len) p->pend_off = p->pend_len = 0;
   return rc;
 }
@@ -269,8 +272,7 @@ int mz_sse_feed(mz_sse *p, const char *buf, size_t len) {
 }
 
 int mz_sse_finish(mz_sse *p) {
-  int pending = p->line_len > 0 || p->has_data || p->type_len > 0 ||
-                p->pend_len > p->pend_off || p->bom_pos > 0;
+  int pending = p->line_len > 0 || p->has_data || p->type_len > 0 || p->pend_len > p->pend_off || p->bom_pos > 0;
   p->line_len = p->data_len = p->type_len = 0;
   p->pend_off = p->pend_len = 0;
   p->has_data = 0;

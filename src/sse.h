@@ -52,23 +52,23 @@ typedef int (*mz_sse_on_event)(void *ud, const mz_sse_event *ev);
 typedef struct mz_sse {
   mz_sse_on_event on_event;
   void *ud;
-  size_t max;            /* cap on one event's data and on one line */
-  char *line;            /* current partial line (when split across feeds) */
+  size_t max; /* cap on one event's data and on one line */
+  char *line; /* current partial line (when split across feeds) */
   size_t line_len, line_cap;
-  char *data;            /* data buffer of the event being built */
+  char *data; /* data buffer of the event being built */
   size_t data_len, data_cap;
-  int has_data;          /* a data field was seen for this event */
-  char type[64];         /* event type (longer names are truncated) */
+  int has_data;  /* a data field was seen for this event */
+  char type[64]; /* event type (longer names are truncated) */
   size_t type_len;
-  char *id;              /* last event id */
+  char *id; /* last event id */
   size_t id_len, id_cap;
-  long retry_ms;         /* last valid retry: field, -1 if none */
-  int last_cr;           /* previous byte was CR: skip one LF */
-  int bom_pos;           /* bytes of the BOM matched so far; -1 when done */
-  char *pend;            /* bytes left unparsed by a callback stop */
+  long retry_ms; /* last valid retry: field, -1 if none */
+  int last_cr;   /* previous byte was CR: skip one LF */
+  int bom_pos;   /* bytes of the BOM matched so far; -1 when done */
+  char *pend;    /* bytes left unparsed by a callback stop */
   size_t pend_off, pend_len, pend_cap;
-  int status;            /* sticky: MZ_SSE_OK or an error */
-  unsigned long events;  /* events dispatched so far */
+  int status;           /* sticky: MZ_SSE_OK or an error */
+  unsigned long events; /* events dispatched so far */
 } mz_sse;
 
 /* max_event_bytes 0 means MZ_SSE_DEFAULT_MAX. Never fails (allocates lazily). */

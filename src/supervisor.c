@@ -46,24 +46,22 @@ struct mz_proc {
   int stop_result; /* what it returned, for idempotent calls */
 };
 
-#define POLL_STEP_MS 10         /* sleep between checks while stopping */
-#define KILL_WAIT_MS 2000       /* how long SIGKILL may take to show */
-#define FD_CLOSE_LIMIT 65536    /* fallback close loop never goes past this */
-#define TAIL_MAX (64 * 1024)    /* mz_file_tail reads at most this much */
+#define POLL_STEP_MS 10      /* sleep between checks while stopping */
+#define KILL_WAIT_MS 2000    /* how long SIGKILL may take to show */
+#define FD_CLOSE_LIMIT 65536 /* fallback close loop never goes past this */
+#define TAIL_MAX (64 * 1024) /* mz_file_tail reads at most this much */
 
 /* ---- time --------------------------------------------------------------- */
 
-static int64_t now_ms(void)
-{
+static int64_t now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 /* Sleep ms milliseconds even when signals (SIGCHLD...) interrupt us. */
-static void sleep_ms(int ms)
-{
-  struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+static void sleep_ms(int ms) {
+  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
   while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {}
 }
 
@@ -76,26 +74,24 @@ struct child_err {
   int err;
 };
 
-static _Noreturn void child_fail(int errfd, int step)
-{
-  struct child_err ce = { step, errno };
+static _Noreturn void child_fail(int errfd, int step) {
+  struct child_err ce = {step, errno};
   ssize_t n;
-  do n = write(errfd, &ce, sizeof ce); while (n < 0 && errno == EINTR);
+  do n = write(errfd, &ce, sizeof ce);
+  while (n < 0 && errno == EINTR);
   _exit(127);
 }
 
 /* Dispositions set to SIG_IGN survive exec (SIGPIPE is a classic one), and
  * so does the signal mask: a daemon must start with the defaults. */
-static void child_reset_signals(void)
-{
+static void child_reset_signals(void) {
   struct sigaction sa;
   sigset_t none;
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = SIG_DFL;
   sigemptyset(&sa.sa_mask);
   for (int s = 1; s < NSIG; s++) {
-    if (s != SIGKILL && s != SIGSTOP)
-      sigaction(s, &sa, NULL); /* EINVAL for libc-reserved ones: fine */
+    if (s != SIGKILL && s != SIGSTOP) sigaction(s, &sa, NULL); /* EINVAL for libc-reserved ones: fine */
   }
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, NULL);
@@ -103,8 +99,7 @@ static void child_reset_signals(void)
 
 /* dup2 to a standard descriptor. The parent made sure fd >= 3, so it can't
  * be clobbered by an earlier dup2 and dup2 always clears FD_CLOEXEC. */
-static int child_stdio(int nullfd, int logfd)
-{
+static int child_stdio(int nullfd, int logfd) {
   if (dup2(nullfd, STDIN_FILENO) < 0) return -1;
   if (dup2(logfd, STDOUT_FILENO) < 0) return -1;
   return dup2(logfd, STDERR_FILENO) < 0 ? -1 : 0;
@@ -113,8 +108,7 @@ static int child_stdio(int nullfd, int logfd)
 /* Close every fd >= 3 except keep (the error pipe, CLOEXEC anyway): libcurl
  * sockets and the like are not necessarily CLOEXEC and a daemon holding our
  * connections open would keep them alive after we close them. */
-static void child_close_fds(int keep)
-{
+static void child_close_fds(int keep) {
 #ifdef SYS_close_range
   int ok = 1;
   if (keep > 3 && syscall(SYS_close_range, 3u, (unsigned)keep - 1, 0u) < 0) ok = 0;
@@ -131,9 +125,7 @@ static void child_close_fds(int keep)
  * comes first (once the parent hears back, kill(-pid) must reach us),
  * signals are reset before PDEATHSIG is armed, and the getppid() check
  * closes the window where the parent died before prctl took effect. */
-static _Noreturn void child_run(const mz_spawn_opts *o, pid_t parent,
-                                int nullfd, int logfd, int errfd)
-{
+static _Noreturn void child_run(const mz_spawn_opts *o, pid_t parent, int nullfd, int logfd, int errfd) {
   if ((o->keep_alive ? setsid() : setpgid(0, 0)) < 0) child_fail(errfd, STEP_SETUP);
   child_reset_signals();
   if (!o->keep_alive) {
@@ -153,8 +145,7 @@ static _Noreturn void child_run(const mz_spawn_opts *o, pid_t parent,
 
 /* Move fd to >= 3 (keeping CLOEXEC) so the child's dup2 onto 0..2 never
  * overwrites it: possible when mirza runs with a standard fd closed. */
-static int fd_high(int fd)
-{
+static int fd_high(int fd) {
   if (fd < 0 || fd >= 3) return fd;
   int hi = fcntl(fd, F_DUPFD_CLOEXEC, 3);
   int e = errno;
@@ -163,9 +154,7 @@ static int fd_high(int fd)
   return hi;
 }
 
-static void spawn_error(char *err, size_t len, const char *prog, const char *what,
-                        const char *arg, int e)
-{
+static void spawn_error(char *err, size_t len, const char *prog, const char *what, const char *arg, int e) {
   if (!err || len == 0) return;
   if (what && arg)
     snprintf(err, len, "cannot run '%s': %s '%s': %s", prog, what, arg, strerror(e));
@@ -180,8 +169,7 @@ struct spawn_fds {
   int null, log, rd, wr;
 };
 
-static void close_fds(struct spawn_fds *f)
-{
+static void close_fds(struct spawn_fds *f) {
   if (f->log >= 0 && f->log != f->null) close(f->log);
   if (f->null >= 0) close(f->null);
   if (f->rd >= 0) close(f->rd);
@@ -190,9 +178,7 @@ static void close_fds(struct spawn_fds *f)
 }
 
 /* Report a failed open_fds step (errno still set by it) and undo. */
-static int open_fail(struct spawn_fds *f, char *err, size_t len, const char *prog,
-                     const char *what, const char *arg)
-{
+static int open_fail(struct spawn_fds *f, char *err, size_t len, const char *prog, const char *what, const char *arg) {
   int e = errno;
   spawn_error(err, len, prog, what, arg, e);
   close_fds(f);
@@ -202,42 +188,33 @@ static int open_fail(struct spawn_fds *f, char *err, size_t len, const char *pro
 
 /* Open /dev/null, the log and the error pipe in the parent, where a failure
  * is simple to report. Returns 0, or -1 with errno and the message in err. */
-static int open_fds(const mz_spawn_opts *o, struct spawn_fds *f, char *err, size_t len)
-{
+static int open_fds(const mz_spawn_opts *o, struct spawn_fds *f, char *err, size_t len) {
   int pfd[2];
   const char *prog = o->argv[0];
   f->null = f->log = f->rd = f->wr = -1;
   f->null = fd_high(open("/dev/null", O_RDWR | O_CLOEXEC));
-  if (f->null < 0)
-    return open_fail(f, err, len, prog, "cannot open", "/dev/null");
-  f->log = o->log_path
-             ? fd_high(open(o->log_path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644))
-             : f->null;
-  if (f->log < 0)
-    return open_fail(f, err, len, prog, "cannot open log", o->log_path);
-  if (pipe2(pfd, O_CLOEXEC) < 0)
-    return open_fail(f, err, len, prog, "pipe", NULL);
+  if (f->null < 0) return open_fail(f, err, len, prog, "cannot open", "/dev/null");
+  f->log = o->log_path ? fd_high(open(o->log_path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644)) : f->null;
+  if (f->log < 0) return open_fail(f, err, len, prog, "cannot open log", o->log_path);
+  if (pipe2(pfd, O_CLOEXEC) < 0) return open_fail(f, err, len, prog, "pipe", NULL);
   f->rd = fd_high(pfd[0]);
   f->wr = fd_high(pfd[1]);
-  if (f->rd < 0 || f->wr < 0)
-    return open_fail(f, err, len, prog, "pipe", NULL);
+  if (f->rd < 0 || f->wr < 0) return open_fail(f, err, len, prog, "pipe", NULL);
   return 0;
 }
 
 /* Wait for the child's verdict: 0 bytes (EOF) means exec succeeded and
  * closed the pipe; a struct means it failed and is exiting. */
-static int read_verdict(int fd, struct child_err *ce)
-{
+static int read_verdict(int fd, struct child_err *ce) {
   ssize_t n;
-  do n = read(fd, ce, sizeof *ce); while (n < 0 && errno == EINTR);
+  do n = read(fd, ce, sizeof *ce);
+  while (n < 0 && errno == EINTR);
   if (n == 0) return 0;
-  if (n != (ssize_t)sizeof *ce) *ce = (struct child_err){ STEP_SETUP, n < 0 ? errno : EIO };
+  if (n != (ssize_t)sizeof *ce) *ce = (struct child_err){STEP_SETUP, n < 0 ? errno : EIO};
   return -1;
 }
 
-static void verdict_error(const mz_spawn_opts *o, const struct child_err *ce,
-                          char *err, size_t len)
-{
+static void verdict_error(const mz_spawn_opts *o, const struct child_err *ce, char *err, size_t len) {
   const char *prog = o->argv[0];
   switch (ce->step) {
   case STEP_EXEC: spawn_error(err, len, prog, NULL, NULL, ce->err); break;
@@ -249,17 +226,15 @@ static void verdict_error(const mz_spawn_opts *o, const struct child_err *ce,
 }
 
 /* Reap a child that is known to be exiting, retrying on EINTR. */
-static void reap_blocking(pid_t pid)
-{
+static void reap_blocking(pid_t pid) {
   while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {}
 }
 
 /* Fork and wait for the child's verdict; closes every fd in f. Returns the
  * pid of a child that has exec'd, or -1 (errno, message in err) with the
  * failed child already reaped. */
-static pid_t fork_exec(const mz_spawn_opts *o, struct spawn_fds *f, char *err, size_t len)
-{
-  struct child_err ce = { STEP_FORK, 0 };
+static pid_t fork_exec(const mz_spawn_opts *o, struct spawn_fds *f, char *err, size_t len) {
+  struct child_err ce = {STEP_FORK, 0};
   pid_t parent = getpid();
   pid_t pid = fork();
   if (pid == 0) child_run(o, parent, f->null, f->log, f->wr);
@@ -282,8 +257,7 @@ static pid_t fork_exec(const mz_spawn_opts *o, struct spawn_fds *f, char *err, s
  * group (setpgid/setsid ran before exec, and we waited for exec). On -1 no
  * child exists any more. The handle is allocated after the fork so that a
  * failed child has nothing of ours to leak (valgrind checks it at _exit). */
-int mz_proc_spawn(const mz_spawn_opts *o, mz_proc **out, char *err, size_t errlen)
-{
+int mz_proc_spawn(const mz_spawn_opts *o, mz_proc **out, char *err, size_t errlen) {
   struct spawn_fds f;
   *out = NULL;
   if (!o || !o->argv || !o->argv[0]) {
@@ -307,18 +281,15 @@ int mz_proc_spawn(const mz_spawn_opts *o, mz_proc **out, char *err, size_t errle
 
 /* ---- reaping and stopping our own children ------------------------------ */
 
-pid_t mz_proc_pid(const mz_proc *p)
-{
-  return p ? p->pid : -1;
-}
+pid_t mz_proc_pid(const mz_proc *p) { return p ? p->pid : -1; }
 
 /* One waitpid. ECHILD means somebody else reaped the child (SIGCHLD set to
  * SIG_IGN, a stray waitpid(-1)): it is gone, its status unknown, so 0. */
-static void proc_reap(mz_proc *p, int flags)
-{
+static void proc_reap(mz_proc *p, int flags) {
   int st = 0;
   pid_t r;
-  do r = waitpid(p->pid, &st, flags); while (r < 0 && errno == EINTR);
+  do r = waitpid(p->pid, &st, flags);
+  while (r < 0 && errno == EINTR);
   if (r == p->pid && (WIFEXITED(st) || WIFSIGNALED(st))) {
     p->exited = 1;
     p->status = st;
@@ -328,22 +299,19 @@ static void proc_reap(mz_proc *p, int flags)
   }
 }
 
-int mz_proc_poll(mz_proc *p, int *status)
-{
+int mz_proc_poll(mz_proc *p, int *status) {
   if (!p->exited) proc_reap(p, WNOHANG);
   if (p->exited && status) *status = p->status;
   return p->exited;
 }
 
 /* Signal the group; fall back to the pid if there is no such group. */
-static void signal_group(pid_t pid, int sig)
-{
+static void signal_group(pid_t pid, int sig) {
   if (kill(-pid, sig) < 0 && errno == ESRCH) kill(pid, sig);
 }
 
 /* Poll until the child exits or ms elapse; returns mz_proc_poll's answer. */
-static int proc_wait(mz_proc *p, int ms)
-{
+static int proc_wait(mz_proc *p, int ms) {
   int64_t deadline = now_ms() + (ms > 0 ? ms : 0);
   while (!mz_proc_poll(p, NULL)) {
     int64_t left = deadline - now_ms();
@@ -357,8 +325,7 @@ static int proc_wait(mz_proc *p, int ms)
  * is only reserved while a member lives, so signalling it again much later
  * could hit an unrelated group that got the recycled number. The sweep
  * right after reaping is safe while survivors exist (they pin the id). */
-int mz_proc_stop(mz_proc *p, int grace_ms)
-{
+int mz_proc_stop(mz_proc *p, int grace_ms) {
   int killed = 0;
   if (p->stopped) return p->stop_result;
   if (!mz_proc_poll(p, NULL)) {
@@ -375,23 +342,18 @@ int mz_proc_stop(mz_proc *p, int grace_ms)
   return killed;
 }
 
-void mz_proc_free(mz_proc *p)
-{
-  free(p);
-}
+void mz_proc_free(mz_proc *p) { free(p); }
 
 /* WCOREDUMP is not POSIX, but glibc has it under _DEFAULT_SOURCE. */
-char *mz_status_describe(int status, char *buf, size_t len)
-{
+char *mz_status_describe(int status, char *buf, size_t len) {
   if (!buf || len == 0) return buf;
   if (WIFEXITED(status))
     snprintf(buf, len, "exited with status %d", WEXITSTATUS(status));
   else if (WIFSIGNALED(status))
-    snprintf(buf, len, "killed by signal %d (%s)%s", WTERMSIG(status),
-             strsignal(WTERMSIG(status)), WCOREDUMP(status) ? ", core dumped" : "");
+    snprintf(buf, len, "killed by signal %d (%s)%s", WTERMSIG(status), strsignal(WTERMSIG(status)),
+             WCOREDUMP(status) ? ", core dumped" : "");
   else if (WIFSTOPPED(status))
-    snprintf(buf, len, "stopped by signal %d (%s)", WSTOPSIG(status),
-             strsignal(WSTOPSIG(status)));
+    snprintf(buf, len, "stopped by signal %d (%s)", WSTOPSIG(status), strsignal(WSTOPSIG(status)));
   else
     snprintf(buf, len, "unknown wait status 0x%x", (unsigned)status);
   return buf;
@@ -401,8 +363,7 @@ char *mz_status_describe(int status, char *buf, size_t len)
 
 /* The state letter of /proc/<pid>/stat, or 0 when unreadable. The command
  * name in parentheses may hold ')' and spaces: the state follows the last. */
-static char proc_state(pid_t pid)
-{
+static char proc_state(pid_t pid) {
   char path[64], text[512];
   snprintf(path, sizeof path, "/proc/%ld/stat", (long)pid);
   int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -417,15 +378,13 @@ static char proc_state(pid_t pid)
 
 /* Gone = no such pid, or a zombie: a zombie of someone else's is dead and
  * only waits for its parent's wait(), which we cannot do for it. */
-static int pid_gone(pid_t pid)
-{
+static int pid_gone(pid_t pid) {
   if (kill(pid, 0) < 0 && errno == ESRCH) return 1;
   char st = proc_state(pid);
   return st == 'Z' || st == 'X';
 }
 
-static int pid_wait_gone(pid_t pid, int ms)
-{
+static int pid_wait_gone(pid_t pid, int ms) {
   int64_t deadline = now_ms() + (ms > 0 ? ms : 0);
   while (!pid_gone(pid)) {
     int64_t left = deadline - now_ms();
@@ -436,16 +395,12 @@ static int pid_wait_gone(pid_t pid, int ms)
 }
 
 /* Whole group only when pid leads one, and never our own group. */
-static pid_t stop_target(pid_t pid)
-{
-  return getpgid(pid) == pid && pid != getpgrp() ? -pid : pid;
-}
+static pid_t stop_target(pid_t pid) { return getpgid(pid) == pid && pid != getpgrp() ? -pid : pid; }
 
 /* Besides the header's contract: pid <= 0 or our own pid is EINVAL (kill
  * would read those as "every process"/"ourselves"), and a process still
  * there KILL_WAIT_MS after SIGKILL (stuck in the kernel) is -1 ETIMEDOUT. */
-int mz_pid_stop(pid_t pid, int grace_ms)
-{
+int mz_pid_stop(pid_t pid, int grace_ms) {
   if (pid <= 0 || pid == getpid()) return errno = EINVAL, -1;
   pid_t target = stop_target(pid);
   if (kill(target, SIGTERM) < 0) return errno == ESRCH ? 0 : -1;
@@ -457,8 +412,7 @@ int mz_pid_stop(pid_t pid, int grace_ms)
   return 0;
 }
 
-int mz_pid_alive(pid_t pid)
-{
+int mz_pid_alive(pid_t pid) {
   if (pid <= 0) return 0; /* kill(0 or -n, 0) asks about groups */
   return kill(pid, 0) == 0 || errno == EPERM;
 }
@@ -470,15 +424,14 @@ int mz_pid_alive(pid_t pid)
 /* Add to inodes[*n] the inodes of the LISTEN (state 0A) sockets of one
  * /proc/net/tcp* table whose local port is port. Lines look like
  * "  0: 0100007F:1F90 00000000:0000 0A ... uid timeout inode ...". */
-static void listen_inodes(const char *table, int port, unsigned long *inodes, int *n)
-{
+static void listen_inodes(const char *table, int port, unsigned long *inodes, int *n) {
   char line[512];
   FILE *f = fopen(table, "re");
   if (!f) return;
   while (*n < LISTEN_MAX && fgets(line, sizeof line, f)) {
     unsigned lport, st;
     unsigned long inode;
-    char *colon = strchr(line, ':');             /* after the slot number */
+    char *colon = strchr(line, ':');                      /* after the slot number */
     char *pcolon = colon ? strchr(colon + 1, ':') : NULL; /* before the local port */
     if (!pcolon) continue;
     if (sscanf(pcolon + 1, "%x %*s %x %*s %*s %*s %*s %*s %lu", &lport, &st, &inode) != 3) continue;
@@ -488,8 +441,7 @@ static void listen_inodes(const char *table, int port, unsigned long *inodes, in
 }
 
 /* 1 if fd link text is "socket:[inode]" for one of the inodes. */
-static int is_listen_fd(const char *link, const unsigned long *inodes, int n)
-{
+static int is_listen_fd(const char *link, const unsigned long *inodes, int n) {
   unsigned long ino;
   if (sscanf(link, "socket:[%lu]", &ino) != 1) return 0;
   for (int i = 0; i < n; i++)
@@ -497,8 +449,7 @@ static int is_listen_fd(const char *link, const unsigned long *inodes, int n)
   return 0;
 }
 
-int mz_pid_listens(pid_t pid, int port)
-{
+int mz_pid_listens(pid_t pid, int port) {
   unsigned long inodes[LISTEN_MAX];
   char dir[64], path[64 + 256], link[64];
   int n = 0, found = 0;
@@ -526,8 +477,7 @@ int mz_pid_listens(pid_t pid, int port)
 
 /* Read the last (at most) max bytes of path into data; *partial tells
  * whether the read started mid-file. Returns the byte count (0 on error). */
-static size_t read_tail(const char *path, char *data, size_t max, int *partial)
-{
+static size_t read_tail(const char *path, char *data, size_t max, int *partial) {
   struct stat sb;
   size_t got = 0;
   off_t off = 0;
@@ -551,8 +501,7 @@ static size_t read_tail(const char *path, char *data, size_t max, int *partial)
 /* Start of the last n lines of data[0..len). The final line may lack its
  * '\n'. A read that began mid-file drops its cut first line, unless that
  * is all there is (one line longer than the window). */
-static const char *last_lines(const char *data, size_t len, int n, int partial)
-{
+static const char *last_lines(const char *data, size_t len, int n, int partial) {
   const char *start = data, *end = data + len, *p = end;
   const char *nl = partial ? memchr(data, '\n', len) : NULL;
   int seen = 0;
@@ -565,8 +514,7 @@ static const char *last_lines(const char *data, size_t len, int n, int partial)
   return p;
 }
 
-char *mz_file_tail(const char *path, int nlines, char *buf, size_t len)
-{
+char *mz_file_tail(const char *path, int nlines, char *buf, size_t len) {
   int partial;
   if (!buf || len == 0) return buf;
   buf[0] = '\0';
@@ -590,8 +538,7 @@ char *mz_file_tail(const char *path, int nlines, char *buf, size_t len)
 
 /* The port is checked too (1..65535 are real ports; 0 is let through for
  * tests of "any port"): a negative one would make a strange file name. */
-char *mz_pidfile_path(int port, char *buf, size_t len)
-{
+char *mz_pidfile_path(int port, char *buf, size_t len) {
   const char *xdg = getenv("XDG_RUNTIME_DIR");
   int n;
   if (port < 0 || port > 65535) return errno = EINVAL, NULL;
@@ -604,8 +551,7 @@ char *mz_pidfile_path(int port, char *buf, size_t len)
 }
 
 /* The directory part of path, in place (path is a private copy). */
-static char *dir_part(char *path)
-{
+static char *dir_part(char *path) {
   char *slash = strrchr(path, '/');
   if (slash && slash != path) *slash = '\0';
   return path;
@@ -614,8 +560,7 @@ static char *dir_part(char *path)
 /* A pid file is an order to kill that pid later, so its directory must be
  * ours and not writable by others: /tmp/mirza-<uid> could have been made
  * (or symlinked) by another user before us. */
-static int dir_is_safe(const char *dir)
-{
+static int dir_is_safe(const char *dir) {
   struct stat sb;
   if (lstat(dir, &sb) < 0) return -1;
   if (!S_ISDIR(sb.st_mode)) return errno = ENOTDIR, -1;
@@ -624,8 +569,7 @@ static int dir_is_safe(const char *dir)
 }
 
 /* mkdir -p with mode 0700 for every missing component. */
-static int mkdir_p(char *dir)
-{
+static int mkdir_p(char *dir) {
   for (char *s = dir + 1; *s; s++) {
     if (*s != '/') continue;
     *s = '\0';
@@ -636,8 +580,7 @@ static int mkdir_p(char *dir)
   return mkdir(dir, 0700) < 0 && errno != EEXIST ? -1 : 0;
 }
 
-static int write_all(int fd, const char *s, size_t n)
-{
+static int write_all(int fd, const char *s, size_t n) {
   while (n > 0) {
     ssize_t w = write(fd, s, n);
     if (w < 0 && errno == EINTR) continue;
@@ -650,8 +593,7 @@ static int write_all(int fd, const char *s, size_t n)
 
 /* Written to a temporary name then renamed, so a reader sees either the
  * old file or the whole new one, never a half-written pid. */
-int mz_pidfile_write(int port, pid_t pid)
-{
+int mz_pidfile_write(int port, pid_t pid) {
   char path[PATH_MAX], dir[PATH_MAX], tmp[PATH_MAX + 32], line[32];
   if (pid <= 0) return errno = EINVAL, -1;
   if (!mz_pidfile_path(port, path, sizeof path)) return -1;
@@ -673,8 +615,7 @@ int mz_pidfile_write(int port, pid_t pid)
 }
 
 /* "<digits>" with an optional final '\n', 1..INT_MAX; anything else: 0. */
-static pid_t parse_pid(const char *text)
-{
+static pid_t parse_pid(const char *text) {
   char *end;
   if (text[0] < '0' || text[0] > '9') return 0;
   errno = 0;
@@ -684,8 +625,7 @@ static pid_t parse_pid(const char *text)
   return *end ? 0 : (pid_t)v;
 }
 
-pid_t mz_pidfile_read(int port)
-{
+pid_t mz_pidfile_read(int port) {
   char path[PATH_MAX], dir[PATH_MAX], text[32];
   if (!mz_pidfile_path(port, path, sizeof path)) return 0;
   strcpy(dir, path);
@@ -693,15 +633,15 @@ pid_t mz_pidfile_read(int port)
   int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) return 0;
   ssize_t n;
-  do n = read(fd, text, sizeof text - 1); while (n < 0 && errno == EINTR);
+  do n = read(fd, text, sizeof text - 1);
+  while (n < 0 && errno == EINTR);
   close(fd);
   if (n <= 0) return 0;
   text[n] = '\0';
   return parse_pid(text);
 }
 
-int mz_pidfile_remove(int port)
-{
+int mz_pidfile_remove(int port) {
   char path[PATH_MAX];
   if (!mz_pidfile_path(port, path, sizeof path)) return -1;
   return unlink(path) < 0 && errno != ENOENT ? -1 : 0;

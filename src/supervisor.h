@@ -18,11 +18,11 @@
 typedef struct mz_proc mz_proc;
 
 typedef struct mz_spawn_opts {
-  const char *const *argv;  /* NULL-terminated; argv[0] looked up in PATH */
-  const char *const *env;   /* extra "NAME=value" entries (NULL-terminated) or NULL */
-  const char *cwd;          /* or NULL */
-  const char *log_path;     /* stdout+stderr appended here (created 0644); NULL: /dev/null */
-  int keep_alive;           /* 0: the child gets PR_SET_PDEATHSIG(SIGTERM) so it
+  const char *const *argv; /* NULL-terminated; argv[0] looked up in PATH */
+  const char *const *env;  /* extra "NAME=value" entries (NULL-terminated) or NULL */
+  const char *cwd;         /* or NULL */
+  const char *log_path;    /* stdout+stderr appended here (created 0644); NULL: /dev/null */
+  int keep_alive;          /* 0: the child gets PR_SET_PDEATHSIG(SIGTERM) so it
                                cannot outlive us; 1: it may (setsid, no pdeathsig) */
 } mz_spawn_opts;
 
@@ -76,8 +76,8 @@ char *mz_file_tail(const char *path, int nlines, char *buf, size_t len);
  * "/tmp/mirza-<uid>/daemon-<port>.pid" (directory created 0700). The file
  * holds "<pid>\n". Path helper returns buf or NULL on overflow. */
 char *mz_pidfile_path(int port, char *buf, size_t len);
-int mz_pidfile_write(int port, pid_t pid);   /* 0 or -1 (errno) */
-pid_t mz_pidfile_read(int port);             /* pid, or 0 if none/unreadable */
-int mz_pidfile_remove(int port);             /* 0 (also when absent) or -1 */
+int mz_pidfile_write(int port, pid_t pid); /* 0 or -1 (errno) */
+pid_t mz_pidfile_read(int port);           /* pid, or 0 if none/unreadable */
+int mz_pidfile_remove(int port);           /* 0 (also when absent) or -1 */
 
 #endif

@@ -17,11 +17,9 @@
 #include "sim.h"
 
 void sbuf_reserve(sbuf *b, size_t extra) {
-  if (b->len + extra + 1 <= b->cap)
-    return;
+  if (b->len + extra + 1 <= b->cap) return;
   size_t cap = b->cap ? b->cap : 256;
-  while (cap < b->len + extra + 1)
-    cap *= 2;
+  while (cap < b->len + extra + 1) cap *= 2;
   char *p = realloc(b->p, cap);
   if (!p) {
     fputs("mirza-sim: out of memory\n", stderr);
@@ -45,8 +43,7 @@ void sbuf_printf(sbuf *b, const char *fmt, ...) {
   va_start(ap, fmt);
   int n = vsnprintf(NULL, 0, fmt, ap);
   va_end(ap);
-  if (n < 0)
-    return;
+  if (n < 0) return;
   sbuf_reserve(b, (size_t)n);
   va_start(ap, fmt);
   vsnprintf(b->p + b->len, (size_t)n + 1, fmt, ap);
@@ -63,8 +60,7 @@ void sbuf_json_esc(sbuf *b, const char *s, size_t n) {
   for (size_t i = 0; i < n; i++) {
     unsigned char ch = (unsigned char)s[i];
     if (ch >= 0x20 && ch != '"' && ch != '\\') {
-      if (b->len + 2 > b->cap)
-        sbuf_reserve(b, n - i + 8);
+      if (b->len + 2 > b->cap) sbuf_reserve(b, n - i + 8);
       b->p[b->len++] = (char)ch;
       continue;
     }
@@ -107,8 +103,7 @@ void sbuf_free(sbuf *b) {
 
 char *sim_strndup(const char *s, size_t n) {
   char *p = malloc(n + 1);
-  if (!p)
-    abort();
+  if (!p) abort();
   memcpy(p, s, n);
   p[n] = '\0';
   return p;
@@ -118,13 +113,11 @@ char *sim_strndup(const char *s, size_t n) {
  * when it cannot be opened. */
 char *sim_slurp(const char *path, size_t max, size_t *n) {
   FILE *f = path ? fopen(path, "rb") : NULL;
-  if (!f)
-    return NULL;
+  if (!f) return NULL;
   sbuf b = {0};
   char tmp[65536];
   size_t r;
-  while ((r = fread(tmp, 1, sizeof tmp, f)) > 0 && (!max || b.len < max))
-    sbuf_add(&b, tmp, r);
+  while ((r = fread(tmp, 1, sizeof tmp, f)) > 0 && (!max || b.len < max)) sbuf_add(&b, tmp, r);
   fclose(f);
   *n = b.len;
   return b.p ? b.p : sim_strndup("", 0);
@@ -134,10 +127,8 @@ char *sim_slurp(const char *path, size_t max, size_t *n) {
  * separator (LF LF or LF CR LF); the rest of the text when there is none. */
 size_t sim_event_len(const char *p, size_t n) {
   for (size_t i = 0; i + 1 < n; i++) {
-    if (p[i] == '\n' && p[i + 1] == '\n')
-      return i + 2;
-    if (p[i] == '\n' && p[i + 1] == '\r' && i + 2 < n && p[i + 2] == '\n')
-      return i + 3;
+    if (p[i] == '\n' && p[i + 1] == '\n') return i + 2;
+    if (p[i] == '\n' && p[i + 1] == '\r' && i + 2 < n && p[i + 2] == '\n') return i + 3;
   }
   return n;
 }

@@ -89,8 +89,7 @@ static cJSON *timings_obj(const job *j, double t_end) {
   double pn = (double)(j->prompt_tokens - j->cached_tokens);
   double pms = (j->t_first - j->t_slot) * 1000.0, dms = (t_end - j->t_first) * 1000.0;
   double n = (double)j->ntok;
-  if (pn < 1)
-    pn = 1;
+  if (pn < 1) pn = 1;
   cJSON_AddNumberToObject(t, "cache_n", (double)j->cached_tokens);
   cJSON_AddNumberToObject(t, "prompt_n", pn);
   cJSON_AddNumberToObject(t, "prompt_ms", sim_round(pms, 3));
@@ -109,8 +108,7 @@ static char *members(cJSON *obj) {
   cJSON_Delete(obj);
   size_t n = strlen(s);
   s[0] = n > 2 ? ',' : '\0';
-  if (n > 2)
-    s[n - 1] = '\0';
+  if (n > 2) s[n - 1] = '\0';
   return s;
 }
 
@@ -123,16 +121,13 @@ static void add_frame_extra(job *j, const char *finish, cJSON *extra) {
 }
 
 static void end_stream(job *j, bool done) {
-  if (done)
-    sbuf_adds(&j->out, "data: [DONE]\n\n");
+  if (done) sbuf_adds(&j->out, "data: [DONE]\n\n");
   job_flush(j);
-  if (j->gone || http_end_chunked(j->c))
-    j->c->must_close = true;
+  if (j->gone || http_end_chunked(j->c)) j->c->must_close = true;
 }
 
 static void llama_final(job *j, const char *finish, double t_end) {
-  if (!j->role_sent)
-    role_frame(j);
+  if (!j->role_sent) role_frame(j);
   cJSON *x = cJSON_CreateObject();
   if (!j->include_usage) {
     cJSON_AddItemToObject(x, "timings", timings_obj(j, t_end));
@@ -155,8 +150,7 @@ static cJSON *message_obj(const job *j) {
   cJSON *m = cJSON_CreateObject();
   cJSON_AddStringToObject(m, "role", "assistant");
   cJSON_AddStringToObject(m, "content", j->content.p ? j->content.p : "");
-  if (j->has_reasoning)
-    cJSON_AddStringToObject(m, "reasoning_content", j->reasoning.p ? j->reasoning.p : "");
+  if (j->has_reasoning) cJSON_AddStringToObject(m, "reasoning_content", j->reasoning.p ? j->reasoning.p : "");
   return m;
 }
 
@@ -201,8 +195,7 @@ static int send_body(job *j, const char *finish, double t_end) {
 /* Normal end (stop, length, cancelled): final frame(s) and [DONE]. */
 int finish_ok(job *j, const char *finish) {
   double t_end = sim_now();
-  if (!j->stream)
-    return send_body(j, finish, t_end);
+  if (!j->stream) return send_body(j, finish, t_end);
   if (llama(j)) {
     llama_final(j, finish, t_end);
   } else {

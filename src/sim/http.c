@@ -58,8 +58,7 @@ const char *http_reason(int status) {
 
 const char *http_get_header(const http_request *r, const char *name) {
   for (int i = 0; i < r->nh; i++)
-    if (strcasecmp(r->h[i].name, name) == 0)
-      return r->h[i].value;
+    if (strcasecmp(r->h[i].name, name) == 0) return r->h[i].value;
   return NULL;
 }
 
@@ -69,24 +68,19 @@ static size_t fill(conn *c, int timeout_ms) {
   if (c->cap - c->len < 4096) {
     size_t cap = c->cap ? c->cap * 2 : 8192;
     char *p = realloc(c->buf, cap);
-    if (!p)
-      abort();
+    if (!p) abort();
     c->buf = p;
     c->cap = cap;
   }
   struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
   int pr;
-  do
-    pr = poll(&pfd, 1, timeout_ms);
+  do pr = poll(&pfd, 1, timeout_ms);
   while (pr < 0 && errno == EINTR);
-  if (pr <= 0)
-    return 0;
+  if (pr <= 0) return 0;
   ssize_t n;
-  do
-    n = recv(c->fd, c->buf + c->len, c->cap - c->len - 1, 0);
+  do n = recv(c->fd, c->buf + c->len, c->cap - c->len - 1, 0);
   while (n < 0 && errno == EINTR);
-  if (n <= 0)
-    return 0;
+  if (n <= 0) return 0;
   c->len += (size_t)n;
   return (size_t)n;
 }
@@ -94,8 +88,7 @@ static size_t fill(conn *c, int timeout_ms) {
 /* Find the end of the header block; accepts CRLF or bare LF line ends. */
 static char *header_end(char *p, size_t n, size_t *hlen) {
   for (size_t i = 0; i + 1 < n; i++) {
-    if (p[i] != '\n')
-      continue;
+    if (p[i] != '\n') continue;
     if (p[i + 1] == '\n') {
       *hlen = i + 2;
       return p + i;
@@ -109,11 +102,9 @@ static char *header_end(char *p, size_t n, size_t *hlen) {
 }
 
 static char *trim(char *s) {
-  while (*s == ' ' || *s == '\t')
-    s++;
+  while (*s == ' ' || *s == '\t') s++;
   char *e = s + strlen(s);
-  while (e > s && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\r'))
-    *--e = '\0';
+  while (e > s && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\r')) *--e = '\0';
   return s;
 }
 
@@ -121,30 +112,24 @@ static char *trim(char *s) {
 static int parse_head(http_request *r, char *p) {
   char *save = NULL;
   char *line = strtok_r(p, "\n", &save);
-  if (!line)
-    return 400;
+  if (!line) return 400;
   char *sp1 = strchr(line, ' '), *sp2 = sp1 ? strchr(sp1 + 1, ' ') : NULL;
-  if (!sp1 || !sp2)
-    return 400;
+  if (!sp1 || !sp2) return 400;
   *sp1 = *sp2 = '\0';
   char *ver = trim(sp2 + 1);
-  if (strncmp(ver, "HTTP/1.", 7) != 0 || !ver[7])
-    return strncmp(ver, "HTTP/", 5) == 0 ? 505 : 400;
+  if (strncmp(ver, "HTTP/1.", 7) != 0 || !ver[7]) return strncmp(ver, "HTTP/", 5) == 0 ? 505 : 400;
   r->method = line;
   r->target = sp1 + 1;
   r->minor = ver[7] - '0';
   size_t pl = strcspn(r->target, "?#");
-  if (pl >= sizeof r->path)
-    return 414;
+  if (pl >= sizeof r->path) return 414;
   memcpy(r->path, r->target, pl);
   r->path[pl] = '\0';
   r->nh = 0;
   while ((line = strtok_r(NULL, "\n", &save))) {
     char *colon = strchr(line, ':');
-    if (!colon || colon == line)
-      return 400;
-    if (r->nh == SIM_MAX_HEADERS)
-      return 431;
+    if (!colon || colon == line) return 400;
+    if (r->nh == SIM_MAX_HEADERS) return 431;
     *colon = '\0';
     r->h[r->nh].name = trim(line);
     r->h[r->nh].value = trim(colon + 1);
@@ -155,10 +140,8 @@ static int parse_head(http_request *r, char *p) {
 
 static bool want_keep_alive(const http_request *r) {
   const char *cn = http_get_header(r, "Connection");
-  if (cn && strcasestr(cn, "close"))
-    return false;
-  if (r->minor == 0)
-    return cn && strcasestr(cn, "keep-alive");
+  if (cn && strcasestr(cn, "close")) return false;
+  if (r->minor == 0) return cn && strcasestr(cn, "keep-alive");
   return true;
 }
 
@@ -172,18 +155,15 @@ static void discard_used(conn *c) {
 }
 
 static void rebase(const char **p, const char *from, const char *to) {
-  if (*p)
-    *p = to + (*p - from);
+  if (*p) *p = to + (*p - from);
 }
 
 /* Make room for the whole body at once; the parsed strings point into the
  * buffer, so they move with it. fill() then never reallocates mid-body. */
 static void reserve_body(conn *c, http_request *r, size_t need) {
-  if (c->cap >= need)
-    return;
+  if (c->cap >= need) return;
   char *old = c->buf, *p = malloc(need);
-  if (!p)
-    abort();
+  if (!p) abort();
   memcpy(p, old, c->len);
   rebase(&r->method, old, p);
   rebase(&r->target, old, p);
@@ -198,25 +178,20 @@ static void reserve_body(conn *c, http_request *r, size_t need) {
 
 static int read_body(conn *c, http_request *r, size_t hlen) {
   const char *te = http_get_header(r, "Transfer-Encoding");
-  if (te && strcasecmp(te, "identity") != 0)
-    return 411;
+  if (te && strcasecmp(te, "identity") != 0) return 411;
   const char *cl = http_get_header(r, "Content-Length");
   char *end = NULL;
   unsigned long long blen = cl ? strtoull(cl, &end, 10) : 0;
-  if (cl && (end == cl || *end || cl[0] == '-'))
-    return 400;
-  if (blen > SIM_MAX_BODY_BYTES)
-    return 413;
+  if (cl && (end == cl || *end || cl[0] == '-')) return 400;
+  if (blen > SIM_MAX_BODY_BYTES) return 413;
   reserve_body(c, r, hlen + (size_t)blen + 8192);
   const char *ex = http_get_header(r, "Expect");
   if (ex && strcasecmp(ex, "100-continue") == 0 && c->len < hlen + blen) {
     static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
-    if (http_write_all(c, cont, sizeof cont - 1))
-      return -1;
+    if (http_write_all(c, cont, sizeof cont - 1)) return -1;
   }
   while (c->len < hlen + blen)
-    if (!fill(c, 30000))
-      return -1;
+    if (!fill(c, 30000)) return -1;
   r->body = c->buf + hlen;
   r->body_len = (size_t)blen;
   c->used = hlen + (size_t)blen;
@@ -234,17 +209,13 @@ int http_read_request(conn *c, http_request *r) {
   char *he;
   int timeout = (int)c->srv->cfg.keepalive_ms;
   while (!(he = header_end(c->buf, c->len, &hlen))) {
-    if (c->len > SIM_MAX_HEADER_BYTES)
-      return 431;
-    if (!fill(c, c->len ? 30000 : timeout))
-      return -1;
+    if (c->len > SIM_MAX_HEADER_BYTES) return 431;
+    if (!fill(c, c->len ? 30000 : timeout)) return -1;
   }
-  if (hlen > SIM_MAX_HEADER_BYTES)
-    return 431;
+  if (hlen > SIM_MAX_HEADER_BYTES) return 431;
   *he = '\0';
   int st = parse_head(r, c->buf);
-  if (st)
-    return st;
+  if (st) return st;
   r->keep_alive = want_keep_alive(r);
   return read_body(c, r, hlen);
 }
@@ -253,8 +224,7 @@ int http_write_all(conn *c, const void *p, size_t n) {
   const char *s = p;
   while (n) {
     ssize_t w = send(c->fd, s, n, MSG_NOSIGNAL);
-    if (w < 0 && errno == EINTR)
-      continue;
+    if (w < 0 && errno == EINTR) continue;
     if (w <= 0) {
       c->must_close = true;
       return -1;
@@ -268,8 +238,7 @@ int http_write_all(conn *c, const void *p, size_t n) {
 static int writev_all(conn *c, struct iovec *iov, int cnt) {
   while (cnt) {
     ssize_t w = writev(c->fd, iov, cnt);
-    if (w < 0 && errno == EINTR)
-      continue;
+    if (w < 0 && errno == EINTR) continue;
     if (w <= 0) {
       c->must_close = true;
       return -1;
@@ -288,10 +257,8 @@ static int writev_all(conn *c, struct iovec *iov, int cnt) {
 
 static void status_head(conn *c, sbuf *h, int status, const char *ctype, const char *extra) {
   sbuf_printf(h, "HTTP/1.1 %d %s\r\nServer: mirza-sim\r\n", status, http_reason(status));
-  if (ctype)
-    sbuf_printf(h, "Content-Type: %s\r\n", ctype);
-  if (extra)
-    sbuf_adds(h, extra);
+  if (ctype) sbuf_printf(h, "Content-Type: %s\r\n", ctype);
+  if (extra) sbuf_adds(h, extra);
   sbuf_adds(h, c->must_close ? "Connection: close\r\n" : "Keep-Alive: timeout=5, max=100\r\n");
 }
 
@@ -307,16 +274,14 @@ void http_faults(conn *c, const sim_faults *f) {
 /* The head, at once or (slow-head fault) one line at a time with a pause
  * before each: a client must not take a slow head for a stall. */
 static int write_head(conn *c, const sbuf *h) {
-  if (c->slow_head_ms <= 0)
-    return http_write_all(c, h->p, h->len);
+  if (c->slow_head_ms <= 0) return http_write_all(c, h->p, h->len);
   for (size_t off = 0; off < h->len;) {
     const char *nl = memchr(h->p + off, '\n', h->len - off);
     size_t n = nl ? (size_t)(nl - h->p) + 1 - off : h->len - off;
     struct timespec ts = {c->slow_head_ms / 1000, (c->slow_head_ms % 1000) * 1000000L};
     while (nanosleep(&ts, &ts) && errno == EINTR)
       ;
-    if (http_write_all(c, h->p + off, n))
-      return -1;
+    if (http_write_all(c, h->p + off, n)) return -1;
     off += n;
   }
   return 0;
@@ -327,8 +292,7 @@ static uint32_t crc32_update(uint32_t crc, const unsigned char *p, size_t n) {
   crc = ~crc;
   while (n--) {
     crc ^= *p++;
-    for (int k = 0; k < 8; k++)
-      crc = crc >> 1 ^ (0xEDB88320u & (0u - (crc & 1u)));
+    for (int k = 0; k < 8; k++) crc = crc >> 1 ^ (0xEDB88320u & (0u - (crc & 1u)));
   }
   return ~crc;
 }
@@ -339,20 +303,17 @@ static uint32_t crc32_update(uint32_t crc, const unsigned char *p, size_t n) {
  * point is the Content-Encoding, not the ratio. */
 static void gz_wrap(conn *c, sbuf *out, const char *p, size_t n, bool first, bool last) {
   static const unsigned char head[10] = {0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3};
-  if (first)
-    sbuf_add(out, head, sizeof head);
+  if (first) sbuf_add(out, head, sizeof head);
   c->gz_crc = crc32_update(c->gz_crc, (const unsigned char *)p, n);
   c->gz_size += (uint32_t)n;
   for (size_t off = 0; off < n || (last && off == n);) {
     size_t k = n - off > 65535 ? 65535 : n - off;
     bool fin = last && off + k == n;
-    unsigned char b[5] = {fin, (unsigned char)k, (unsigned char)(k >> 8),
-                          (unsigned char)~k, (unsigned char)(~k >> 8)};
+    unsigned char b[5] = {fin, (unsigned char)k, (unsigned char)(k >> 8), (unsigned char)~k, (unsigned char)(~k >> 8)};
     sbuf_add(out, b, 5);
     sbuf_add(out, p + off, k);
     off += k;
-    if (fin)
-      break;
+    if (fin) break;
   }
   if (last) {
     unsigned char t[8];
@@ -366,8 +327,7 @@ static void gz_wrap(conn *c, sbuf *out, const char *p, size_t n, bool first, boo
 
 /* A complete response with Content-Length. Set c->must_close before the
  * call to answer with "Connection: close". */
-int http_send(conn *c, int status, const char *ctype, const char *extra, const char *body,
-              size_t n) {
+int http_send(conn *c, int status, const char *ctype, const char *extra, const char *body, size_t n) {
   sbuf h = {0}, z = {0};
   status_head(c, &h, status, ctype, extra);
   if (c->gzip) {
@@ -377,8 +337,7 @@ int http_send(conn *c, int status, const char *ctype, const char *extra, const c
   }
   sbuf_printf(&h, "Content-Length: %zu\r\n\r\n", n);
   int rc = write_head(c, &h);
-  if (!rc && n)
-    rc = http_write_all(c, body, n);
+  if (!rc && n) rc = http_write_all(c, body, n);
   sbuf_free(&h);
   sbuf_free(&z);
   return rc;
@@ -387,8 +346,7 @@ int http_send(conn *c, int status, const char *ctype, const char *extra, const c
 int http_begin_chunked(conn *c, int status, const char *ctype, const char *extra) {
   sbuf h = {0};
   status_head(c, &h, status, ctype, extra);
-  if (c->gzip)
-    sbuf_adds(&h, "Content-Encoding: gzip\r\n");
+  if (c->gzip) sbuf_adds(&h, "Content-Encoding: gzip\r\n");
   sbuf_adds(&h, "Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n\r\n");
   int rc = write_head(c, &h);
   sbuf_free(&h);
@@ -403,10 +361,8 @@ static int raw_chunk(conn *c, const char *p, size_t n) {
 }
 
 int http_chunk(conn *c, const char *p, size_t n) {
-  if (n == 0)
-    return 0; /* a zero-length chunk would end the body */
-  if (!c->gzip)
-    return raw_chunk(c, p, n);
+  if (n == 0) return 0; /* a zero-length chunk would end the body */
+  if (!c->gzip) return raw_chunk(c, p, n);
   sbuf z = {0};
   gz_wrap(c, &z, p, n, c->gz_size == 0, false);
   int rc = raw_chunk(c, z.p, z.len);
@@ -420,8 +376,7 @@ int http_end_chunked(conn *c) {
     gz_wrap(c, &z, "", 0, c->gz_size == 0, true);
     int rc = raw_chunk(c, z.p, z.len);
     sbuf_free(&z);
-    if (rc)
-      return rc;
+    if (rc) return rc;
   }
   return http_write_all(c, "0\r\n\r\n", 5);
 }
@@ -430,8 +385,7 @@ int http_end_chunked(conn *c) {
  * do not count: only POLLRDHUP/HUP/ERR do. */
 bool conn_gone(conn *c) {
   struct pollfd pfd = {.fd = c->fd, .events = POLLRDHUP};
-  if (poll(&pfd, 1, 0) <= 0)
-    return false;
+  if (poll(&pfd, 1, 0) <= 0) return false;
   return (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
 }
 
@@ -440,21 +394,17 @@ bool conn_gone(conn *c) {
  * nanosleep because poll() only has millisecond resolution. */
 int conn_wait_until(conn *c, double deadline, atomic_bool *cancel) {
   for (;;) {
-    if (cancel && atomic_load(cancel))
-      return -2;
+    if (cancel && atomic_load(cancel)) return -2;
     double left = deadline - sim_now();
-    if (left <= 0)
-      return 0;
+    if (left <= 0) return 0;
     if (left < 0.002) {
       struct timespec ts = {0, (long)(left * 1e9)};
       nanosleep(&ts, NULL);
       return conn_gone(c) ? -1 : 0;
     }
     int ms = (int)(left * 1000.0);
-    if (ms > SIM_SLICE_MS)
-      ms = SIM_SLICE_MS;
+    if (ms > SIM_SLICE_MS) ms = SIM_SLICE_MS;
     struct pollfd pfd = {.fd = c->fd, .events = POLLRDHUP};
-    if (poll(&pfd, 1, ms) > 0 && (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)))
-      return -1;
+    if (poll(&pfd, 1, ms) > 0 && (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL))) return -1;
   }
 }

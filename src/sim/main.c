@@ -27,88 +27,104 @@
 
 #include "sim.h"
 
-static const struct option long_opts[] = {
-    {"host", 1, 0, 'H'},          {"port", 1, 0, 'p'},           {"port-file", 1, 0, 'P'},
-    {"dialect", 1, 0, 'd'},       {"model-id", 1, 0, 'm'},       {"context-window", 1, 0, 'c'},
-    {"api-key", 1, 0, 'k'},       {"parallel", 1, 0, 'j'},       {"tok-rate", 1, 0, 'r'},
-    {"ttft-ms", 1, 0, 't'},       {"heartbeat-ms", 1, 0, 'b'},   {"progress-every", 1, 0, 'g'},
-    {"reasoning-tokens", 1, 0, 'R'}, {"answer-tokens", 1, 0, 'A'}, {"load-delay-ms", 1, 0, 'L'},
-    {"health-delay-ms", 1, 0, 'D'}, {"fail-start", 1, 0, 'F'},   {"crash-after", 1, 0, 'C'},
-    {"fault", 1, 0, 'f'},         {"seed", 1, 0, 's'},           {"keepalive-ms", 1, 0, 'K'},
-    {"quiet", 0, 0, 'q'},         {"verbose", 0, 0, 'v'},        {"help", 0, 0, 'h'},
-    {"health-pid", 1, 0, 0x100},
-    {"fail-first", 1, 0, 'X'},    {"retry-after", 1, 0, 'Y'},
-    {"tool-script", 1, 0, 0x101},
-    {"replay-dir", 1, 0, 0x102},  {"replay-match", 1, 0, 0x103},
-    {"frames-per-chunk", 1, 0, 0x104},
-    {0, 0, 0, 0}};
+static const struct option long_opts[] = {{"host", 1, 0, 'H'},
+                                          {"port", 1, 0, 'p'},
+                                          {"port-file", 1, 0, 'P'},
+                                          {"dialect", 1, 0, 'd'},
+                                          {"model-id", 1, 0, 'm'},
+                                          {"context-window", 1, 0, 'c'},
+                                          {"api-key", 1, 0, 'k'},
+                                          {"parallel", 1, 0, 'j'},
+                                          {"tok-rate", 1, 0, 'r'},
+                                          {"ttft-ms", 1, 0, 't'},
+                                          {"heartbeat-ms", 1, 0, 'b'},
+                                          {"progress-every", 1, 0, 'g'},
+                                          {"reasoning-tokens", 1, 0, 'R'},
+                                          {"answer-tokens", 1, 0, 'A'},
+                                          {"load-delay-ms", 1, 0, 'L'},
+                                          {"health-delay-ms", 1, 0, 'D'},
+                                          {"fail-start", 1, 0, 'F'},
+                                          {"crash-after", 1, 0, 'C'},
+                                          {"fault", 1, 0, 'f'},
+                                          {"seed", 1, 0, 's'},
+                                          {"keepalive-ms", 1, 0, 'K'},
+                                          {"quiet", 0, 0, 'q'},
+                                          {"verbose", 0, 0, 'v'},
+                                          {"help", 0, 0, 'h'},
+                                          {"health-pid", 1, 0, 0x100},
+                                          {"fail-first", 1, 0, 'X'},
+                                          {"retry-after", 1, 0, 'Y'},
+                                          {"tool-script", 1, 0, 0x101},
+                                          {"replay-dir", 1, 0, 0x102},
+                                          {"replay-match", 1, 0, 0x103},
+                                          {"frames-per-chunk", 1, 0, 0x104},
+                                          {0, 0, 0, 0}};
 
 static void usage(FILE *out) {
-  fputs(
-      "usage: mirza-sim [options]\n"
-      "A simulated local LLM daemon (MTPLX or llama-server dialect) for tests and demos.\n\n"
-      "  --host ADDR             address to bind (default 127.0.0.1)\n"
-      "  --port N                port to bind; 0 picks a free one (default 8766)\n"
-      "  --port-file PATH        write the bound port there (atomically) once listening\n"
-      "  --dialect mtplx|llama   protocol dialect to speak (default mtplx)\n"
-      "  --model-id ID           model id reported everywhere (default mirza-sim)\n"
-      "  --context-window N      context window in tokens (default 32768)\n"
-      "  --api-key KEY           require 'Authorization: Bearer KEY' on every route\n"
-      "  --parallel N            concurrent generations; others queue (default 1)\n"
-      "  --tok-rate R            tokens per second; 0 = as fast as possible (default 50)\n"
-      "  --ttft-ms N             delay before the first token (default 200)\n"
-      "  --heartbeat-ms N        MTPLX heartbeat frame after N ms of silence; 0 = none\n"
-      "                          (default 10000)\n"
-      "  --progress-every N      MTPLX mtplx_progress frame every N tokens; 0 = none\n"
-      "                          (default 32)\n"
-      "  --reasoning-tokens N    reasoning length when thinking (default 48)\n"
-      "  --answer-tokens N       answer length (default 32)\n"
-      "  --load-delay-ms N       sleep N ms before binding (connection refused meanwhile)\n"
-      "  --health-delay-ms N     bind at once but answer 503 'Loading model' for N ms\n"
-      "  --fail-start MSG        after the load delay print 'error: MSG' and exit 1\n"
-      "  --crash-after N         the Nth chat request served (errors not counted) kills the\n"
-      "                          process mid-stream (exit 3)\n"
-      "  --fault SPEC            fault applied to every chat request (see below)\n"
-      "  --seed N                seed of the text generator (default 0)\n"
-      "  --keepalive-ms N        close idle keep-alive connections after N ms (default 5000)\n"
-      "  --quiet                 log nothing to stderr but fatal startup errors\n"
-      "  --verbose               log one line per request (method, path, status, time)\n"
-      "  --help                  show this help\n"
-      "  --health-pid N          report N as /health startup.pid (a foreign pid)\n"
-      "  --fail-first N          the first N chat requests answer 429 (retry tests)\n"
-      "  --retry-after S         Retry-After seconds sent with 429 and 503 (default 1)\n"
-      "  --tool-script FILE      JSON tool calls to answer requests with tools: a list of\n"
-      "                          rounds, each a list of {name, arguments, id?} (also\n"
-      "                          per request: mirza_sim.tool_calls); then text echoing\n"
-      "                          the tool results\n"
-      "  --replay-dir DIR        answer from a directory recorded by mirza (MIRZA_RECORD):\n"
-      "                          requests of a recorded method and path get the recorded\n"
-      "                          responses, byte for byte\n"
-      "  --replay-match order|body  which recording answers: the next in order (default)\n"
-      "                          or the next with a byte-identical body\n"
-      "  --frames-per-chunk N    with --tok-rate 0: one HTTP chunk every N token frames;\n"
-      "                          0 = up to 32 KiB per chunk (default 0)\n\n"
-      "Fault SPEC: comma-separated items, also per request with header\n"
-      "'X-Mirza-Sim-Fault: SPEC' or body {\"mirza_sim\":{\"fault\":\"SPEC\"}}:\n"
-      "  http=STATUS[:MSG]  http-text=STATUS  error-after=N  cut-after=N\n"
-      "  stall-after=N[:MS]  malformed-after=N  utf8-split  loop  loop=phrase\n"
-      "  oversized=BYTES  replay=PATH  crash-after=N\n"
-      "  no-done            finish normally but never send data: [DONE]\n"
-      "  bad-utf8-after=N   after N tokens a frame with invalid UTF-8 in its content\n"
-      "  nul-after=N        after N tokens a frame whose content holds \\u0000\n"
-      "  slow-head=MS       pause MS ms before each line of the response head\n"
-      "  head-delay=MS      send nothing for MS ms (a queued request), then answer\n"
-      "  redirect=STATUS[:LOCATION]  answer 301/302/303/307/308 with Location\n"
-      "                     (default: the request path + /moved)\n"
-      "  http-html=STATUS[:MSG]   nginx-style HTML error page with a <title>\n"
-      "  http-plain=STATUS[:MSG]  plain-text error body\n"
-      "  retry-after=N|date+N     Retry-After of http faults: seconds, or an\n"
-      "                     HTTP-date N seconds ahead\n"
-      "  gzip               Content-Encoding: gzip on every answer\n"
-      "Per-request body overrides: \"mirza_sim\":{\"text\",\"reasoning\",\"answer_tokens\",\n"
-      "  \"reasoning_tokens\",\"tok_rate\",\"ttft_ms\",\"fault\",\"tool_calls\",\n"
-      "  \"frames_per_chunk\"}\n",
-      out);
+  fputs("usage: mirza-sim [options]\n"
+        "A simulated local LLM daemon (MTPLX or llama-server dialect) for tests and demos.\n\n"
+        "  --host ADDR             address to bind (default 127.0.0.1)\n"
+        "  --port N                port to bind; 0 picks a free one (default 8766)\n"
+        "  --port-file PATH        write the bound port there (atomically) once listening\n"
+        "  --dialect mtplx|llama   protocol dialect to speak (default mtplx)\n"
+        "  --model-id ID           model id reported everywhere (default mirza-sim)\n"
+        "  --context-window N      context window in tokens (default 32768)\n"
+        "  --api-key KEY           require 'Authorization: Bearer KEY' on every route\n"
+        "  --parallel N            concurrent generations; others queue (default 1)\n"
+        "  --tok-rate R            tokens per second; 0 = as fast as possible (default 50)\n"
+        "  --ttft-ms N             delay before the first token (default 200)\n"
+        "  --heartbeat-ms N        MTPLX heartbeat frame after N ms of silence; 0 = none\n"
+        "                          (default 10000)\n"
+        "  --progress-every N      MTPLX mtplx_progress frame every N tokens; 0 = none\n"
+        "                          (default 32)\n"
+        "  --reasoning-tokens N    reasoning length when thinking (default 48)\n"
+        "  --answer-tokens N       answer length (default 32)\n"
+        "  --load-delay-ms N       sleep N ms before binding (connection refused meanwhile)\n"
+        "  --health-delay-ms N     bind at once but answer 503 'Loading model' for N ms\n"
+        "  --fail-start MSG        after the load delay print 'error: MSG' and exit 1\n"
+        "  --crash-after N         the Nth chat request served (errors not counted) kills the\n"
+        "                          process mid-stream (exit 3)\n"
+        "  --fault SPEC            fault applied to every chat request (see below)\n"
+        "  --seed N                seed of the text generator (default 0)\n"
+        "  --keepalive-ms N        close idle keep-alive connections after N ms (default 5000)\n"
+        "  --quiet                 log nothing to stderr but fatal startup errors\n"
+        "  --verbose               log one line per request (method, path, status, time)\n"
+        "  --help                  show this help\n"
+        "  --health-pid N          report N as /health startup.pid (a foreign pid)\n"
+        "  --fail-first N          the first N chat requests answer 429 (retry tests)\n"
+        "  --retry-after S         Retry-After seconds sent with 429 and 503 (default 1)\n"
+        "  --tool-script FILE      JSON tool calls to answer requests with tools: a list of\n"
+        "                          rounds, each a list of {name, arguments, id?} (also\n"
+        "                          per request: mirza_sim.tool_calls); then text echoing\n"
+        "                          the tool results\n"
+        "  --replay-dir DIR        answer from a directory recorded by mirza (MIRZA_RECORD):\n"
+        "                          requests of a recorded method and path get the recorded\n"
+        "                          responses, byte for byte\n"
+        "  --replay-match order|body  which recording answers: the next in order (default)\n"
+        "                          or the next with a byte-identical body\n"
+        "  --frames-per-chunk N    with --tok-rate 0: one HTTP chunk every N token frames;\n"
+        "                          0 = up to 32 KiB per chunk (default 0)\n\n"
+        "Fault SPEC: comma-separated items, also per request with header\n"
+        "'X-Mirza-Sim-Fault: SPEC' or body {\"mirza_sim\":{\"fault\":\"SPEC\"}}:\n"
+        "  http=STATUS[:MSG]  http-text=STATUS  error-after=N  cut-after=N\n"
+        "  stall-after=N[:MS]  malformed-after=N  utf8-split  loop  loop=phrase\n"
+        "  oversized=BYTES  replay=PATH  crash-after=N\n"
+        "  no-done            finish normally but never send data: [DONE]\n"
+        "  bad-utf8-after=N   after N tokens a frame with invalid UTF-8 in its content\n"
+        "  nul-after=N        after N tokens a frame whose content holds \\u0000\n"
+        "  slow-head=MS       pause MS ms before each line of the response head\n"
+        "  head-delay=MS      send nothing for MS ms (a queued request), then answer\n"
+        "  redirect=STATUS[:LOCATION]  answer 301/302/303/307/308 with Location\n"
+        "                     (default: the request path + /moved)\n"
+        "  http-html=STATUS[:MSG]   nginx-style HTML error page with a <title>\n"
+        "  http-plain=STATUS[:MSG]  plain-text error body\n"
+        "  retry-after=N|date+N     Retry-After of http faults: seconds, or an\n"
+        "                     HTTP-date N seconds ahead\n"
+        "  gzip               Content-Encoding: gzip on every answer\n"
+        "Per-request body overrides: \"mirza_sim\":{\"text\",\"reasoning\",\"answer_tokens\",\n"
+        "  \"reasoning_tokens\",\"tok_rate\",\"ttft_ms\",\"fault\",\"tool_calls\",\n"
+        "  \"frames_per_chunk\"}\n",
+        out);
 }
 
 static void die(const char *fmt, const char *arg) {
@@ -122,17 +138,25 @@ static long num(const char *name, const char *v, long lo, long hi) {
   char *end;
   errno = 0;
   long n = strtol(v, &end, 10);
-  if (errno || end == v || *end || n < lo || n > hi)
-    die("invalid value for --%s", name);
+  if (errno || end == v || *end || n < lo || n > hi) die("invalid value for --%s", name);
   return n;
 }
 
 static void parse_args(server *s, int argc, char **argv) {
   sim_config *c = &s->cfg;
-  *c = (sim_config){.host = "127.0.0.1", .port = 8766, .model_id = "mirza-sim",
-                    .context_window = 32768, .tok_rate = 50, .ttft_ms = 200,
-                    .heartbeat_ms = 10000, .progress_every = 32, .reasoning_tokens = 48,
-                    .answer_tokens = 32, .verbosity = 1, .parallel = 1, .keepalive_ms = 5000,
+  *c = (sim_config){.host = "127.0.0.1",
+                    .port = 8766,
+                    .model_id = "mirza-sim",
+                    .context_window = 32768,
+                    .tok_rate = 50,
+                    .ttft_ms = 200,
+                    .heartbeat_ms = 10000,
+                    .progress_every = 32,
+                    .reasoning_tokens = 48,
+                    .answer_tokens = 32,
+                    .verbosity = 1,
+                    .parallel = 1,
+                    .keepalive_ms = 5000,
                     .retry_after = 1};
   faults_clear(&s->faults);
   const long BIG = 1L << 40;
@@ -144,8 +168,7 @@ static void parse_args(server *s, int argc, char **argv) {
     case 'p': c->port = (int)num("port", optarg, 0, 65535); break;
     case 'P': c->port_file = optarg; break;
     case 'd':
-      if (strcmp(optarg, "mtplx") && strcmp(optarg, "llama"))
-        die("--dialect must be mtplx or llama, not '%s'", optarg);
+      if (strcmp(optarg, "mtplx") && strcmp(optarg, "llama")) die("--dialect must be mtplx or llama, not '%s'", optarg);
       c->dialect = optarg[0] == 'l' ? DIALECT_LLAMA : DIALECT_MTPLX;
       break;
     case 'm': c->model_id = optarg; break;
@@ -155,8 +178,7 @@ static void parse_args(server *s, int argc, char **argv) {
     case 'r': {
       char *end;
       c->tok_rate = strtod(optarg, &end);
-      if (end == optarg || *end || !(c->tok_rate >= 0 && c->tok_rate < 1e12))
-        die("invalid value for --%s", nm);
+      if (end == optarg || *end || !(c->tok_rate >= 0 && c->tok_rate < 1e12)) die("invalid value for --%s", nm);
       break;
     }
     case 't': c->ttft_ms = num(nm, optarg, 0, BIG); break;
@@ -188,11 +210,9 @@ static void parse_args(server *s, int argc, char **argv) {
     default: usage(stderr); exit(2);
     }
   }
-  if (optind < argc)
-    die("unexpected argument '%s'", argv[optind]);
+  if (optind < argc) die("unexpected argument '%s'", argv[optind]);
   char err[300];
-  if (c->fault && faults_parse(&s->faults, c->fault, err, sizeof err))
-    die("%s", err);
+  if (c->fault && faults_parse(&s->faults, c->fault, err, sizeof err)) die("%s", err);
 }
 
 static void on_signal(int sig) {
@@ -222,8 +242,7 @@ static int bind_listener(server *s, char *url_host, size_t n) {
   const char *h = s->cfg.host;
   struct sockaddr_in *a4 = (struct sockaddr_in *)&ss;
   struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&ss;
-  if (strcmp(h, "localhost") == 0)
-    h = "127.0.0.1";
+  if (strcmp(h, "localhost") == 0) h = "127.0.0.1";
   if (inet_pton(AF_INET, h, &a4->sin_addr) == 1) {
     a4->sin_family = AF_INET;
     a4->sin_port = htons((uint16_t)s->cfg.port);
@@ -243,8 +262,7 @@ static int bind_listener(server *s, char *url_host, size_t n) {
   if (fd < 0 || bind(fd, (struct sockaddr *)&ss, len) || listen(fd, 256)) {
     char port[16];
     snprintf(port, sizeof port, "%d", s->cfg.port);
-    if (errno == EADDRINUSE)
-      die("port %s is already in use", port);
+    if (errno == EADDRINUSE) die("port %s is already in use", port);
     die("cannot listen: %s", strerror(errno));
   }
   getsockname(fd, (struct sockaddr *)&ss, &len);
@@ -280,8 +298,7 @@ static void accept_loop(server *s) {
   for (;;) {
     int fd = accept(s->listen_fd, NULL, NULL);
     if (fd < 0) {
-      if (errno == EMFILE || errno == ENFILE)
-        sleep_ms(10); /* wait for connections to close rather than spin */
+      if (errno == EMFILE || errno == ENFILE) sleep_ms(10); /* wait for connections to close rather than spin */
       continue;
     }
     int one = 1;
@@ -303,10 +320,8 @@ int main(int argc, char **argv) {
   if (srv.cfg.replay_dir && recorded_load(&srv, srv.cfg.replay_dir, srv.cfg.replay_by_body))
     die("cannot read the recording in --replay-dir %s", srv.cfg.replay_dir);
   srv.t_start = sim_now();
-  snprintf(srv.launch_id, sizeof srv.launch_id, "sim-%d-%lx", (int)getpid(),
-           (unsigned long)time(NULL));
-  if (srv.cfg.load_delay_ms)
-    sleep_ms(srv.cfg.load_delay_ms);
+  snprintf(srv.launch_id, sizeof srv.launch_id, "sim-%d-%lx", (int)getpid(), (unsigned long)time(NULL));
+  if (srv.cfg.load_delay_ms) sleep_ms(srv.cfg.load_delay_ms);
   if (srv.cfg.fail_start) {
     fprintf(stderr, "error: %s\n", srv.cfg.fail_start);
     return 1;
@@ -314,14 +329,12 @@ int main(int argc, char **argv) {
   char url_host[128];
   srv.listen_fd = bind_listener(&srv, url_host, sizeof url_host);
   srv.t_start = sim_now(); /* --health-delay-ms counts from the bind */
-  if (srv.cfg.port_file)
-    write_port_file(&srv);
+  if (srv.cfg.port_file) write_port_file(&srv);
   printf("mirza-sim listening on http://%s:%d\n", url_host, srv.port);
   fflush(stdout);
   if (srv.cfg.verbosity >= 2)
     fprintf(stderr, "mirza-sim: %s dialect, model %s, %g tok/s, pid %d\n",
-            srv.cfg.dialect == DIALECT_LLAMA ? "llama" : "mtplx", srv.cfg.model_id,
-            srv.cfg.tok_rate, (int)getpid());
+            srv.cfg.dialect == DIALECT_LLAMA ? "llama" : "mtplx", srv.cfg.model_id, srv.cfg.tok_rate, (int)getpid());
   accept_loop(&srv);
   return 0;
 }

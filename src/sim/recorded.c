@@ -23,9 +23,9 @@
 
 typedef struct recording {
   char method[16], path[1024];
-  char *body;        /* the request body */
+  char *body; /* the request body */
   size_t body_len;
-  char *resp;        /* the response file: head(s) then body */
+  char *resp; /* the response file: head(s) then body */
   size_t resp_len;
   bool used;
 } recording;
@@ -36,16 +36,13 @@ struct recorded_set {
   bool by_body;
 };
 
-static int by_name(const void *a, const void *b) {
-  return strcmp(*(char *const *)a, *(char *const *)b);
-}
+static int by_name(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
 /* "METHOD URL\n...headers...\n\nBODY": method, path (no scheme, host or
  * query), body. */
 static int parse_request(recording *rec, char *text, size_t n) {
   char url[1024];
-  if (sscanf(text, "%15s %1023s", rec->method, url) != 2)
-    return -1;
+  if (sscanf(text, "%15s %1023s", rec->method, url) != 2) return -1;
   const char *p = strstr(url, "://");
   p = p ? strchr(p + 3, '/') : url;
   snprintf(rec->path, sizeof rec->path, "%s", p ? p : "/");
@@ -62,20 +59,17 @@ static int load_one(recording *rec, const char *dir, const char *name) {
   size_t n;
   snprintf(path, sizeof path, "%s/%s", dir, name);
   char *text = sim_slurp(path, 0, &n);
-  if (!text)
-    return -1;
+  if (!text) return -1;
   int rc = parse_request(rec, text, n);
   free(text);
   snprintf(path + strlen(path) - strlen(".request"), sizeof path, ".response");
-  if (rc || !(rec->resp = sim_slurp(path, 0, &rec->resp_len)))
-    return -1;
+  if (rc || !(rec->resp = sim_slurp(path, 0, &rec->resp_len))) return -1;
   return 0;
 }
 
 int recorded_load(server *s, const char *dir, bool by_body) {
   DIR *d = opendir(dir);
-  if (!d)
-    return -1;
+  if (!d) return -1;
   char **names = NULL;
   size_t n = 0;
   struct dirent *de;
@@ -83,8 +77,7 @@ int recorded_load(server *s, const char *dir, bool by_body) {
     size_t l = strlen(de->d_name);
     if (l > 8 && strcmp(de->d_name + l - 8, ".request") == 0) {
       char **more = realloc(names, (n + 1) * sizeof *names);
-      if (!more)
-        abort();
+      if (!more) abort();
       names = more;
       names[n++] = sim_strndup(de->d_name, l);
     }
@@ -92,8 +85,7 @@ int recorded_load(server *s, const char *dir, bool by_body) {
   closedir(d);
   qsort(names, n, sizeof *names, by_name);
   struct recorded_set *set = calloc(1, sizeof *set);
-  if (!set || !(set->r = calloc(n ? n : 1, sizeof *set->r)))
-    abort();
+  if (!set || !(set->r = calloc(n ? n : 1, sizeof *set->r))) abort();
   set->by_body = by_body;
   int rc = 0;
   for (size_t i = 0; i < n; i++) {
@@ -117,27 +109,23 @@ static recording *pick(server *s, const http_request *r, bool *known) {
   pthread_mutex_lock(&s->mu);
   for (size_t i = 0; i < set->n && !found; i++) {
     recording *rec = &set->r[i];
-    if (strcmp(rec->method, r->method) != 0 || strcmp(rec->path, r->path) != 0)
-      continue;
+    if (strcmp(rec->method, r->method) != 0 || strcmp(rec->path, r->path) != 0) continue;
     *known = true;
-    bool same = !set->by_body ||
-                (rec->body_len == r->body_len && memcmp(rec->body, r->body ? r->body : "", r->body_len) == 0);
-    if (!rec->used && same)
-      found = rec;
+    bool same =
+        !set->by_body || (rec->body_len == r->body_len && memcmp(rec->body, r->body ? r->body : "", r->body_len) == 0);
+    if (!rec->used && same) found = rec;
   }
-  if (found)
-    found->used = true;
+  if (found) found->used = true;
   pthread_mutex_unlock(&s->mu);
   return found;
 }
 
 static bool framing_header(const char *line, size_t n) {
-  static const char *const skip[] = {"content-length:", "transfer-encoding:", "content-encoding:",
-                                     "connection:", "keep-alive:", "server:", "cache-control:",
-                                     "content-type:"};
+  static const char *const skip[] = {
+      "content-length:", "transfer-encoding:", "content-encoding:", "connection:", "keep-alive:",
+      "server:",         "cache-control:",     "content-type:"};
   for (size_t i = 0; i < sizeof skip / sizeof *skip; i++)
-    if (n >= strlen(skip[i]) && strncasecmp(line, skip[i], strlen(skip[i])) == 0)
-      return true;
+    if (n >= strlen(skip[i]) && strncasecmp(line, skip[i], strlen(skip[i])) == 0) return true;
   return false;
 }
 
@@ -153,24 +141,20 @@ static size_t parse_head(const recording *rec, int *status, char *ctype, size_t 
     const char *nl;
     while ((nl = memchr(p, '\n', (size_t)(end - p)))) {
       size_t n = (size_t)(nl - p);
-      if (n && p[n - 1] == '\r')
-        n--;
+      if (n && p[n - 1] == '\r') n--;
       const char *line = p;
       p = nl + 1;
-      if (n == 0)
-        break;
+      if (n == 0) break;
       if (strncasecmp(line, "content-type:", 13) == 0) {
         const char *v = line + 13;
-        while (*v == ' ')
-          v++;
+        while (*v == ' ') v++;
         snprintf(ctype, clen, "%.*s", (int)(n - (size_t)(v - line)), v);
       } else if (!framing_header(line, n) && memchr(line, ':', n)) {
         sbuf_add(extra, line, n);
         sbuf_adds(extra, "\r\n");
       }
     }
-    if (*status >= 200 || !nl || p >= end)
-      return (size_t)(p - rec->resp);
+    if (*status >= 200 || !nl || p >= end) return (size_t)(p - rec->resp);
   }
 }
 
@@ -191,18 +175,15 @@ static int send_recording(conn *c, const recording *rec) {
     rc = http_send(c, status, ctype[0] ? ctype : NULL, extra.p, body, n);
   }
   sbuf_free(&extra);
-  if (rc)
-    c->must_close = true;
+  if (rc) c->must_close = true;
   return status;
 }
 
 int recorded_route(conn *c, const http_request *r) {
   bool known;
   recording *rec = pick(c->srv, r, &known);
-  if (rec)
-    return send_recording(c, rec);
-  if (!known)
-    return -1;
+  if (rec) return send_recording(c, rec);
+  if (!known) return -1;
   char msg[700];
   snprintf(msg, sizeof msg, "replay: no recorded response left for %s %s", r->method, r->path);
   return send_error(c, 500, msg, "server_error", "ReplayExhausted");

@@ -24,20 +24,17 @@ int replay_run(job *j) {
     return send_error(j->c, 500, msg, "server_error", "ReplayError");
   }
   j->stream = true; /* the recording decides what the body is */
-  if (http_begin_chunked(j->c, 200, "text/event-stream", NULL))
-    j->gone = true;
+  if (http_begin_chunked(j->c, 200, "text/event-stream", NULL)) j->gone = true;
   double t = sim_now() + (double)(j->ttft_ms > 0 ? j->ttft_ms : 0) / 1000.0;
   for (size_t off = 0, i = 0; off < n && !j->gone; i++) {
     size_t len = sim_event_len(body + off, n - off);
     if (j->rate > 0 || j->ttft_ms > 0) {
       job_flush(j);
       double due = t + (j->rate > 0 ? (double)i / j->rate : 0);
-      if (!j->gone && conn_wait_until(j->c, due, NULL))
-        j->gone = true;
+      if (!j->gone && conn_wait_until(j->c, due, NULL)) j->gone = true;
     }
     sbuf_add(&j->out, body + off, len);
-    if (j->out.len >= SIM_FLUSH_BYTES)
-      job_flush(j);
+    if (j->out.len >= SIM_FLUSH_BYTES) job_flush(j);
     off += len;
   }
   job_flush(j);

@@ -31,8 +31,7 @@ static int send_json(conn *c, int status, cJSON *body, const char *extra) {
 
 /* An error in the dialect's shape. code: MTPLX's string code (NULL = the
  * status number); fields: extra members for the error object (taken). */
-static int send_error_ex(conn *c, int status, const char *msg, const char *type,
-                         const char *code, cJSON *fields) {
+static int send_error_ex(conn *c, int status, const char *msg, const char *type, const char *code, cJSON *fields) {
   cJSON *root = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(root, "error");
   if (is_llama(c->srv)) {
     cJSON_AddNumberToObject(e, "code", status);
@@ -76,8 +75,7 @@ static const char *type_for(int status) {
 static const char *retry_after(const sim_faults *f, long dflt, int status, char *out, size_t n) {
   long ahead;
   if (!f->retry_after[0]) {
-    if (status != 429 && status != 503)
-      return NULL;
+    if (status != 429 && status != 503) return NULL;
     snprintf(out, n, "Retry-After: %ld\r\n", dflt);
     return out;
   }
@@ -96,8 +94,7 @@ static const char *retry_after(const sim_faults *f, long dflt, int status, char 
 /* The body of an http= fault other than JSON: a bare HTML fragment
  * (http-text), an nginx-style error page with a <title> (http-html) or a
  * line of plain text (http-plain). */
-static int fault_body(const sim_faults *f, const char *msg, char *body, size_t n,
-                      const char **ctype) {
+static int fault_body(const sim_faults *f, const char *msg, char *body, size_t n, const char **ctype) {
   int st = f->http_status;
   *ctype = "text/html";
   switch (f->http_body) {
@@ -107,11 +104,8 @@ static int fault_body(const sim_faults *f, const char *msg, char *body, size_t n
                     "<center><h1>%d %s</h1></center>\r\n<hr><center>nginx</center>\r\n"
                     "</body>\r\n</html>\r\n",
                     st, msg, st, msg);
-  case HTTP_BODY_PLAIN:
-    *ctype = "text/plain; charset=utf-8";
-    return snprintf(body, n, "%s\n", msg);
-  default:
-    return snprintf(body, n, "<html><body>%s</body></html>\n", msg);
+  case HTTP_BODY_PLAIN: *ctype = "text/plain; charset=utf-8"; return snprintf(body, n, "%s\n", msg);
+  default: return snprintf(body, n, "<html><body>%s</body></html>\n", msg);
   }
 }
 
@@ -121,12 +115,11 @@ static int send_http_fault(conn *c, const sim_faults *f) {
   const char *msg = f->http_msg[0] ? f->http_msg : http_reason(f->http_status);
   char ra[96], body[1024];
   const char *extra = retry_after(f, c->srv->cfg.retry_after, f->http_status, ra, sizeof ra), *ctype;
-  if (!f->http_text && !f->retry_after[0])
-    return send_error(c, f->http_status, msg, type_for(f->http_status), NULL);
+  if (!f->http_text && !f->retry_after[0]) return send_error(c, f->http_status, msg, type_for(f->http_status), NULL);
   if (!f->http_text) { /* JSON error with a chosen Retry-After */
     char js[512];
-    int jn = snprintf(js, sizeof js, "{\"error\":{\"message\":\"%s\",\"type\":\"%s\",\"code\":%d}}",
-                      msg, type_for(f->http_status), f->http_status);
+    int jn = snprintf(js, sizeof js, "{\"error\":{\"message\":\"%s\",\"type\":\"%s\",\"code\":%d}}", msg,
+                      type_for(f->http_status), f->http_status);
     http_send(c, f->http_status, "application/json", extra, js, (size_t)jn);
     return f->http_status;
   }
@@ -177,9 +170,7 @@ static int route_models(conn *c) {
   cJSON_AddNumberToObject(m, "created", (double)time(NULL));
   cJSON_AddStringToObject(m, "owned_by", "mirza-sim");
   cJSON_AddNumberToObject(m, "context_length", (double)s->cfg.context_window);
-  if (is_llama(s))
-    cJSON_AddNumberToObject(cJSON_AddObjectToObject(m, "meta"), "n_ctx",
-                            (double)s->cfg.context_window);
+  if (is_llama(s)) cJSON_AddNumberToObject(cJSON_AddObjectToObject(m, "meta"), "n_ctx", (double)s->cfg.context_window);
   return send_json(c, 200, r, NULL);
 }
 
@@ -188,15 +179,13 @@ static int route_clear(conn *c, const char *id) {
   cJSON *r = cJSON_CreateObject();
   cJSON_AddBoolToObject(r, "ok", 1);
   cJSON_AddNumberToObject(r, "sessions_cleared", (double)n);
-  if (id)
-    cJSON_AddStringToObject(r, "session_id", id);
+  if (id) cJSON_AddStringToObject(r, "session_id", id);
   return send_json(c, 200, r, NULL);
 }
 
 static int route_cancel(conn *c, const char *id) {
   if (!inflight_cancel(c->srv, id))
-    return send_error(c, 404, "request not found or already finished", "not_found_error",
-                      NULL);
+    return send_error(c, 404, "request not found or already finished", "not_found_error", NULL);
   cJSON *r = cJSON_CreateObject();
   cJSON_AddBoolToObject(r, "ok", 1);
   cJSON_AddStringToObject(r, "request_id", id);
@@ -222,12 +211,10 @@ static char *last_user_text(const cJSON *messages) {
   const cJSON *last = NULL, *m;
   cJSON_ArrayForEach(m, messages) {
     const char *role = json_str(m, "role");
-    if (role && strcmp(role, "user") == 0)
-      last = m;
+    if (role && strcmp(role, "user") == 0) last = m;
   }
   const cJSON *content = last ? cJSON_GetObjectItemCaseSensitive(last, "content") : NULL;
-  if (cJSON_IsString(content))
-    return sim_strndup(content->valuestring, strlen(content->valuestring));
+  if (cJSON_IsString(content)) return sim_strndup(content->valuestring, strlen(content->valuestring));
   return content ? cJSON_PrintUnformatted(content) : sim_strndup("", 0);
 }
 
@@ -235,10 +222,8 @@ static char *last_user_text(const cJSON *messages) {
 static void pick_session(job *j, const http_request *r, const cJSON *body) {
   const cJSON *meta = cJSON_GetObjectItemCaseSensitive(body, "metadata");
   const char *id = http_get_header(r, "X-MTPLX-Session-Id"), *src = "header.x-mtplx-session-id";
-  if (!id || !*id)
-    id = json_str(meta, "session_id"), src = "body.metadata.session_id";
-  if (!id || !*id)
-    id = json_str(body, "user"), src = "body.user";
+  if (!id || !*id) id = json_str(meta, "session_id"), src = "body.metadata.session_id";
+  if (!id || !*id) id = json_str(body, "user"), src = "body.user";
   j->session_exclusive = id && *id && strcmp(src, "body.user") != 0 && !is_llama(j->srv);
   if (!id || !*id) {
     /* llama-server's slot cache works without any session: compare with
@@ -252,18 +237,14 @@ static void pick_session(job *j, const http_request *r, const cJSON *body) {
 }
 
 /* Faults: --fault, then the header, then the body's mirza_sim.fault. */
-static int collect_faults(job *j, const http_request *r, const cJSON *ctl, char *err,
-                          size_t errlen) {
+static int collect_faults(job *j, const http_request *r, const cJSON *ctl, char *err, size_t errlen) {
   j->f = j->srv->faults;
   const char *h = http_get_header(r, "X-Mirza-Sim-Fault");
-  if (h && faults_parse(&j->f, h, err, errlen))
-    return -1;
+  if (h && faults_parse(&j->f, h, err, errlen)) return -1;
   const char *b = json_str(ctl, "fault");
-  if (b && faults_parse(&j->f, b, err, errlen))
-    return -1;
+  if (b && faults_parse(&j->f, b, err, errlen)) return -1;
   long n = atomic_fetch_add(&j->srv->fail_count, 1) + 1;
-  if (n <= j->srv->cfg.fail_first && !j->f.http_status)
-    j->f.http_status = 429; /* --fail-first */
+  if (n <= j->srv->cfg.fail_first && !j->f.http_status) j->f.http_status = 429; /* --fail-first */
   return 0;
 }
 
@@ -271,13 +252,11 @@ static int collect_faults(job *j, const http_request *r, const cJSON *ctl, char 
  * (one refused with an error, a 409 say, does not count). */
 static void count_chat(job *j) {
   long n = atomic_fetch_add(&j->srv->chat_count, 1) + 1;
-  if (j->srv->cfg.crash_after > 0 && n == j->srv->cfg.crash_after && j->f.crash_after < 0)
-    j->f.crash_after = 3;
+  if (j->srv->cfg.crash_after > 0 && n == j->srv->cfg.crash_after && j->f.crash_after < 0) j->f.crash_after = 3;
 }
 
 static bool thinking_on(const job *j, const cJSON *body) {
-  if (!is_llama(j->srv))
-    return cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(body, "enable_thinking"));
+  if (!is_llama(j->srv)) return cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(body, "enable_thinking"));
   const cJSON *k = cJSON_GetObjectItemCaseSensitive(body, "chat_template_kwargs");
   return !cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(k, "enable_thinking"));
 }
@@ -290,12 +269,10 @@ static const char *check_fields(const job *j, const cJSON *body) {
     return t && !cJSON_IsBool(t) ? "\"enable_thinking\" must be a boolean" : NULL;
   }
   const cJSON *e = cJSON_GetObjectItemCaseSensitive(body, "reasoning_effort");
-  if (!e || cJSON_IsNull(e))
-    return NULL;
+  if (!e || cJSON_IsNull(e)) return NULL;
   static const char *const ok[] = {"low", "medium", "high", "xhigh", "auto"};
   for (size_t i = 0; cJSON_IsString(e) && i < sizeof ok / sizeof *ok; i++)
-    if (strcmp(e->valuestring, ok[i]) == 0)
-      return NULL;
+    if (strcmp(e->valuestring, ok[i]) == 0) return NULL;
   return "reasoning_effort must be one of: low, medium, high, xhigh, auto";
 }
 
@@ -329,13 +306,11 @@ static void plan_text(job *j, const cJSON *ctl, const char *user) {
   tokseq *loopseq = j->has_reasoning ? &j->rseq : &j->aseq;
   if (j->f.loop && j->has_reasoning && !cJSON_GetObjectItemCaseSensitive(ctl, "reasoning_tokens"))
     rn = 24; /* a few normal lines, then the loop */
-  if (j->f.loop && !j->has_reasoning && !cJSON_GetObjectItemCaseSensitive(ctl, "answer_tokens"))
-    an = 24;
+  if (j->f.loop && !j->has_reasoning && !cJSON_GetObjectItemCaseSensitive(ctl, "answer_tokens")) an = 24;
   char rsep = !j->f.loop ? 0 : j->f.loop == LOOP_LINE ? '\n' : ' ';
   gen_init(&j->rseq.gen, seed ^ 0x5eedull, rn, true, rsep);
   gen_init(&j->aseq.gen, seed, an, false, j->f.loop && !j->has_reasoning ? ' ' : 0);
-  if (rtext)
-    j->rseq.text = rtext, j->rseq.text_len = strlen(rtext);
+  if (rtext) j->rseq.text = rtext, j->rseq.text_len = strlen(rtext);
   if (atext)
     j->aseq.text = atext, j->aseq.text_len = strlen(atext);
   else if (j->f.utf8_split)
@@ -354,16 +329,12 @@ static int prepare_chat(job *j, const http_request *r, cJSON *body) {
   if (!cJSON_IsArray(messages) || cJSON_GetArraySize(messages) == 0)
     return send_error(j->c, 400, "'messages' is required", "invalid_request_error", NULL);
   const cJSON *ctl = cJSON_GetObjectItemCaseSensitive(body, "mirza_sim");
-  if (collect_faults(j, r, ctl, err, sizeof err))
-    return send_error(j->c, 400, err, "invalid_request_error", NULL);
+  if (collect_faults(j, r, ctl, err, sizeof err)) return send_error(j->c, 400, err, "invalid_request_error", NULL);
   const char *bad = check_fields(j, body);
-  if (bad)
-    return send_error(j->c, 400, bad, "invalid_request_error", NULL);
+  if (bad) return send_error(j->c, 400, bad, "invalid_request_error", NULL);
   http_faults(j->c, &j->f);
-  if (j->f.redirect)
-    return send_redirect(j->c, r, &j->f);
-  if (j->f.http_status)
-    return send_http_fault(j->c, &j->f);
+  if (j->f.redirect) return send_redirect(j->c, r, &j->f);
+  if (j->f.http_status) return send_http_fault(j->c, &j->f);
   char *prompt = cJSON_PrintUnformatted(messages);
   size_t plen = strlen(prompt);
   j->prompt_tokens = plen / 4 > 0 ? (long)(plen / 4) : 1;
@@ -392,13 +363,11 @@ static int prepare_chat(job *j, const http_request *r, cJSON *body) {
   if (!st && j->has_session) {
     long common = 0;
     if (session_begin(j->srv, j->session, j->session_exclusive, prompt, plen, &common))
-      st = send_error(j->c, 409, "session is already generating", "conflict_error",
-                      "SessionBusy");
+      st = send_error(j->c, 409, "session is already generating", "conflict_error", "SessionBusy");
     j->cached_tokens = common / 4 < j->prompt_tokens ? common / 4 : j->prompt_tokens - 1;
   }
   free(prompt);
-  if (st)
-    j->has_session = false; /* nothing to release */
+  if (st) j->has_session = false; /* nothing to release */
   return st;
 }
 
@@ -415,8 +384,7 @@ static void configure_chat(job *j, const http_request *r, const cJSON *body) {
   long max = json_long(body, "max_completion_tokens", -1);
   max = json_long(body, "max_tokens", max);
   j->cap = cfg->context_window - j->prompt_tokens;
-  if (max > 0 && max < j->cap)
-    j->cap = max;
+  if (max > 0 && max < j->cap) j->cap = max;
   const cJSON *rate = cJSON_GetObjectItemCaseSensitive(ctl, "tok_rate");
   j->rate = cJSON_IsNumber(rate) && rate->valuedouble >= 0 ? rate->valuedouble : cfg->tok_rate;
   j->ttft_ms = json_long(ctl, "ttft_ms", cfg->ttft_ms);
@@ -438,12 +406,10 @@ static int route_chat(conn *c, const http_request *r) {
                         "[json.exception.parse_error.101] parse error: syntax error while "
                         "parsing value - invalid JSON request body",
                         "server_error", NULL);
-    return send_error(c, 400, "Invalid JSON in request body", "invalid_request_error",
-                      "JSONDecodeError");
+    return send_error(c, 400, "Invalid JSON in request body", "invalid_request_error", "JSONDecodeError");
   }
   job *j = calloc(1, sizeof *j);
-  if (!j)
-    abort();
+  if (!j) abort();
   j->srv = c->srv;
   j->c = c;
   int st = prepare_chat(j, r, body);
@@ -452,8 +418,7 @@ static int route_chat(conn *c, const http_request *r) {
     configure_chat(j, r, body);
     st = j->f.replay[0] ? replay_run(j) : job_run(j);
   }
-  if (j->has_session && j->session_exclusive)
-    session_end(c->srv, j->session);
+  if (j->has_session && j->session_exclusive) session_end(c->srv, j->session);
   job_free(j);
   free(j);
   cJSON_Delete(body);
@@ -465,29 +430,23 @@ static int route_chat(conn *c, const http_request *r) {
 /* llama-server's answer while the model loads, byte for byte as captured
  * (member order differs from its other errors), in both dialects. */
 static int send_loading(conn *c) {
-  static const char body[] =
-      "{\"error\":{\"message\":\"Loading model\",\"type\":\"unavailable_error\",\"code\":503}}";
-  http_send(c, 503, "application/json; charset=utf-8", "Retry-After: 1\r\n", body,
-            sizeof body - 1);
+  static const char body[] = "{\"error\":{\"message\":\"Loading model\",\"type\":\"unavailable_error\",\"code\":503}}";
+  http_send(c, 503, "application/json; charset=utf-8", "Retry-After: 1\r\n", body, sizeof body - 1);
   return 503;
 }
 
 static bool authorized(const server *s, const http_request *r) {
-  if (!s->cfg.api_key)
-    return true;
+  if (!s->cfg.api_key) return true;
   const char *a = http_get_header(r, "Authorization");
   return a && strncmp(a, "Bearer ", 7) == 0 && strcmp(a + 7, s->cfg.api_key) == 0;
 }
 
 /* "/prefix/{id}/suffix" -> id copied into out; false when no match. */
-static bool match_id(const char *path, const char *prefix, const char *suffix, char *out,
-                     size_t outlen) {
+static bool match_id(const char *path, const char *prefix, const char *suffix, char *out, size_t outlen) {
   size_t pl = strlen(prefix), sl = strlen(suffix), n = strlen(path);
-  if (n <= pl + sl || strncmp(path, prefix, pl) != 0 || strcmp(path + n - sl, suffix) != 0)
-    return false;
+  if (n <= pl + sl || strncmp(path, prefix, pl) != 0 || strcmp(path + n - sl, suffix) != 0) return false;
   size_t idl = n - pl - sl;
-  if (idl >= outlen || memchr(path + pl, '/', idl))
-    return false;
+  if (idl >= outlen || memchr(path + pl, '/', idl)) return false;
   memcpy(out, path + pl, idl);
   out[idl] = '\0';
   return true;
@@ -498,29 +457,18 @@ static int route(conn *c, const http_request *r) {
   const char *p = r->path;
   bool get = strcmp(r->method, "GET") == 0, post = strcmp(r->method, "POST") == 0;
   char id[256];
-  if (!authorized(s, r))
-    return send_error(c, 401, "Invalid API Key", "authentication_error", NULL);
+  if (!authorized(s, r)) return send_error(c, 401, "Invalid API Key", "authentication_error", NULL);
   int replayed = s->recorded ? recorded_route(c, r) : -1;
-  if (replayed >= 0)
-    return replayed;
-  if ((sim_now() - s->t_start) * 1000.0 < (double)s->cfg.health_delay_ms)
-    return send_loading(c);
-  if (strcmp(p, "/health") == 0 && get)
-    return route_health(c);
-  if (strcmp(p, "/v1/models") == 0 && get)
-    return route_models(c);
-  if (strcmp(p, "/v1/chat/completions") == 0 && post)
-    return route_chat(c, r);
-  if (!is_llama(s) && post && strcmp(p, "/admin/cache/clear") == 0)
-    return route_clear(c, NULL);
-  if (!is_llama(s) && post && match_id(p, "/admin/sessions/", "/clear", id, sizeof id))
-    return route_clear(c, id);
-  if (!is_llama(s) && post && match_id(p, "/v1/mtplx/cancel/", "", id, sizeof id))
-    return route_cancel(c, id);
-  bool known = strcmp(p, "/health") == 0 || strcmp(p, "/v1/models") == 0 ||
-               strcmp(p, "/v1/chat/completions") == 0;
-  if (known)
-    return send_error(c, 405, "Method Not Allowed", "invalid_request_error", NULL);
+  if (replayed >= 0) return replayed;
+  if ((sim_now() - s->t_start) * 1000.0 < (double)s->cfg.health_delay_ms) return send_loading(c);
+  if (strcmp(p, "/health") == 0 && get) return route_health(c);
+  if (strcmp(p, "/v1/models") == 0 && get) return route_models(c);
+  if (strcmp(p, "/v1/chat/completions") == 0 && post) return route_chat(c, r);
+  if (!is_llama(s) && post && strcmp(p, "/admin/cache/clear") == 0) return route_clear(c, NULL);
+  if (!is_llama(s) && post && match_id(p, "/admin/sessions/", "/clear", id, sizeof id)) return route_clear(c, id);
+  if (!is_llama(s) && post && match_id(p, "/v1/mtplx/cancel/", "", id, sizeof id)) return route_cancel(c, id);
+  bool known = strcmp(p, "/health") == 0 || strcmp(p, "/v1/models") == 0 || strcmp(p, "/v1/chat/completions") == 0;
+  if (known) return send_error(c, 405, "Method Not Allowed", "invalid_request_error", NULL);
   return send_error(c, 404, "Not Found", "not_found_error", NULL);
 }
 
@@ -541,8 +489,7 @@ void serve_connection(server *s, int fd) {
   http_request r;
   while (!c.must_close) {
     int st = http_read_request(&c, &r);
-    if (st < 0)
-      break;
+    if (st < 0) break;
     if (st > 0) {
       c.must_close = true;
       send_error(&c, st, http_reason(st), type_for(st), NULL);
@@ -553,10 +500,8 @@ void serve_connection(server *s, int fd) {
     double t0 = sim_now();
     int status = route(&c, &r);
     if (s->cfg.verbosity >= 2)
-      fprintf(stderr, "mirza-sim: %s %s %d %.1fms\n", r.method, r.target, status,
-              (sim_now() - t0) * 1000.0);
+      fprintf(stderr, "mirza-sim: %s %s %d %.1fms\n", r.method, r.target, status, (sim_now() - t0) * 1000.0);
   }
-  if (c.fd >= 0)
-    close_gracefully(c.fd);
+  if (c.fd >= 0) close_gracefully(c.fd);
   free(c.buf);
 }

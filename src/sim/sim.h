@@ -35,7 +35,7 @@
 #define SIM_MAX_BODY_BYTES (16u << 20)
 #define SIM_MAX_HEADERS 100
 #define SIM_FLUSH_BYTES (32u << 10) /* batch size when the rate is unlimited */
-#define SIM_SLICE_MS 50            /* longest blind sleep: cancel/disconnect latency */
+#define SIM_SLICE_MS 50             /* longest blind sleep: cancel/disconnect latency */
 
 enum sim_dialect { DIALECT_MTPLX, DIALECT_LLAMA };
 
@@ -58,13 +58,13 @@ typedef struct sim_config {
   int verbosity; /* 0 quiet, 1 default, 2 verbose */
   long parallel;
   long keepalive_ms;
-  long health_pid; /* pid reported by /health; 0 = our own */
-  long fail_first;  /* the first N chat requests answer 429 */
-  long retry_after; /* Retry-After seconds on 429/503 (default 1) */
+  long health_pid;         /* pid reported by /health; 0 = our own */
+  long fail_first;         /* the first N chat requests answer 429 */
+  long retry_after;        /* Retry-After seconds on 429/503 (default 1) */
   const char *tool_script; /* --tool-script: tool calls per round (tools.c) */
   const char *replay_dir;  /* --replay-dir: serve a mirza recording (recorded.c) */
   bool replay_by_body;     /* --replay-match body (default: order) */
-  long frames_per_chunk; /* tok_rate 0: flush every N token frames; 0 = by size */
+  long frames_per_chunk;   /* tok_rate 0: flush every N token frames; 0 = by size */
 } sim_config;
 
 /* ---- buf.c ---------------------------------------------------------- */
@@ -83,7 +83,7 @@ void sbuf_free(sbuf *b);
 char *sim_strndup(const char *s, size_t n);
 char *sim_slurp(const char *path, size_t max, size_t *n); /* NULL: cannot open */
 size_t sim_event_len(const char *p, size_t n);            /* SSE event + blank line */
-double sim_now(void); /* monotonic seconds */
+double sim_now(void);                                     /* monotonic seconds */
 double sim_round(double x, int digits);
 
 /* ---- fault.c -------------------------------------------------------- */
@@ -94,22 +94,22 @@ typedef struct sim_faults {
   bool http_text;  /* plain text body instead of JSON */
   char http_msg[256];
   long error_after, cut_after, stall_after, malformed_after, crash_after; /* -1 = off */
-  long stall_ms;  /* -1 = forever */
-  long oversized; /* bytes of the data line; 0 = off */
+  long stall_ms;                                                          /* -1 = forever */
+  long oversized;                                                         /* bytes of the data line; 0 = off */
   bool utf8_split;
   int loop;
   char replay[1024];
   /* faults of the response head and body (mirza issue 8) */
-  bool no_done;            /* normal end without data: [DONE] */
-  long bad_utf8_after;     /* frame with invalid UTF-8 after N tokens; -1 = off */
-  long nul_after;          /* frame with "\u0000" in its content after N; -1 = off */
-  long slow_head_ms;       /* pause before each line of the response head */
-  long head_delay_ms;      /* no response byte for this long (queued) */
-  int redirect;            /* 301/302/303/307/308; 0 = none */
-  char location[256];      /* redirect target (default: the same path + "/moved") */
-  int http_body;           /* http=/http-text=: HTTP_BODY_* below */
-  bool gzip;               /* Content-Encoding: gzip on every response */
-  char retry_after[64];    /* Retry-After value of error answers ("" = default) */
+  bool no_done;         /* normal end without data: [DONE] */
+  long bad_utf8_after;  /* frame with invalid UTF-8 after N tokens; -1 = off */
+  long nul_after;       /* frame with "\u0000" in its content after N; -1 = off */
+  long slow_head_ms;    /* pause before each line of the response head */
+  long head_delay_ms;   /* no response byte for this long (queued) */
+  int redirect;         /* 301/302/303/307/308; 0 = none */
+  char location[256];   /* redirect target (default: the same path + "/moved") */
+  int http_body;        /* http=/http-text=: HTTP_BODY_* below */
+  bool gzip;            /* Content-Encoding: gzip on every response */
+  char retry_after[64]; /* Retry-After value of error answers ("" = default) */
 } sim_faults;
 
 enum { HTTP_BODY_JSON, HTTP_BODY_TEXT_HTML, HTTP_BODY_HTML_PAGE, HTTP_BODY_PLAIN };
@@ -120,11 +120,11 @@ int faults_parse(sim_faults *f, const char *spec, char *err, size_t errlen);
 /* ---- gen.c ---------------------------------------------------------- */
 typedef struct sim_gen {
   uint64_t rng;
-  long remaining;   /* words left in the text */
-  int words_left;   /* words left in the current sentence */
-  int cls;          /* word class of the previous word */
+  long remaining; /* words left in the text */
+  int words_left; /* words left in the current sentence */
+  int cls;        /* word class of the previous word */
   bool has_verb, fr, reasoning, cap_next;
-  char end_sep;     /* separator after the very last word (0 = none) */
+  char end_sep; /* separator after the very last word (0 = none) */
   char tok[96];
 } sim_gen;
 
@@ -171,7 +171,7 @@ typedef struct conn {
   struct server *srv;
   char *buf; /* read buffer: the current request, then pipelined bytes */
   size_t len, cap, used;
-  bool must_close; /* the connection cannot carry another request */
+  bool must_close;   /* the connection cannot carry another request */
   long slow_head_ms; /* faults of the current response: slow head, gzip */
   bool gzip;
   uint32_t gz_crc, gz_size;
@@ -181,8 +181,7 @@ int http_read_request(conn *c, http_request *r);
 const char *http_get_header(const http_request *r, const char *name);
 const char *http_reason(int status);
 int http_write_all(conn *c, const void *p, size_t n);
-int http_send(conn *c, int status, const char *ctype, const char *extra, const char *body,
-              size_t n);
+int http_send(conn *c, int status, const char *ctype, const char *extra, const char *body, size_t n);
 int http_begin_chunked(conn *c, int status, const char *ctype, const char *extra);
 int http_chunk(conn *c, const char *p, size_t n);
 int http_end_chunked(conn *c);
@@ -229,8 +228,7 @@ typedef struct server {
 } server;
 
 void state_init(server *s);
-int session_begin(server *s, const char *id, bool exclusive, const char *prompt, size_t n,
-                  long *cached_bytes);
+int session_begin(server *s, const char *id, bool exclusive, const char *prompt, size_t n, long *cached_bytes);
 void session_end(server *s, const char *id);
 long sessions_clear(server *s, const char *id);
 void inflight_add(server *s, inflight *f);
@@ -255,7 +253,7 @@ typedef struct job {
   const char *session_source;
   bool has_session, session_exclusive;
   long prompt_tokens, cached_tokens;
-  long cap; /* most completion tokens allowed */
+  long cap;          /* most completion tokens allowed */
   tokseq rseq, aseq; /* reasoning and answer sources */
   bool has_reasoning;
   double rate;
@@ -282,11 +280,11 @@ int replay_run(job *j);
 /* ---- tools.c -------------------------------------------------------- */
 struct cJSON;
 void tools_plan(job *j, const struct cJSON *body); /* after the text plan */
-const char *tools_emit(job *j); /* at the end of the text: the calls, if any */
+const char *tools_emit(job *j);                    /* at the end of the text: the calls, if any */
 void tools_free(job *j);
 
 /* ---- recorded.c ----------------------------------------------------- */
 int recorded_load(server *s, const char *dir, bool by_body); /* 0, or -1 */
-int recorded_route(conn *c, const http_request *r); /* status, or -1: not recorded */
+int recorded_route(conn *c, const http_request *r);          /* status, or -1: not recorded */
 
 #endif

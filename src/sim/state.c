@@ -24,16 +24,14 @@ void state_init(server *s) {
 
 static session *session_find(server *s, const char *id) {
   for (session *p = s->sessions; p; p = p->next)
-    if (strcmp(p->id, id) == 0)
-      return p;
+    if (strcmp(p->id, id) == 0) return p;
   return NULL;
 }
 
 /* Start a request on session id: measure the byte prefix shared with the
  * session's previous prompt (what a KV cache would reuse), then remember
  * this prompt. Returns -1 (409) when exclusive and the session is busy. */
-int session_begin(server *s, const char *id, bool exclusive, const char *prompt, size_t n,
-                  long *cached_bytes) {
+int session_begin(server *s, const char *id, bool exclusive, const char *prompt, size_t n, long *cached_bytes) {
   pthread_mutex_lock(&s->mu);
   session *p = session_find(s, id);
   if (p && p->busy && exclusive) {
@@ -42,15 +40,13 @@ int session_begin(server *s, const char *id, bool exclusive, const char *prompt,
   }
   if (!p) {
     p = calloc(1, sizeof *p);
-    if (!p)
-      abort();
+    if (!p) abort();
     p->id = sim_strndup(id, strlen(id));
     p->next = s->sessions;
     s->sessions = p;
   }
   size_t common = 0;
-  while (common < n && common < p->prompt_len && prompt[common] == p->prompt[common])
-    common++;
+  while (common < n && common < p->prompt_len && prompt[common] == p->prompt[common]) common++;
   *cached_bytes = (long)common;
   free(p->prompt);
   p->prompt = sim_strndup(prompt, n);
@@ -63,8 +59,7 @@ int session_begin(server *s, const char *id, bool exclusive, const char *prompt,
 void session_end(server *s, const char *id) {
   pthread_mutex_lock(&s->mu);
   session *p = session_find(s, id);
-  if (p)
-    p->busy = false;
+  if (p) p->busy = false;
   pthread_mutex_unlock(&s->mu);
 }
 
@@ -125,13 +120,10 @@ bool inflight_cancel(server *s, const char *id) {
 static void queue_remove(server *s, waiter *w) {
   waiter **pp = &s->queue_head;
   waiter *prev = NULL;
-  while (*pp && *pp != w)
-    prev = *pp, pp = &(*pp)->next;
-  if (!*pp)
-    return;
+  while (*pp && *pp != w) prev = *pp, pp = &(*pp)->next;
+  if (!*pp) return;
   *pp = w->next;
-  if (s->queue_tail == w)
-    s->queue_tail = prev;
+  if (s->queue_tail == w) s->queue_tail = prev;
 }
 
 /* Wait for a generation slot, first come first served. Every SIM_SLICE_MS
@@ -144,13 +136,12 @@ int sched_acquire(server *s, sched_tick tick, void *arg) {
     s->queue_tail->next = &w;
   else
     s->queue_head = &w; // cppcheck-suppress autoVariables ; unlinked by queue_remove before return
-  s->queue_tail = &w; // cppcheck-suppress autoVariables ; unlinked by queue_remove before return
+  s->queue_tail = &w;   // cppcheck-suppress autoVariables ; unlinked by queue_remove before return
   while (!(s->queue_head == &w && s->busy_slots < s->cfg.parallel)) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     ts.tv_nsec += SIM_SLICE_MS * 1000000L;
-    if (ts.tv_nsec >= 1000000000L)
-      ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+    if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
     pthread_cond_timedwait(&s->cv, &s->mu, &ts);
     pthread_mutex_unlock(&s->mu);
     int rc = tick ? tick(arg) : 0;

@@ -30,8 +30,7 @@ static void build_pieces(job *j) {
   if (j->srv->cfg.dialect == DIALECT_MTPLX) {
     sbuf_adds(&j->pre, "data: {\"id\":");
     sbuf_json_str(&j->pre, j->id);
-    sbuf_printf(&j->pre, ",\"object\":\"chat.completion.chunk\",\"created\":%ld,\"model\":",
-                j->created);
+    sbuf_printf(&j->pre, ",\"object\":\"chat.completion.chunk\",\"created\":%ld,\"model\":", j->created);
     sbuf_json_str(&j->pre, model);
     sbuf_adds(&j->pre, ",\"choices\":[{\"index\":0,\"delta\":");
     return;
@@ -40,8 +39,7 @@ static void build_pieces(job *j) {
   sbuf_json_str(&j->post, j->id);
   sbuf_adds(&j->post, ",\"model\":");
   sbuf_json_str(&j->post, model);
-  sbuf_adds(&j->post,
-            ",\"system_fingerprint\":\"b9928-mirza-sim\",\"object\":\"chat.completion.chunk\"");
+  sbuf_adds(&j->post, ",\"system_fingerprint\":\"b9928-mirza-sim\",\"object\":\"chat.completion.chunk\"");
 }
 
 /* Start a frame up to and including "delta":. finish NULL = null. */
@@ -80,9 +78,8 @@ static void token_frame(job *j, bool reasoning, const char *tok, size_t n) {
 
 void role_frame(job *j) {
   frame_open(j, NULL);
-  sbuf_adds(&j->out, j->srv->cfg.dialect == DIALECT_MTPLX
-                         ? "{\"role\":\"assistant\"}"
-                         : "{\"role\":\"assistant\",\"content\":null}");
+  sbuf_adds(&j->out, j->srv->cfg.dialect == DIALECT_MTPLX ? "{\"role\":\"assistant\"}"
+                                                          : "{\"role\":\"assistant\",\"content\":null}");
   frame_close(j, NULL, "");
   j->role_sent = true;
 }
@@ -90,8 +87,7 @@ void role_frame(job *j) {
 /* Send what is buffered as one chunk; a failed write means the client left. */
 void job_flush(job *j) {
   if (j->out.len && !j->gone && j->stream) {
-    if (http_chunk(j->c, j->out.p, j->out.len))
-      j->gone = true;
+    if (http_chunk(j->c, j->out.p, j->out.len)) j->gone = true;
     j->t_hb = sim_now(); /* heartbeats measure silence since the last write */
   }
   j->out.len = 0;
@@ -102,8 +98,9 @@ void job_flush(job *j) {
 static void progress_frame(job *j, double now) {
   double el = now - j->t_first;
   sbuf x = {0};
-  sbuf_printf(&x, ",\"mtplx_progress\":{\"completion_tokens\":%ld,\"decode_elapsed_s\":%.3f,"
-                  "\"decode_tok_s\":",
+  sbuf_printf(&x,
+              ",\"mtplx_progress\":{\"completion_tokens\":%ld,\"decode_elapsed_s\":%.3f,"
+              "\"decode_tok_s\":",
               j->ntok, el > 0 ? el : 0.0);
   if (el > 0)
     sbuf_printf(&x, "%.1f", (double)j->ntok / el);
@@ -144,29 +141,22 @@ static int wait_phase(job *j, double deadline, const char *phase) {
   double hb = (double)j->srv->cfg.heartbeat_ms / 1000.0;
   for (;;) {
     double until = deadline;
-    if (heartbeats_on(j) && j->t_hb + hb < until)
-      until = j->t_hb + hb;
+    if (heartbeats_on(j) && j->t_hb + hb < until) until = j->t_hb + hb;
     int rc = conn_wait_until(j->c, until, &j->fl.cancel);
-    if (rc)
-      return rc;
-    if (until >= deadline)
-      return 0;
+    if (rc) return rc;
+    if (until >= deadline) return 0;
     heartbeat_frame(j, phase, sim_now());
-    if (j->gone)
-      return -1;
+    if (j->gone) return -1;
   }
 }
 
 /* Called by the scheduler while queued: heartbeats, disconnects, cancel. */
 static int queue_tick(void *arg) {
   job *j = arg;
-  if (atomic_load(&j->fl.cancel))
-    return -2;
-  if (conn_gone(j->c))
-    return -1;
+  if (atomic_load(&j->fl.cancel)) return -2;
+  if (conn_gone(j->c)) return -1;
   double now = sim_now();
-  if (heartbeats_on(j) && now - j->t_hb >= (double)j->srv->cfg.heartbeat_ms / 1000.0)
-    heartbeat_frame(j, "queued", now);
+  if (heartbeats_on(j) && now - j->t_hb >= (double)j->srv->cfg.heartbeat_ms / 1000.0) heartbeat_frame(j, "queued", now);
   return j->gone ? -1 : 0;
 }
 
@@ -182,8 +172,7 @@ static void cut_connection(job *j) {
 }
 
 static void malformed_frame(job *j) {
-  if (!j->stream)
-    return;
+  if (!j->stream) return;
   if (j->srv->cfg.dialect == DIALECT_MTPLX)
     sbuf_add(&j->out, j->pre.p, j->pre.len);
   else
@@ -194,8 +183,7 @@ static void malformed_frame(job *j) {
 /* A token frame whose content is written into the JSON as is: raw bytes
  * (bad-utf8) or an escape (nul). Not counted as a token. */
 static void raw_content_frame(job *j, const char *raw) {
-  if (!j->stream)
-    return;
+  if (!j->stream) return;
   frame_open(j, NULL);
   sbuf_adds(&j->out, "{\"content\":\"");
   sbuf_adds(&j->out, raw);
@@ -206,7 +194,10 @@ static void raw_content_frame(job *j, const char *raw) {
 /* Invalid UTF-8: a lone 0xFF, a truncated 3-byte sequence (E2 82), then a
  * valid 4-byte one; a decoder following the WHATWG rule reads
  * "A\uFFFDB\uFFFDC\U0001F600D" (two replacements). */
-static const char SIM_BAD_UTF8[] = "A\xFF" "B\xE2\x82" "C\xF0\x9F\x98\x80" "D";
+static const char SIM_BAD_UTF8[] = "A\xFF"
+                                   "B\xE2\x82"
+                                   "C\xF0\x9F\x98\x80"
+                                   "D";
 
 #define DUE(n, fired) ((n) >= 0 && !(fired) && (j->frames >= (n) || end))
 
@@ -237,8 +228,7 @@ static int checkpoint(job *j, bool end) {
     int rc = conn_wait_until(j->c, until, &j->fl.cancel);
     j->gone = rc == -1;
     j->cancelled = rc == -2; /* generate() ends the stream as cancelled */
-    if (j->gone)
-      return 1;
+    if (j->gone) return 1;
   }
   if (DUE(f->malformed_after, j->fired_malformed)) {
     j->fired_malformed = true;
@@ -263,8 +253,7 @@ static int pace(job *j) {
     long fpc = j->frames_per_chunk;
     if (j->out.len >= SIM_FLUSH_BYTES || (fpc > 0 && j->frames % fpc == 0)) {
       job_flush(j);
-      if (atomic_load(&j->fl.cancel))
-        j->cancelled = true;
+      if (atomic_load(&j->fl.cancel)) j->cancelled = true;
     }
     return j->gone || j->cancelled;
   }
@@ -280,8 +269,7 @@ static int pace(job *j) {
 
 static void emit_token(job *j, bool reasoning, const char *tok, size_t n) {
   if (j->stream) {
-    if (!j->role_sent)
-      role_frame(j);
+    if (!j->role_sent) role_frame(j);
     token_frame(j, reasoning, tok, n);
   } else {
     sbuf_add(reasoning ? &j->reasoning : &j->content, tok, n);
@@ -294,8 +282,7 @@ static void emit_token(job *j, bool reasoning, const char *tok, size_t n) {
     j->nanswer++;
   j->t_last = sim_now();
   long every = j->srv->cfg.progress_every;
-  if (j->stream && every > 0 && j->ntok % every == 0 &&
-      j->srv->cfg.dialect == DIALECT_MTPLX)
+  if (j->stream && every > 0 && j->ntok % every == 0 && j->srv->cfg.dialect == DIALECT_MTPLX)
     progress_frame(j, j->t_last);
 }
 
@@ -303,8 +290,7 @@ static void emit_token(job *j, bool reasoning, const char *tok, size_t n) {
  * character, or 0 to leave it whole. */
 static size_t utf8_cut(const char *t, size_t n) {
   for (size_t i = 0; i < n; i++)
-    if ((unsigned char)t[i] >= 0xC0)
-      return i + 1 < n ? i + 1 : 0;
+    if ((unsigned char)t[i] >= 0xC0) return i + 1 < n ? i + 1 : 0;
   return 0;
 }
 
@@ -319,11 +305,9 @@ static char *oversized_filler(job *j, size_t *n) {
   }
   size_t want = (size_t)j->f.oversized > over ? (size_t)j->f.oversized - over : 1;
   char *p = malloc(want);
-  if (!p)
-    abort();
+  if (!p) abort();
   static const char pat[] = "lorem ipsum dolor sit amet ";
-  for (size_t i = 0; i < want; i++)
-    p[i] = pat[i % (sizeof pat - 1)];
+  for (size_t i = 0; i < want; i++) p[i] = pat[i % (sizeof pat - 1)];
   *n = want;
   return p;
 }
@@ -337,8 +321,7 @@ static size_t next_token(job *j, bool *reasoning, const char **tok) {
     j->split_n = 0;
     return n;
   }
-  if (*reasoning && (n = tokseq_next(&j->rseq, tok)))
-    return n;
+  if (*reasoning && (n = tokseq_next(&j->rseq, tok))) return n;
   *reasoning = false;
   n = tokseq_next(&j->aseq, tok);
   if (n && j->f.utf8_split && j->cap - j->ntok >= 2) {
@@ -353,13 +336,11 @@ static size_t next_token(job *j, bool *reasoning, const char **tok) {
 }
 
 static void maybe_oversized(job *j, bool reasoning) {
-  if (reasoning || !j->f.oversized || j->oversized_done || j->ntok >= j->cap)
-    return;
+  if (reasoning || !j->f.oversized || j->oversized_done || j->ntok >= j->cap) return;
   j->oversized_done = true;
   size_t n;
   char *p = oversized_filler(j, &n);
-  if (!pace(j))
-    emit_token(j, false, p, n);
+  if (!pace(j)) emit_token(j, false, p, n);
   free(p);
 }
 
@@ -369,21 +350,15 @@ static void maybe_oversized(job *j, bool reasoning) {
 static const char *generate(job *j) {
   bool reasoning = j->has_reasoning;
   for (;;) {
-    if (checkpoint(j, false))
-      return NULL;
+    if (checkpoint(j, false)) return NULL;
     const char *tok;
     size_t n = next_token(j, &reasoning, &tok);
-    if (!n)
-      break;
-    if (j->ntok >= j->cap)
-      return checkpoint(j, true) ? NULL : "length";
+    if (!n) break;
+    if (j->ntok >= j->cap) return checkpoint(j, true) ? NULL : "length";
     maybe_oversized(j, reasoning);
-    if (!j->gone && !j->cancelled && !pace(j))
-      emit_token(j, reasoning, tok, n);
-    if (j->gone)
-      return NULL;
-    if (j->cancelled)
-      return "cancelled";
+    if (!j->gone && !j->cancelled && !pace(j)) emit_token(j, reasoning, tok, n);
+    if (j->gone) return NULL;
+    if (j->cancelled) return "cancelled";
   }
   return checkpoint(j, true) ? NULL : tools_emit(j);
 }
@@ -393,11 +368,9 @@ static const char *generate(job *j) {
 /* Queue for a slot, then "prefill" for ttft_ms. 0 = ready to decode. */
 static int acquire_and_prefill(job *j) {
   int rc = sched_acquire(j->srv, queue_tick, j);
-  if (rc)
-    return rc;
+  if (rc) return rc;
   j->slot = true;
-  if (j->stream && j->srv->cfg.dialect == DIALECT_LLAMA &&
-      http_begin_chunked(j->c, 200, "text/event-stream", NULL))
+  if (j->stream && j->srv->cfg.dialect == DIALECT_LLAMA && http_begin_chunked(j->c, 200, "text/event-stream", NULL))
     return -1;
   j->t_slot = sim_now();
   j->t_first = j->t_slot + (double)(j->ttft_ms > 0 ? j->ttft_ms : 0) / 1000.0;
@@ -412,8 +385,7 @@ int job_run(job *j) {
   if (j->f.head_delay_ms > 0) /* queued without a response head */
     j->gone = conn_wait_until(j->c, j->t0 + (double)j->f.head_delay_ms / 1000.0, &j->fl.cancel) != 0;
   if (j->stream && j->srv->cfg.dialect == DIALECT_MTPLX) {
-    if (http_begin_chunked(j->c, 200, "text/event-stream", NULL))
-      j->gone = true;
+    if (http_begin_chunked(j->c, 200, "text/event-stream", NULL)) j->gone = true;
     role_frame(j);
     job_flush(j);
   }
@@ -424,10 +396,8 @@ int job_run(job *j) {
     finish = generate(j);
   }
   j->gone = j->gone || rc == -1;
-  if (rc == -2)
-    finish = "cancelled";
-  if (j->slot)
-    sched_release(j->srv);
+  if (rc == -2) finish = "cancelled";
+  if (j->slot) sched_release(j->srv);
   j->slot = false;
   inflight_remove(j->srv, &j->fl);
   if (j->gone) {

@@ -48,10 +48,8 @@ static cJSON *read_script(const char *path) {
 
 /* Round r of a script (a list of rounds, or one list of calls = 1 round). */
 static const cJSON *script_round(const cJSON *script, int r) {
-  if (!cJSON_IsArray(script) || cJSON_GetArraySize(script) == 0)
-    return NULL;
-  if (!cJSON_IsArray(cJSON_GetArrayItem(script, 0)))
-    return r == 0 ? script : NULL;
+  if (!cJSON_IsArray(script) || cJSON_GetArraySize(script) == 0) return NULL;
+  if (!cJSON_IsArray(cJSON_GetArrayItem(script, 0))) return r == 0 ? script : NULL;
   return cJSON_GetArrayItem(script, r);
 }
 
@@ -61,8 +59,7 @@ static int last_user(const cJSON *messages) {
   const cJSON *m;
   cJSON_ArrayForEach(m, messages) {
     const char *role = str_of(m, "role");
-    if (role && strcmp(role, "user") == 0)
-      last = i;
+    if (role && strcmp(role, "user") == 0) last = i;
     i++;
   }
   return last;
@@ -76,12 +73,10 @@ static int rounds_done(const cJSON *messages, char **echo) {
   const cJSON *m;
   cJSON_ArrayForEach(m, messages) {
     const char *role = str_of(m, "role");
-    if (i++ <= from || !role)
-      continue;
+    if (i++ <= from || !role) continue;
     if (strcmp(role, "assistant") == 0 && cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(m, "tool_calls")) > 0)
       rounds++;
-    if (strcmp(role, "tool") != 0)
-      continue;
+    if (strcmp(role, "tool") != 0) continue;
     const cJSON *c = cJSON_GetObjectItemCaseSensitive(m, "content");
     char *text = cJSON_IsString(c) ? NULL : cJSON_PrintUnformatted(c);
     const char *id = str_of(m, "tool_call_id");
@@ -95,20 +90,17 @@ static int rounds_done(const cJSON *messages, char **echo) {
 
 void tools_plan(job *j, const cJSON *body) {
   const cJSON *tools = cJSON_GetObjectItemCaseSensitive(body, "tools");
-  if (!j->stream || cJSON_GetArraySize(tools) == 0)
-    return;
+  if (!j->stream || cJSON_GetArraySize(tools) == 0) return;
   const cJSON *ctl = cJSON_GetObjectItemCaseSensitive(body, "mirza_sim");
   cJSON *file = NULL;
   const cJSON *script = cJSON_GetObjectItemCaseSensitive(ctl, "tool_calls");
-  if (!script)
-    script = file = read_script(j->srv->cfg.tool_script);
+  if (!script) script = file = read_script(j->srv->cfg.tool_script);
   char *echo = NULL;
   int r = rounds_done(cJSON_GetObjectItemCaseSensitive(body, "messages"), &echo);
   const cJSON *calls = script_round(script, r);
   if (cJSON_GetArraySize(calls) > 0 || echo) {
     j->tools = calloc(1, sizeof *j->tools);
-    if (!j->tools)
-      abort();
+    if (!j->tools) abort();
   }
   if (cJSON_GetArraySize(calls) > 0) {
     j->tools->calls = cJSON_Duplicate(calls, 1);
@@ -135,8 +127,7 @@ static void fragment(job *j, int index, const char *members) {
 /* The arguments as text: a string as is, any other value as JSON. */
 static char *args_text(const cJSON *call) {
   const cJSON *a = cJSON_GetObjectItemCaseSensitive(call, "arguments");
-  if (cJSON_IsString(a))
-    return sim_strndup(a->valuestring, strlen(a->valuestring));
+  if (cJSON_IsString(a)) return sim_strndup(a->valuestring, strlen(a->valuestring));
   return a ? cJSON_PrintUnformatted(a) : sim_strndup("{}", 2);
 }
 
@@ -144,10 +135,8 @@ static void stream_call(job *j, int index, const cJSON *call) {
   static const size_t pieces[] = {1, 4, 2, 7, 3};
   const char *name = str_of(call, "name"), *id = str_of(call, "id");
   char gen_id[240];
-  if (!name)
-    name = "";
-  if (!id)
-    snprintf(gen_id, sizeof gen_id, "call_%d_%s", index, j->id), id = gen_id;
+  if (!name) name = "";
+  if (!id) snprintf(gen_id, sizeof gen_id, "call_%d_%s", index, j->id), id = gen_id;
   size_t half = strlen(name) / 2;
   sbuf m = {0};
   sbuf_adds(&m, ",\"id\":");
@@ -164,10 +153,8 @@ static void stream_call(job *j, int index, const cJSON *call) {
   char *args = args_text(call);
   for (size_t off = 0, k = 0, n = strlen(args); off < n; k++) {
     size_t len = pieces[k % 5];
-    if (len > n - off)
-      len = n - off;
-    while (off + len < n && ((unsigned char)args[off + len] & 0xC0) == 0x80)
-      len++; /* never inside a UTF-8 character */
+    if (len > n - off) len = n - off;
+    while (off + len < n && ((unsigned char)args[off + len] & 0xC0) == 0x80) len++; /* never inside a UTF-8 character */
     m.len = 0;
     sbuf_adds(&m, ",\"function\":{\"arguments\":\"");
     sbuf_json_esc(&m, args + off, len);
@@ -180,24 +167,20 @@ static void stream_call(job *j, int index, const cJSON *call) {
 }
 
 const char *tools_emit(job *j) {
-  if (!j->tools || !j->tools->calls)
-    return "stop";
-  if (!j->role_sent)
-    role_frame(j);
+  if (!j->tools || !j->tools->calls) return "stop";
+  if (!j->role_sent) role_frame(j);
   int i = 0;
   const cJSON *call;
   cJSON_ArrayForEach(call, j->tools->calls) {
     stream_call(j, i++, call);
     job_flush(j);
-    if (j->gone)
-      return NULL;
+    if (j->gone) return NULL;
   }
   return "tool_calls";
 }
 
 void tools_free(job *j) {
-  if (!j->tools)
-    return;
+  if (!j->tools) return;
   cJSON_Delete(j->tools->calls);
   free(j->tools->echo);
   free(j->tools);

@@ -101,7 +101,8 @@ static double bench(const frames *f, unsigned long total, decoder d, size_t *sum
   for (int r = 0; r < 5; r++) {
     double t0 = cpu_ns();
     size_t s = 0;
-    for (unsigned long i = 0; i < total; i++) s += d(f->data[i % (unsigned long)f->n], f->len[i % (unsigned long)f->n], scratch);
+    for (unsigned long i = 0; i < total; i++)
+      s += d(f->data[i % (unsigned long)f->n], f->len[i % (unsigned long)f->n], scratch);
     t0 = (cpu_ns() - t0) / (double)total;
     if (t0 < best) best = t0;
     *sum = s;
@@ -123,8 +124,8 @@ int main(int argc, char **argv) {
   for (int i = 0; i < f.n; i++) bytes += f.len[i];
   double cj = bench(&f, total, via_cjson, &a);
   double fa = bench(&f, total, via_fast, &b);
-  printf("%d distinct token frames (%.0f bytes avg), %lu decoded per run, best of 5\n", f.n,
-         (double)bytes / f.n, total);
+  printf("%d distinct token frames (%.0f bytes avg), %lu decoded per run, best of 5\n", f.n, (double)bytes / f.n,
+         total);
   printf("cJSON (mz_frame_decode + choice): %7.1f ns/frame\n", cj);
   printf("fast path (scan + copy text):     %7.1f ns/frame  (%.1fx)\n", fa, cj / fa);
   printf("(text bytes %zu %zu)\n", a, b);

@@ -37,8 +37,7 @@ static int on_decode(void *ud, const mz_sse_event *ev) {
   mz_frame f;
   mz_choice c;
   k->frames++;
-  if (mz_frame_decode(&f, ev->data, ev->data_len, NULL, 0) == 0 && !f.done &&
-      mz_frame_choice(&f, 0, &c) == 0)
+  if (mz_frame_decode(&f, ev->data, ev->data_len, NULL, 0) == 0 && !f.done && mz_frame_choice(&f, 0, &c) == 0)
     k->bytes += c.content_len + c.reasoning_len;
   mz_frame_free(&f);
   return 0;
@@ -57,8 +56,9 @@ static int on_cjson_only(void *ud, const mz_sse_event *ev) {
 /* DISTINCT frames of realistic size; ends on a frame boundary so the
  * buffer can be fed back to back as one long stream. */
 static char *make_stream(size_t *len) {
-  static const char *words[] = {"Il ", "fait ", "beau ", "\\u00e0 ", "Lyon", " aujourd\\u2019hui", ", ",
-                                "22 \\u00b0C", ".", "\\n", "The", " quick", " brown", " fox"};
+  static const char *words[] = {"Il ",    "fait ",       "beau ", "\\u00e0 ", "Lyon", " aujourd\\u2019hui",
+                                ", ",     "22 \\u00b0C", ".",     "\\n",      "The",  " quick",
+                                " brown", " fox"};
   size_t cap = (size_t)DISTINCT * 320, n = 0;
   char *b = malloc(cap);
   int i;

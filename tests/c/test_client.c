@@ -202,8 +202,9 @@ static double num(const cJSON *o, const char *k) {
 
 #define SSE_HEAD "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
 #define TOKEN(t) "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"" t "\"},\"finish_reason\":null}]}\n\n"
-#define FINISH "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]," \
-               "\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":2}}\n\n"
+#define FINISH                                                                                                         \
+  "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}],"                                        \
+  "\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":2}}\n\n"
 
 /* ---- streams ---------------------------------------------------------- */
 
@@ -257,8 +258,8 @@ static void test_event_error_frame(void **state) {
   char url[128];
   result r;
   (void)state;
-  server *s = server_start(SSE_HEAD TOKEN("a") "event: error\ndata: {\"error\":{\"message\":\"boom\",\"code\":500}}\n\n",
-                           NULL);
+  server *s =
+      server_start(SSE_HEAD TOKEN("a") "event: error\ndata: {\"error\":{\"message\":\"boom\",\"code\":500}}\n\n", NULL);
   mz_request req = chat(url_of(s, url, sizeof url));
   run(&req, &r);
   assert_int_equal(r.last, MZ_EV_ERROR);
@@ -309,8 +310,7 @@ static void test_text_repairs(void **state) {
   char url[128];
   result r;
   (void)state;
-  server *s = server_start(SSE_HEAD TOKEN("a\xFF") TOKEN("\xE2\x82") TOKEN("x\\u0000y") TOKEN("\xF0\x9F") FINISH,
-                           NULL);
+  server *s = server_start(SSE_HEAD TOKEN("a\xFF") TOKEN("\xE2\x82") TOKEN("x\\u0000y") TOKEN("\xF0\x9F") FINISH, NULL);
   mz_request req = chat(url_of(s, url, sizeof url));
   run(&req, &r);
   assert_int_equal(r.last, MZ_EV_DONE);
@@ -391,8 +391,8 @@ static void test_deadline(void **state) {
 static void test_connect_timeout(void **state) {
   char url[128];
   int port, fd = listen_on_loopback(0, &port), fill[4];
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  struct sockaddr_in a = {
+      .sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
   result r;
   (void)state;
   for (int i = 0; i < 4; i++) {
@@ -468,8 +468,13 @@ static void test_request_shape(void **state) {
   (void)state;
   server *s = server_start("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}", NULL);
   const char *const headers[] = {"X-Test: yes", "Accept: application/x-ndjson", NULL};
-  mz_request req = {.url = url_of(s, url, sizeof url), .method = "PUT", .body = "abc", .body_len = 3,
-                    .headers = headers, .api_key = "sk-secret", .plain = 1};
+  mz_request req = {.url = url_of(s, url, sizeof url),
+                    .method = "PUT",
+                    .body = "abc",
+                    .body_len = 3,
+                    .headers = headers,
+                    .api_key = "sk-secret",
+                    .plain = 1};
   run(&req, &r);
   assert_int_equal(r.last, MZ_EV_RESPONSE);
   assert_int_equal(r.status, 200);
@@ -497,11 +502,12 @@ static void test_http_error_details(void **state) {
   char url[128];
   result r;
   (void)state;
-  server *s = server_start("HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nRetry-After: 12\r\n"
-                           "X-Custom: A\r\nx-custom: B\r\nContent-Length: 99\r\n\r\n"
-                           "{\"error\":{\"code\":400,\"message\":\"too long\",\"type\":\"exceed_context_size_error\",\"n_ctx\":256}}\n"
-                           "       ",
-                           NULL);
+  server *s = server_start(
+      "HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nRetry-After: 12\r\n"
+      "X-Custom: A\r\nx-custom: B\r\nContent-Length: 99\r\n\r\n"
+      "{\"error\":{\"code\":400,\"message\":\"too long\",\"type\":\"exceed_context_size_error\",\"n_ctx\":256}}\n"
+      "       ",
+      NULL);
   mz_request req = chat(url_of(s, url, sizeof url));
   run(&req, &r);
   assert_string_equal(r.code, "http");
@@ -517,8 +523,10 @@ static void test_http_error_details(void **state) {
   time_t t = time(NULL) + 100;
   struct tm tm;
   gmtime_r(&t, &tm);
-  size_t n = strftime(page, sizeof page, "HTTP/1.1 503 Service Unavailable\r\nRetry-After: %a, %d %b %Y %H:%M:%S GMT\r\n"
-                                          "Content-Type: text/html\r\nConnection: close\r\n\r\n", &tm);
+  size_t n = strftime(page, sizeof page,
+                      "HTTP/1.1 503 Service Unavailable\r\nRetry-After: %a, %d %b %Y %H:%M:%S GMT\r\n"
+                      "Content-Type: text/html\r\nConnection: close\r\n\r\n",
+                      &tm);
   snprintf(page + n, sizeof page - n, "<html><head><title>Down for maintenance</title></head></html>");
   s = server_start(page, NULL);
   req = chat(url_of(s, url, sizeof url));
@@ -534,11 +542,14 @@ static void test_redirect_not_followed(void **state) {
   char url[128], want[256];
   result r;
   (void)state;
-  server *s = server_start("HTTP/1.1 308 Permanent Redirect\r\nLocation: /elsewhere\r\nContent-Length: 0\r\n\r\n", NULL);
+  server *s =
+      server_start("HTTP/1.1 308 Permanent Redirect\r\nLocation: /elsewhere\r\nContent-Length: 0\r\n\r\n", NULL);
   mz_request req = chat(url_of(s, url, sizeof url));
   run(&req, &r);
-  snprintf(want, sizeof want, "HTTP 308 Permanent Redirect to http://127.0.0.1:%d/elsewhere (redirects are not "
-                              "followed: use that url)", s->port);
+  snprintf(want, sizeof want,
+           "HTTP 308 Permanent Redirect to http://127.0.0.1:%d/elsewhere (redirects are not "
+           "followed: use that url)",
+           s->port);
   assert_string_equal(r.code, "http");
   assert_int_equal(r.status, 308);
   assert_string_equal(r.message, want);
@@ -579,14 +590,21 @@ static void test_pending_finished(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-    cmocka_unit_test(test_sse_stream),        cmocka_unit_test(test_json_body_fallback),
-    cmocka_unit_test(test_event_error_frame), cmocka_unit_test(test_no_done_marker),
-    cmocka_unit_test(test_text_repairs),      cmocka_unit_test(test_event_cap),
-    cmocka_unit_test(test_error_body_cap),    cmocka_unit_test(test_deadline),
-    cmocka_unit_test(test_connect_timeout),   cmocka_unit_test(test_head_waits),
-    cmocka_unit_test(test_stall),             cmocka_unit_test(test_request_shape),
-    cmocka_unit_test(test_http_error_details), cmocka_unit_test(test_redirect_not_followed),
-    cmocka_unit_test(test_pending_finished),
+      cmocka_unit_test(test_sse_stream),
+      cmocka_unit_test(test_json_body_fallback),
+      cmocka_unit_test(test_event_error_frame),
+      cmocka_unit_test(test_no_done_marker),
+      cmocka_unit_test(test_text_repairs),
+      cmocka_unit_test(test_event_cap),
+      cmocka_unit_test(test_error_body_cap),
+      cmocka_unit_test(test_deadline),
+      cmocka_unit_test(test_connect_timeout),
+      cmocka_unit_test(test_head_waits),
+      cmocka_unit_test(test_stall),
+      cmocka_unit_test(test_request_shape),
+      cmocka_unit_test(test_http_error_details),
+      cmocka_unit_test(test_redirect_not_followed),
+      cmocka_unit_test(test_pending_finished),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

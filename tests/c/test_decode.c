@@ -32,8 +32,10 @@ static const char *fixture_dir(int traces) {
   if (env && *env) return env;
   snprintf(buf[traces], sizeof buf[traces], "%s", __FILE__);
   slash = strrchr(buf[traces], '/');
-  if (slash) *slash = '\0';
-  else snprintf(buf[traces], sizeof buf[traces], ".");
+  if (slash)
+    *slash = '\0';
+  else
+    snprintf(buf[traces], sizeof buf[traces], ".");
   strncat(buf[traces], traces ? "/../fixtures/traces" : "/../fixtures", sizeof buf[traces] - strlen(buf[traces]) - 1);
   return buf[traces];
 }
@@ -96,8 +98,7 @@ static void free_events(events *e) {
 static void decode_ok(const events *e, int i, mz_frame *f) {
   char err[128];
   assert_true(i < e->n);
-  if (mz_frame_decode(f, e->data[i], e->len[i], err, sizeof err) != 0)
-    fail_msg("event %d: %s", i, err);
+  if (mz_frame_decode(f, e->data[i], e->len[i], err, sizeof err) != 0) fail_msg("event %d: %s", i, err);
   assert_false(f->done);
   assert_non_null(f->root);
 }
@@ -405,7 +406,8 @@ static void test_error_shapes(void **state) {
   assert_string_equal(code, "");
   mz_frame_free(&f);
   decode_str("{\"error\":null,\"usage\":null,\"timings\":null,\"mtplx_stats\":null,"
-             "\"mtplx_progress\":null,\"choices\":null}", &f);
+             "\"mtplx_progress\":null,\"choices\":null}",
+             &f);
   assert_null(f.error);
   assert_null(f.usage);
   assert_null(f.timings);
@@ -502,8 +504,7 @@ static void test_every_prefix(void **state) {
 static void test_unknown_keys(void **state) {
   static const char *streams[] = {"llama-server.chat_stream_usage.sse", "llama-server.chat_stream_no_usage.sse",
                                   "llama-server.reasoning_grammar_stream.sse",
-                                  "mtplx.reconstructed.thinking_stream.sse",
-                                  "mtplx.reconstructed.midstream_error.sse"};
+                                  "mtplx.reconstructed.thinking_stream.sse", "mtplx.reconstructed.midstream_error.sse"};
   events e;
   mz_frame f;
   size_t s;
@@ -519,7 +520,8 @@ static void test_unknown_keys(void **state) {
     free_events(&e);
   }
   decode_str("{\"id\":\"x\",\"service_tier\":\"a\",\"choices\":[],\"prompt_filter_results\":[],"
-             "\"c\":1,\"\":2,\"usage\":{}}", &f);
+             "\"c\":1,\"\":2,\"usage\":{}}",
+             &f);
   assert_int_equal(f.unknown, 4);
   assert_non_null(f.usage);
   mz_frame_free(&f);
@@ -569,7 +571,8 @@ static void test_n2_choices(void **state) {
   free_events(&e);
   /* two choices in one frame; index defaults to the position */
   decode_str("{\"choices\":[{\"delta\":{\"content\":\"a\"}},{\"index\":1,\"delta\":{\"content\":\"b\"}},"
-             "7,{\"delta\":null,\"finish_reason\":\"stop\"}]}", &f);
+             "7,{\"delta\":null,\"finish_reason\":\"stop\"}]}",
+             &f);
   assert_int_equal(f.nchoices, 4);
   assert_int_equal(mz_frame_choice(&f, 0, &c), 0);
   assert_int_equal(c.index, 0);
@@ -671,16 +674,27 @@ static void repaired(const char *in, size_t len, const char *want, size_t want_b
  * Unicode Standard (table 3-8) and the classic ill-formed shapes. */
 static void test_utf8_repair(void **state) {
   (void)state;
-  REPAIRED("a\xF1\x80\x80\xE1\x80\xC2" "b\x80" "c\x80\xBF" "d",
+  REPAIRED("a\xF1\x80\x80\xE1\x80\xC2"
+           "b\x80"
+           "c\x80\xBF"
+           "d",
            "a" FFFD FFFD FFFD "b" FFFD "c" FFFD FFFD "d", 6);
-  REPAIRED("\xED\xA0\x80", FFFD FFFD FFFD, 3);         /* surrogate */
+  REPAIRED("\xED\xA0\x80", FFFD FFFD FFFD, 3);          /* surrogate */
   REPAIRED("\xC0\xAF", FFFD FFFD, 2);                   /* overlong */
   REPAIRED("\xE0\x80\x80", FFFD FFFD FFFD, 3);          /* overlong */
   REPAIRED("\xF4\x90\x80\x80", FFFD FFFD FFFD FFFD, 4); /* past U+10FFFF */
-  REPAIRED("\xF0\x9F\x98" "x", FFFD "x", 1);            /* truncated 4-byte */
-  REPAIRED("\xF0\x9F\x98", FFFD, 1);                    /* cut by the end */
+  REPAIRED("\xF0\x9F\x98"
+           "x",
+           FFFD "x", 1);             /* truncated 4-byte */
+  REPAIRED("\xF0\x9F\x98", FFFD, 1); /* cut by the end */
   REPAIRED("\xFF\xFE", FFFD FFFD, 2);
-  REPAIRED("A\xFF" "B\xE2\x82" "C\xF0\x9F\x98\x80" "D", "A" FFFD "B" FFFD "C\xF0\x9F\x98\x80" "D", 2);
+  REPAIRED("A\xFF"
+           "B\xE2\x82"
+           "C\xF0\x9F\x98\x80"
+           "D",
+           "A" FFFD "B" FFFD "C\xF0\x9F\x98\x80"
+           "D",
+           2);
   REPAIRED("plain ascii, \xC3\xA9t\xC3\xA9 \xE2\x82\xAC", "plain ascii, \xC3\xA9t\xC3\xA9 \xE2\x82\xAC", 0);
   /* the valid prefix stops at the first ill-formed byte, past runs of ASCII */
   assert_int_equal(mz_utf8_valid("0123456789abcdef\xFFxyz", 20), 16);
@@ -691,15 +705,18 @@ static void test_utf8_repair(void **state) {
 static void test_http_error_json(void **state) {
   char out[256];
   (void)state;
-  check_http("llama-server.err_ctx_exceeded_stream.txt", 400,
-             "HTTP 400 Bad Request: request (298 tokens) exceeds the available context size (256 tokens), try increasing it");
+  check_http(
+      "llama-server.err_ctx_exceeded_stream.txt", 400,
+      "HTTP 400 Bad Request: request (298 tokens) exceeds the available context size (256 tokens), try increasing it");
   check_http("llama-server.err_invalid_json.txt", 500,
-             "HTTP 500 Internal Server Error: [json.exception.parse_error.101] parse error at line 1, column 44: syntax error while "
+             "HTTP 500 Internal Server Error: [json.exception.parse_error.101] parse error at line 1, column 44: "
+             "syntax error while "
              "parsing array - unexpected end of input; expected ']'");
   check_http("llama-server.err_missing_messages_stream.txt", 400, "HTTP 400 Bad Request: 'messages' is required");
-  check_http("mtplx.reconstructed.err_context.txt", 400,
-             "HTTP 400 Bad Request: Prompt contains 33000 tokens, but the served context window is 32768 tokens. The prompt "
-             "must be shorter than the context window to leave room for at least one generated token.");
+  check_http(
+      "mtplx.reconstructed.err_context.txt", 400,
+      "HTTP 400 Bad Request: Prompt contains 33000 tokens, but the served context window is 32768 tokens. The prompt "
+      "must be shorter than the context window to leave room for at least one generated token.");
   /* the health endpoint while llama-server loads; a plain string error */
   mz_http_error_message(503, "{\"error\":{\"message\":\"Loading model\",\"type\":\"unavailable_error\",\"code\":503}}",
                         76, out, sizeof out);
@@ -822,19 +839,19 @@ static void test_utf8_complete_invalid(void **state) {
     const char *s;
     size_t want;
   } cases[] = {
-      {"\x80", 1},             /* lone continuation */
+      {"\x80", 1}, /* lone continuation */
       {"a\x80\x80\x80\x80", 5},
-      {"a\xFF", 2},           /* never valid */
-      {"a\xC0", 2},           /* overlong lead */
+      {"a\xFF", 2}, /* never valid */
+      {"a\xC0", 2}, /* overlong lead */
       {"a\xC1", 2},
-      {"a\xF5", 2},           /* past U+10FFFF */
-      {"a\xE0\x80", 3},       /* overlong 3-byte */
-      {"a\xED\xA0", 3},       /* surrogate */
-      {"a\xF0\x80", 3},       /* overlong 4-byte */
-      {"a\xF4\x90", 3},       /* past U+10FFFF */
-      {"a\xC3\xA9\xA9", 4},   /* an extra continuation */
+      {"a\xF5", 2},         /* past U+10FFFF */
+      {"a\xE0\x80", 3},     /* overlong 3-byte */
+      {"a\xED\xA0", 3},     /* surrogate */
+      {"a\xF0\x80", 3},     /* overlong 4-byte */
+      {"a\xF4\x90", 3},     /* past U+10FFFF */
+      {"a\xC3\xA9\xA9", 4}, /* an extra continuation */
       {"a\xE2\x82\xAC\x82", 5},
-      {"a\xE0\xA0", 1},       /* valid prefixes are still held */
+      {"a\xE0\xA0", 1}, /* valid prefixes are still held */
       {"a\xF0\x90\x80", 1},
   };
   size_t i;

@@ -156,11 +156,13 @@ static int check(const char *data, size_t len, tally *t) {
   if (!mz_fast_frame(data, len, &ff)) return 0;
   t->accepted++;
   t->escaped += ff.content.esc || ff.reasoning.esc;
-  if (mz_frame_decode(&f, data, len, err, sizeof err) != 0) fail_msg("fast path took what cJSON refuses (%s): %.*s", err, (int)len, data);
+  if (mz_frame_decode(&f, data, len, err, sizeof err) != 0)
+    fail_msg("fast path took what cJSON refuses (%s): %.*s", err, (int)len, data);
   if (f.done || f.nchoices != 1 || f.unknown || f.usage || f.timings || f.stats || f.progress || f.error)
     fail_msg("fast path took a frame with more in it: %.*s", (int)len, data);
   assert_int_equal(mz_frame_choice(&f, 0, &c), 0);
-  if (c.role || c.tool_calls || c.finish_reason || c.message) fail_msg("fast path took a non-token choice: %.*s", (int)len, data);
+  if (c.role || c.tool_calls || c.finish_reason || c.message)
+    fail_msg("fast path took a non-token choice: %.*s", (int)len, data);
   assert_int_equal(ff.index, c.index);
   same_text(&ff.content, c.content, c.content_len, "content", data);
   same_text(&ff.reasoning, c.reasoning, c.reasoning_len, "reasoning", data);
@@ -197,24 +199,31 @@ static const char *const byte_mutants[] = {"\"", "\\", "}", "]", ",", ":", " ", 
 #define NBYTE_MUTANTS (sizeof byte_mutants / sizeof byte_mutants[0])
 
 /* Escapes that go into a text value; lone surrogates must be refused. */
-static const char *const text_inserts[] = {
-  "\\n", "\\u00e9", "\\u00E9", "\\ud83d\\ude00", "\\ud800", "\\udc00", "\\ud800\\u0041", "\\u0000",
-  "\\\"", "\\\\", "\\/", "\\b\\f\\r\\t", "\\x", "\\u12", "\t", "\xe2\x82", "\xe2\x82\xac", "\\u20ac"};
+static const char *const text_inserts[] = {"\\n",      "\\u00e9",        "\\u00E9", "\\ud83d\\ude00", "\\ud800",
+                                           "\\udc00",  "\\ud800\\u0041", "\\u0000", "\\\"",           "\\\\",
+                                           "\\/",      "\\b\\f\\r\\t",   "\\x",     "\\u12",          "\t",
+                                           "\xe2\x82", "\xe2\x82\xac",   "\\u20ac"};
 
 static const char *const text_keys[] = {"\"content\":\"", "\"reasoning_content\":\"", "\"reasoning\":\""};
 
 /* Structural edits: new keys, repeats, non-token shapes. */
 static void structural(const char *d, size_t n, tally *t) {
-  static const char *const top[] = {"\"usage\":null,", "\"usage\":{\"completion_tokens\":1},", "\"timings\":{},",
-                                    "\"mtplx_progress\":{\"heartbeat\":true},", "\"mtplx_stats\":{},",
-                                    "\"error\":null,", "\"foo\":1,", "\"id\":\"dup\",", "\"choices\":[],",
-                                    "\"model\":[1,{\"a\":[true,false,null,-1.5e+3]}],", "\"i\\u0064\":\"x\","};
-  static const char *const choice[] = {"\"index\":1,", "\"finish_reason\":null,", "\"logprobs\":null,",
+  static const char *const top[] = {"\"usage\":null,",     "\"usage\":{\"completion_tokens\":1},",
+                                    "\"timings\":{},",     "\"mtplx_progress\":{\"heartbeat\":true},",
+                                    "\"mtplx_stats\":{},", "\"error\":null,",
+                                    "\"foo\":1,",          "\"id\":\"dup\",",
+                                    "\"choices\":[],",     "\"model\":[1,{\"a\":[true,false,null,-1.5e+3]}],",
+                                    "\"i\\u0064\":\"x\","};
+  static const char *const choice[] = {"\"index\":1,",
+                                       "\"finish_reason\":null,",
+                                       "\"logprobs\":null,",
                                        "\"logprobs\":{\"content\":[{\"token\":\"a\",\"logprob\":-0.1}]},",
-                                       "\"message\":{},", "\"delta\":{},", "\"x\":0,"};
-  static const char *const delta[] = {"\"role\":\"assistant\",", "\"content\":\"dup\",", "\"content\":null,",
-                                      "\"reasoning\":\"alt\",", "\"reasoning_content\":\"\",",
-                                      "\"tool_calls\":[],", "\"reasoning\":null,", "\"reasoning\":\"\","};
+                                       "\"message\":{},",
+                                       "\"delta\":{},",
+                                       "\"x\":0,"};
+  static const char *const delta[] = {"\"role\":\"assistant\",", "\"content\":\"dup\",",        "\"content\":null,",
+                                      "\"reasoning\":\"alt\",",  "\"reasoning_content\":\"\",", "\"tool_calls\":[],",
+                                      "\"reasoning\":null,",     "\"reasoning\":\"\","};
   for (size_t i = 0; i < sizeof top / sizeof *top; i++) insert_after(d, n, "{", top[i], t);
   for (size_t i = 0; i < sizeof choice / sizeof *choice; i++) insert_after(d, n, "\"choices\":[{", choice[i], t);
   for (size_t i = 0; i < sizeof delta / sizeof *delta; i++) insert_after(d, n, "\"delta\":{", delta[i], t);
@@ -266,8 +275,8 @@ static void test_differential(void **state) {
     check(p.data[i], p.len[i], &t);
     mutate(p.data[i], p.len[i], &t);
   }
-  print_message("%d payloads, %lu variants, %lu taken by the fast path (%lu with escapes)\n", p.n, t.tried,
-                t.accepted, t.escaped);
+  print_message("%d payloads, %lu variants, %lu taken by the fast path (%lu with escapes)\n", p.n, t.tried, t.accepted,
+                t.escaped);
   assert_true(t.accepted > 1000);
   assert_true(t.escaped > 100);
   free_payloads(&p);
@@ -310,9 +319,7 @@ static void test_takes_token_frames(void **state) {
 
 /* ---- unit cases ---- */
 
-static int fast(const char *s, mz_fast *out) {
-  return mz_fast_frame(s, strlen(s), out);
-}
+static int fast(const char *s, mz_fast *out) { return mz_fast_frame(s, strlen(s), out); }
 
 static void test_fast_accepts(void **state) {
   mz_fast f;
@@ -325,7 +332,9 @@ static void test_fast_accepts(void **state) {
   assert_null(f.reasoning.p);
   assert_int_equal(fast(" {\n \"id\" : \"x\", \"created\":-1.25E-3 ,\"choices\" : [ { \"delta\" : "
                         "{ \"reasoning\" : \"a\\nb\" , \"content\" : null } , \"index\" : 7 , "
-                        "\"logprobs\":{\"c\":[[],{},\"\",0,true,false,null]} } ] }\r\n", &f), 1);
+                        "\"logprobs\":{\"c\":[[],{},\"\",0,true,false,null]} } ] }\r\n",
+                        &f),
+                   1);
   assert_int_equal(f.index, 7);
   assert_null(f.content.p);
   assert_int_equal(f.reasoning.len, 4);
@@ -352,31 +361,55 @@ static void test_fast_accepts(void **state) {
 
 static void test_fast_refuses(void **state) {
   static const char *const no[] = {
-    "", "[DONE]", "null", "[]", "{}", "{\"id\":\"x\"}", "{\"choices\":[]}", "{\"choices\":{}}",
-    "{\"choices\":[{}, {}]}", "{\"choices\":[{\"delta\":{\"role\":\"assistant\"}}]}",
-    "{\"choices\":[{\"delta\":{\"content\":\"a\"},\"finish_reason\":\"stop\"}]}",
-    "{\"choices\":[{\"delta\":{\"content\":\"a\"}}],\"usage\":null}",
-    "{\"choices\":[{\"delta\":{\"content\":\"a\"}}],\"timings\":{}}",
-    "{\"choices\":[{\"delta\":{\"content\":\"a\"}}],\"error\":null}",
-    "{\"choices\":[{\"delta\":{\"content\":\"a\",\"content\":\"b\"}}]}",
-    "{\"choices\":[{\"delta\":{\"content\":\"a\"}}],\"choices\":[{\"delta\":{}}]}",
-    "{\"choices\":[{\"delta\":{\"content\":\"a\"}}]}x", "{\"choices\":[{\"delta\":{\"content\":\"a\"}}]",
-    "{\"choices\":[{\"delta\":{\"content\":\"\\ud800\"}}]}", "{\"choices\":[{\"delta\":{\"content\":\"\\udc00\"}}]}",
-    "{\"choices\":[{\"delta\":{\"content\":\"a\tb\"}}]}",
-    "{\"choices\":[{\"delta\":{\"content\":\"\\q\"}}]}", "{\"choices\":[{\"delta\":{\"content\":1}}]}",
-    "{\"choices\":[{\"delta\":{\"con\\u0074ent\":\"a\"}}]}", "{\"choices\":[{\"index\":1.0,\"delta\":{}}]}",
-    "{\"choices\":[{\"index\":-1,\"delta\":{}}]}", "{\"choices\":[{\"index\":01,\"delta\":{}}]}",
-    "{\"choices\":[{\"index\":\"0\",\"delta\":{}}]}", "{\"choices\":[{\"delta\":null}]}",
-    "{\"created\":01,\"choices\":[{\"delta\":{}}]}", "{\"created\":1.,\"choices\":[{\"delta\":{}}]}",
-    "{\"created\":+1,\"choices\":[{\"delta\":{}}]}", "{\"created\":tru,\"choices\":[{\"delta\":{}}]}",
-    "{\"created\":[1,],\"choices\":[{\"delta\":{}}]}", "{\"created\":{\"a\"},\"choices\":[{\"delta\":{}}]}",
-    "{\"choices\":[{\"delta\":{}},]}", "{\"choices\":[{\"delta\":{}}],}", "\xef\xbb\xbf{\"choices\":[{}]}",
-    "\x01{\"choices\":[{}]}",
-    /* near misses of the keys, which are matched as raw bytes */
-    "{\"choices\":[{\"delta\":{xcontent\":\"a\"}}]}", "{\"choices\":[{\"delta\":{\"contenT\":\"a\"}}]}",
-    "{\"choices\":[{\"delta\":{\"contents\":\"a\"}}]}", "{\"choices\":[{\"delta\":{\"reasoning_contenx\":\"a\"}}]}",
-    "{\"i\":1,\"choices\":[{}]}", "{\"ids\":1,\"choices\":[{}]}", "{\"choices\":[{\"delta\":{\"content\"",
-    "{\"choices\":[{\"delta\":{}, \"index\":0,\"index\":0}]}", "{\"choices\":[{\"delta\":{},\"x\":0}]}",
+      "",
+      "[DONE]",
+      "null",
+      "[]",
+      "{}",
+      "{\"id\":\"x\"}",
+      "{\"choices\":[]}",
+      "{\"choices\":{}}",
+      "{\"choices\":[{}, {}]}",
+      "{\"choices\":[{\"delta\":{\"role\":\"assistant\"}}]}",
+      "{\"choices\":[{\"delta\":{\"content\":\"a\"},\"finish_reason\":\"stop\"}]}",
+      "{\"choices\":[{\"delta\":{\"content\":\"a\"}}],\"usage\":null}",
+      "{\"choices\":[{\"delta\":{\"content\":\"a\"}}],\"timings\":{}}",
+      "{\"choices\":[{\"delta\":{\"content\":\"a\"}}],\"error\":null}",
+      "{\"choices\":[{\"delta\":{\"content\":\"a\",\"content\":\"b\"}}]}",
+      "{\"choices\":[{\"delta\":{\"content\":\"a\"}}],\"choices\":[{\"delta\":{}}]}",
+      "{\"choices\":[{\"delta\":{\"content\":\"a\"}}]}x",
+      "{\"choices\":[{\"delta\":{\"content\":\"a\"}}]",
+      "{\"choices\":[{\"delta\":{\"content\":\"\\ud800\"}}]}",
+      "{\"choices\":[{\"delta\":{\"content\":\"\\udc00\"}}]}",
+      "{\"choices\":[{\"delta\":{\"content\":\"a\tb\"}}]}",
+      "{\"choices\":[{\"delta\":{\"content\":\"\\q\"}}]}",
+      "{\"choices\":[{\"delta\":{\"content\":1}}]}",
+      "{\"choices\":[{\"delta\":{\"con\\u0074ent\":\"a\"}}]}",
+      "{\"choices\":[{\"index\":1.0,\"delta\":{}}]}",
+      "{\"choices\":[{\"index\":-1,\"delta\":{}}]}",
+      "{\"choices\":[{\"index\":01,\"delta\":{}}]}",
+      "{\"choices\":[{\"index\":\"0\",\"delta\":{}}]}",
+      "{\"choices\":[{\"delta\":null}]}",
+      "{\"created\":01,\"choices\":[{\"delta\":{}}]}",
+      "{\"created\":1.,\"choices\":[{\"delta\":{}}]}",
+      "{\"created\":+1,\"choices\":[{\"delta\":{}}]}",
+      "{\"created\":tru,\"choices\":[{\"delta\":{}}]}",
+      "{\"created\":[1,],\"choices\":[{\"delta\":{}}]}",
+      "{\"created\":{\"a\"},\"choices\":[{\"delta\":{}}]}",
+      "{\"choices\":[{\"delta\":{}},]}",
+      "{\"choices\":[{\"delta\":{}}],}",
+      "\xef\xbb\xbf{\"choices\":[{}]}",
+      "\x01{\"choices\":[{}]}",
+      /* near misses of the keys, which are matched as raw bytes */
+      "{\"choices\":[{\"delta\":{xcontent\":\"a\"}}]}",
+      "{\"choices\":[{\"delta\":{\"contenT\":\"a\"}}]}",
+      "{\"choices\":[{\"delta\":{\"contents\":\"a\"}}]}",
+      "{\"choices\":[{\"delta\":{\"reasoning_contenx\":\"a\"}}]}",
+      "{\"i\":1,\"choices\":[{}]}",
+      "{\"ids\":1,\"choices\":[{}]}",
+      "{\"choices\":[{\"delta\":{\"content\"",
+      "{\"choices\":[{\"delta\":{}, \"index\":0,\"index\":0}]}",
+      "{\"choices\":[{\"delta\":{},\"x\":0}]}",
   };
   mz_fast f;
   (void)state;
@@ -427,7 +460,8 @@ static void test_unescape(void **state) {
   UNESC("\\udbff\\udfff", "\xf4\x8f\xbf\xbf");
   UNESC("\\ud800", "\xef\xbf\xbd");
   UNESC("\\udc00x", "\xef\xbf\xbdx");
-  UNESC("\\ud800\\u0041", "\xef\xbf\xbd" "A");
+  UNESC("\\ud800\\u0041", "\xef\xbf\xbd"
+                          "A");
   UNESC("\\ud800\\ud800\\udc00", "\xef\xbf\xbd\xf0\x90\x80\x80");
   UNESC("\\u0000", "\0");
   UNESC("caf\xc3\xa9", "caf\xc3\xa9");
@@ -441,9 +475,17 @@ static void test_unescape(void **state) {
 /* For valid strings the result is byte for byte cJSON's. */
 static void test_unescape_matches_cjson(void **state) {
   static const char *const bodies[] = {
-    "hello", "\\n\\t\\r\\b\\f", "\\\"\\\\\\/", "\\u00e9t\\u00E9", "\\u0001\\u001f\\u007f\\u0080\\u07ff\\u0800",
-    "\\ud83d\\ude00\\ud83c\\udf89", "\\uD83D\\uDE00", "\\uffff\\ue000\\ud7ff", "mix \\u4e2d\\u6587 and \\\"q\\\"",
-    "\xe4\xb8\xad\xe6\x96\x87 raw", "\\/\\/\\/",
+      "hello",
+      "\\n\\t\\r\\b\\f",
+      "\\\"\\\\\\/",
+      "\\u00e9t\\u00E9",
+      "\\u0001\\u001f\\u007f\\u0080\\u07ff\\u0800",
+      "\\ud83d\\ude00\\ud83c\\udf89",
+      "\\uD83D\\uDE00",
+      "\\uffff\\ue000\\ud7ff",
+      "mix \\u4e2d\\u6587 and \\\"q\\\"",
+      "\xe4\xb8\xad\xe6\x96\x87 raw",
+      "\\/\\/\\/",
   };
   (void)state;
   for (size_t i = 0; i < sizeof bodies / sizeof *bodies; i++) {
@@ -460,13 +502,13 @@ static void test_unescape_matches_cjson(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-    cmocka_unit_test(test_fast_accepts),
-    cmocka_unit_test(test_fast_refuses),
-    cmocka_unit_test(test_fast_limits),
-    cmocka_unit_test(test_unescape),
-    cmocka_unit_test(test_unescape_matches_cjson),
-    cmocka_unit_test(test_takes_token_frames),
-    cmocka_unit_test(test_differential),
+      cmocka_unit_test(test_fast_accepts),
+      cmocka_unit_test(test_fast_refuses),
+      cmocka_unit_test(test_fast_limits),
+      cmocka_unit_test(test_unescape),
+      cmocka_unit_test(test_unescape_matches_cjson),
+      cmocka_unit_test(test_takes_token_frames),
+      cmocka_unit_test(test_differential),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

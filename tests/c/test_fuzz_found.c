@@ -40,7 +40,7 @@ static void test_choice_index_huge(void **state) {
   mz_choice c;
   char err[64];
   static const char frame[] =
-    "{\"choices\":[{\"index\":1e10,\"delta\":{\"content\":\"x\"}},{\"index\":-3e9,\"delta\":{}},{\"index\":7}]}";
+      "{\"choices\":[{\"index\":1e10,\"delta\":{\"content\":\"x\"}},{\"index\":-3e9,\"delta\":{}},{\"index\":7}]}";
   (void)state;
   assert_int_equal(mz_frame_decode(&f, frame, strlen(frame), err, sizeof err), 0);
   assert_int_equal(mz_frame_choice(&f, 0, &c), 0);
@@ -55,8 +55,8 @@ static void test_choice_index_huge(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-    cmocka_unit_test(test_error_code_huge),
-    cmocka_unit_test(test_choice_index_huge),
+      cmocka_unit_test(test_error_code_huge),
+      cmocka_unit_test(test_choice_index_huge),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -30,8 +30,7 @@ static char url[128];
 
 static void nap_ms(int ms) {
   struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-  while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {
-  }
+  while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {}
 }
 
 /* Start mirza-sim on a free port; its port comes back through a file. */
@@ -44,8 +43,8 @@ static int start_sim(void **state) {
   unlink(port_file);
   sim_pid = fork();
   if (sim_pid == 0) {
-    execl(bin, bin, "--port", "0", "--port-file", port_file, "--parallel", "16", "--quiet",
-          "--heartbeat-ms", "0", (char *)NULL);
+    execl(bin, bin, "--port", "0", "--port-file", port_file, "--parallel", "16", "--quiet", "--heartbeat-ms", "0",
+          (char *)NULL);
     _exit(127);
   }
   for (int i = 0; i < 1000; i++) {
@@ -88,13 +87,11 @@ static mz_stream *open_rate(mz_client *c, const char *text, int ttft_ms, double 
   return s;
 }
 
-static mz_stream *open_chat(mz_client *c, const char *text, int ttft_ms) {
-  return open_rate(c, text, ttft_ms, 0);
-}
+static mz_stream *open_chat(mz_client *c, const char *text, int ttft_ms) { return open_rate(c, text, ttft_ms, 0); }
 
-#define SKIP_WITHOUT_SIM() \
-  do { \
-    if (!url[0]) skip(); \
+#define SKIP_WITHOUT_SIM()                                                                                             \
+  do {                                                                                                                 \
+    if (!url[0]) skip();                                                                                               \
   } while (0)
 
 /* Wait (up to 20 s) until `s` finished, taking the ready list as we go
@@ -104,8 +101,7 @@ static void wait_finished(mz_client *c, mz_stream *s) {
   double end = mz_now() + 20;
   do {
     mz_client_wait_ready(c, 100);
-    while (mz_client_ready(c, out, 8) > 0) {
-    }
+    while (mz_client_ready(c, out, 8) > 0) {}
   } while (!mz_stream_finished(s) && mz_now() < end);
   assert_true(mz_stream_finished(s));
 }
@@ -127,7 +123,7 @@ static void test_lists_only_ready(void **state) {
   mz_stream *slow = open_chat(c, "slow", 8000), *fast = open_chat(c, "a b c d e f", 0);
   mz_stream *out[4] = {0};
   assert_int_equal(1, mz_client_wait_ready(c, 20000));
-  wait_finished(c, fast); /* many events queued: listed once at most */
+  wait_finished(c, fast);                          /* many events queued: listed once at most */
   assert_int_equal(0, mz_client_ready(c, out, 4)); /* taken above already */
   assert_int_equal(0, mz_stream_finished(slow));
   assert_true(mz_stream_pending(fast) > 1);
@@ -149,7 +145,7 @@ static void test_edge_triggered(void **state) {
   assert_ptr_equal(fast, out[0]);
   wait_finished(c, fast);
   assert_int_equal(0, mz_client_wait_ready(c, 50)); /* nothing new: times out */
-  assert_true(mz_client_wait(c, 0) >= 1);            /* while wait() still counts it */
+  assert_true(mz_client_wait(c, 0) >= 1);           /* while wait() still counts it */
   mz_stream *again = open_chat(c, "y", 0);
   assert_int_equal(1, mz_client_wait_ready(c, 20000));
   assert_int_equal(1, mz_client_ready(c, out, 4));
@@ -210,8 +206,7 @@ static void test_drained_and_closed_skipped(void **state) {
   drive_until_finished(c, b);
   drive_until_finished(c, d);
   const mz_event *ev;
-  while (mz_stream_next(a, 0, &ev) == MZ_NEXT_EVENT) {
-  }
+  while (mz_stream_next(a, 0, &ev) == MZ_NEXT_EVENT) {}
   mz_stream_close(b);
   mz_stream *out[4] = {0};
   assert_int_equal(1, mz_client_ready(c, out, 4));
@@ -238,12 +233,9 @@ static void test_idle_returns(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_lists_only_ready),
-      cmocka_unit_test(test_edge_triggered),
-      cmocka_unit_test(test_event_lists_before_end),
-      cmocka_unit_test(test_fifo_and_batches),
-      cmocka_unit_test(test_drained_and_closed_skipped),
-      cmocka_unit_test(test_idle_returns),
+      cmocka_unit_test(test_lists_only_ready),           cmocka_unit_test(test_edge_triggered),
+      cmocka_unit_test(test_event_lists_before_end),     cmocka_unit_test(test_fifo_and_batches),
+      cmocka_unit_test(test_drained_and_closed_skipped), cmocka_unit_test(test_idle_returns),
   };
   return cmocka_run_group_tests(tests, start_sim, stop_sim);
 }

@@ -79,10 +79,10 @@ static void rec_equal(const rec *a, const rec *b, const char *what) {
   size_t i;
   if (a->n != b->n) fail_msg("%s: %zu events, expected %zu", what, b->n, a->n);
   for (i = 0; i < a->n; i++) {
-    if (strcmp(a->v[i].type, b->v[i].type) || strcmp(a->v[i].id, b->v[i].id) ||
-        a->v[i].data_len != b->v[i].data_len || memcmp(a->v[i].data, b->v[i].data, a->v[i].data_len))
-      fail_msg("%s: event %zu differs: [%s|%s|%s] vs [%s|%s|%s]", what, i, a->v[i].type,
-               a->v[i].id, a->v[i].data, b->v[i].type, b->v[i].id, b->v[i].data);
+    if (strcmp(a->v[i].type, b->v[i].type) || strcmp(a->v[i].id, b->v[i].id) || a->v[i].data_len != b->v[i].data_len ||
+        memcmp(a->v[i].data, b->v[i].data, a->v[i].data_len))
+      fail_msg("%s: event %zu differs: [%s|%s|%s] vs [%s|%s|%s]", what, i, a->v[i].type, a->v[i].id, a->v[i].data,
+               b->v[i].type, b->v[i].id, b->v[i].data);
   }
 }
 
@@ -132,8 +132,10 @@ static const char *fixture_dir(int traces) {
   if (env && *env) return env;
   snprintf(buf[traces], sizeof buf[traces], "%s", __FILE__);
   slash = strrchr(buf[traces], '/');
-  if (slash) *slash = '\0';
-  else snprintf(buf[traces], sizeof buf[traces], ".");
+  if (slash)
+    *slash = '\0';
+  else
+    snprintf(buf[traces], sizeof buf[traces], ".");
   strncat(buf[traces], traces ? "/../fixtures/traces" : "/../fixtures", sizeof buf[traces] - strlen(buf[traces]) - 1);
   return buf[traces];
 }
@@ -348,17 +350,23 @@ static void expect(const rec *r, size_t i, const char *type, const char *data, c
 static void test_bom_only_once(void **state) {
   rec r = {0};
   (void)state;
-  parse_str("\xEF\xBB\xBF" "data: a\n\n", &r);
+  parse_str("\xEF\xBB\xBF"
+            "data: a\n\n",
+            &r);
   assert_int_equal(r.n, 1);
   expect(&r, 0, "message", "a", "");
   rec_free(&r);
   /* a second BOM is text: the line's field name is then unknown */
-  parse_str("\xEF\xBB\xBF\xEF\xBB\xBF" "data: a\n\ndata: b\n\n", &r);
+  parse_str("\xEF\xBB\xBF\xEF\xBB\xBF"
+            "data: a\n\ndata: b\n\n",
+            &r);
   assert_int_equal(r.n, 1);
   expect(&r, 0, "message", "b", "");
   rec_free(&r);
   /* a BOM prefix that is not a BOM stays text */
-  parse_str("\xEF\xBB" "data: a\n\ndata: b\n\n", &r);
+  parse_str("\xEF\xBB"
+            "data: a\n\ndata: b\n\n",
+            &r);
   assert_int_equal(r.n, 1);
   expect(&r, 0, "message", "b", "");
   rec_free(&r);
@@ -427,10 +435,10 @@ static void test_event_id_retry(void **state) {
   mz_sse p;
   int n = 0;
   static const char s[] = "event: delta\nid: 7\nretry: 1500\ndata: a\n\n"
-                  "data: b\n\n"                    /* type resets, id persists */
-                  "id\ndata: c\n\n"                /* empty id clears it */
-                  "id: x\0y\ndata: d\n\n"          /* an id with NUL is ignored */
-                  "event:\nfoo: bar\ndata: e\n\n"; /* empty type, unknown field */
+                          "data: b\n\n"                    /* type resets, id persists */
+                          "id\ndata: c\n\n"                /* empty id clears it */
+                          "id: x\0y\ndata: d\n\n"          /* an id with NUL is ignored */
+                          "event:\nfoo: bar\ndata: e\n\n"; /* empty type, unknown field */
   (void)state;
   mz_sse_init(&p, 0, on_event, &r);
   assert_int_equal(p.retry_ms, -1);
@@ -451,7 +459,8 @@ static void test_event_id_retry(void **state) {
   rec_free(&r);
   /* long event names are truncated, not overflowed */
   parse_str("event: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n"
-            "data: z\n\n", &r);
+            "data: z\n\n",
+            &r);
   assert_int_equal(strlen(r.v[0].type), 63);
   rec_free(&r);
   /* the callback may be a plain counter */
@@ -573,7 +582,8 @@ static void test_exactly_at_cap(void **state) {
   rec_free(&r);
   /* data of exactly 64 bytes over two lines */
   assert_int_equal(FEED(&p, "data: 0123456789012345678901234567890\n"
-                                   "data: 01234567890123456789012345678901\n\n"), MZ_SSE_OK);
+                            "data: 01234567890123456789012345678901\n\n"),
+                   MZ_SSE_OK);
   assert_int_equal(r.n, 1);
   assert_int_equal(r.v[0].data_len, 64);
   assert_true(p.data_cap <= 65);

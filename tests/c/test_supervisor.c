@@ -39,28 +39,24 @@ static char *saved_xdg;
 
 /* ---- helpers ------------------------------------------------------------- */
 
-static int64_t now_ms(void)
-{
+static int64_t now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static void nap_ms(int ms)
-{
-  struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+static void nap_ms(int ms) {
+  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
   while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {}
 }
 
-static char *tmp_path(const char *name, char *buf, size_t len)
-{
+static char *tmp_path(const char *name, char *buf, size_t len) {
   snprintf(buf, len, "%s/%s", tmpdir, name);
   return buf;
 }
 
-static mz_proc *spawn_ok(const char *const *argv, const char *log, int keep_alive)
-{
-  mz_spawn_opts o = { .argv = argv, .log_path = log, .keep_alive = keep_alive };
+static mz_proc *spawn_ok(const char *const *argv, const char *log, int keep_alive) {
+  mz_spawn_opts o = {.argv = argv, .log_path = log, .keep_alive = keep_alive};
   mz_proc *p = NULL;
   char err[256] = "";
   int r = mz_proc_spawn(&o, &p, err, sizeof err);
@@ -70,15 +66,13 @@ static mz_proc *spawn_ok(const char *const *argv, const char *log, int keep_aliv
   return p;
 }
 
-static mz_proc *spawn_sh(const char *script, const char *log)
-{
-  const char *argv[] = { "/bin/sh", "-c", script, NULL };
+static mz_proc *spawn_sh(const char *script, const char *log) {
+  const char *argv[] = {"/bin/sh", "-c", script, NULL};
   return spawn_ok(argv, log, 0);
 }
 
 /* Poll until exit (at most ms); returns the wait status. */
-static int wait_exit(mz_proc *p, int ms)
-{
+static int wait_exit(mz_proc *p, int ms) {
   int status = -1;
   int64_t deadline = now_ms() + ms;
   while (!mz_proc_poll(p, &status) && now_ms() < deadline) nap_ms(5);
@@ -86,8 +80,7 @@ static int wait_exit(mz_proc *p, int ms)
   return status;
 }
 
-static void read_file(const char *path, char *buf, size_t len)
-{
+static void read_file(const char *path, char *buf, size_t len) {
   FILE *f = fopen(path, "r");
   size_t n = 0;
   if (f) {
@@ -97,8 +90,7 @@ static void read_file(const char *path, char *buf, size_t len)
   buf[n] = '\0';
 }
 
-static void write_file(const char *path, const char *text)
-{
+static void write_file(const char *path, const char *text) {
   FILE *f = fopen(path, "w");
   assert_non_null(f);
   fputs(text, f);
@@ -106,8 +98,7 @@ static void write_file(const char *path, const char *text)
 }
 
 /* The pid a script wrote (atomically) to path; fails after 5 s. */
-static pid_t wait_pid_file(const char *path)
-{
+static pid_t wait_pid_file(const char *path) {
   char text[32];
   int64_t deadline = now_ms() + 5000;
   for (;;) {
@@ -120,8 +111,7 @@ static pid_t wait_pid_file(const char *path)
 }
 
 /* Dead: no such pid, or a zombie left to an init that may never reap. */
-static int gone(pid_t pid)
-{
+static int gone(pid_t pid) {
   char path[64], text[512] = "";
   if (kill(pid, 0) < 0 && errno == ESRCH) return 1;
   snprintf(path, sizeof path, "/proc/%ld/stat", (long)pid);
@@ -130,22 +120,19 @@ static int gone(pid_t pid)
   return rp && (rp[2] == 'Z' || rp[2] == 'X');
 }
 
-static int wait_gone(pid_t pid, int ms)
-{
+static int wait_gone(pid_t pid, int ms) {
   int64_t deadline = now_ms() + ms;
   while (!gone(pid) && now_ms() < deadline) nap_ms(10);
   return gone(pid);
 }
 
 /* Last-resort cleanup so a failing test does not leave sleeps behind. */
-static void kill_quietly(pid_t pid)
-{
+static void kill_quietly(pid_t pid) {
   if (pid > 0 && !gone(pid)) kill(pid, SIGKILL);
 }
 
 /* A /proc/<pid>/status field as a hex mask (SigIgn, SigBlk...). */
-static unsigned long long status_mask(pid_t pid, const char *field)
-{
+static unsigned long long status_mask(pid_t pid, const char *field) {
   char path[64], text[4096];
   snprintf(path, sizeof path, "/proc/%ld/status", (long)pid);
   read_file(path, text, sizeof text);
@@ -156,10 +143,9 @@ static unsigned long long status_mask(pid_t pid, const char *field)
 
 /* ---- spawn ----------------------------------------------------------------- */
 
-static void test_exit_status(void **state)
-{
+static void test_exit_status(void **state) {
   (void)state;
-  const char *t[] = { "/bin/true", NULL }, *f[] = { "false", NULL }; /* PATH lookup */
+  const char *t[] = {"/bin/true", NULL}, *f[] = {"false", NULL}; /* PATH lookup */
   mz_proc *p = spawn_ok(t, NULL, 0);
   int st = wait_exit(p, 5000);
   assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
@@ -180,8 +166,7 @@ static void test_exit_status(void **state)
   mz_proc_free(p);
 }
 
-static void test_log_appends(void **state)
-{
+static void test_log_appends(void **state) {
   (void)state;
   char log[PATH_MAX], text[256];
   tmp_path("append.log", log, sizeof log);
@@ -199,14 +184,13 @@ static void test_log_appends(void **state)
   assert_int_equal(sb.st_mode & 0777, 0644); /* umask is 022: see group_setup */
 }
 
-static void test_env_and_cwd(void **state)
-{
+static void test_env_and_cwd(void **state) {
   (void)state;
   char log[PATH_MAX], text[PATH_MAX + 64], expect[PATH_MAX + 64], real[PATH_MAX];
-  const char *argv[] = { "/bin/sh", "-c", "echo \"$MZ_TEST_VAR\"; pwd -P", NULL };
-  const char *env[] = { "MZ_TEST_VAR=hello there", NULL };
+  const char *argv[] = {"/bin/sh", "-c", "echo \"$MZ_TEST_VAR\"; pwd -P", NULL};
+  const char *env[] = {"MZ_TEST_VAR=hello there", NULL};
   tmp_path("env.log", log, sizeof log);
-  mz_spawn_opts o = { .argv = argv, .env = env, .cwd = tmpdir, .log_path = log };
+  mz_spawn_opts o = {.argv = argv, .env = env, .cwd = tmpdir, .log_path = log};
   mz_proc *p = NULL;
   char err[256];
   assert_int_equal(mz_proc_spawn(&o, &p, err, sizeof err), 0);
@@ -221,8 +205,7 @@ static void test_env_and_cwd(void **state)
 
 /* A failed spawn must leave nothing to reap: check with waitpid(-1). Every
  * earlier test reaped its children, so ECHILD is the only right answer. */
-static void expect_spawn_error(const mz_spawn_opts *o, const char *needle, int err_no)
-{
+static void expect_spawn_error(const mz_spawn_opts *o, const char *needle, int err_no) {
   static char sentinel;
   mz_proc *p = (mz_proc *)(void *)&sentinel; /* must be reset to NULL */
   char err[512] = "";
@@ -237,14 +220,13 @@ static void expect_spawn_error(const mz_spawn_opts *o, const char *needle, int e
   assert_int_equal(errno, ECHILD);
 }
 
-static void test_spawn_failures(void **state)
-{
+static void test_spawn_failures(void **state) {
   (void)state;
   char noexec[PATH_MAX], msg[PATH_MAX + 64];
-  const char *missing[] = { "mirza-no-such-program", NULL };
-  const char *absent[] = { "/nonexistent/prog", "x", NULL };
-  const char *sh[] = { "/bin/true", NULL };
-  mz_spawn_opts o = { .argv = missing };
+  const char *missing[] = {"mirza-no-such-program", NULL};
+  const char *absent[] = {"/nonexistent/prog", "x", NULL};
+  const char *sh[] = {"/bin/true", NULL};
+  mz_spawn_opts o = {.argv = missing};
   expect_spawn_error(&o, "cannot run 'mirza-no-such-program': No such file or directory", ENOENT);
   o.argv = absent;
   expect_spawn_error(&o, "cannot run '/nonexistent/prog': No such file or directory", ENOENT);
@@ -252,7 +234,7 @@ static void test_spawn_failures(void **state)
   tmp_path("not-executable", noexec, sizeof noexec);
   write_file(noexec, "echo hi\n");
   chmod(noexec, 0644);
-  const char *ne[] = { noexec, NULL };
+  const char *ne[] = {noexec, NULL};
   o.argv = ne;
   snprintf(msg, sizeof msg, "cannot run '%s': Permission denied", noexec);
   expect_spawn_error(&o, msg, EACCES);
@@ -263,17 +245,16 @@ static void test_spawn_failures(void **state)
   o.cwd = NULL;
   o.log_path = "/nonexistent-dir/x.log";
   expect_spawn_error(&o, "cannot run '/bin/true': cannot open log '/nonexistent-dir/x.log'", ENOENT);
-  const char *none[] = { NULL };
-  mz_spawn_opts empty = { .argv = none };
+  const char *none[] = {NULL};
+  mz_spawn_opts empty = {.argv = none};
   expect_spawn_error(&empty, "cannot run", EINVAL);
 }
 
 /* The child must start with default dispositions, an empty mask, and no
  * descriptors but 0, 1, 2, whatever the parent had. */
-static void test_child_environment(void **state)
-{
+static void test_child_environment(void **state) {
   (void)state;
-  struct sigaction ign = { .sa_handler = SIG_IGN }, old_pipe, old_term;
+  struct sigaction ign = {.sa_handler = SIG_IGN}, old_pipe, old_term;
   sigset_t usr1, old_mask;
   sigaction(SIGPIPE, &ign, &old_pipe);
   sigaction(SIGTERM, &ign, &old_term);
@@ -283,7 +264,7 @@ static void test_child_environment(void **state)
   int leak = open("/dev/null", O_RDONLY); /* deliberately not CLOEXEC */
   assert_true(leak >= 0);
 
-  const char *argv[] = { "/bin/sleep", "30", NULL };
+  const char *argv[] = {"/bin/sleep", "30", NULL};
   mz_proc *p = spawn_ok(argv, NULL, 0);
   pid_t pid = mz_proc_pid(p);
   close(leak);
@@ -326,10 +307,9 @@ static void test_child_environment(void **state)
 
 /* ---- poll and stop --------------------------------------------------------- */
 
-static void test_poll_nonblocking(void **state)
-{
+static void test_poll_nonblocking(void **state) {
   (void)state;
-  const char *argv[] = { "/bin/sleep", "30", NULL };
+  const char *argv[] = {"/bin/sleep", "30", NULL};
   mz_proc *p = spawn_ok(argv, NULL, 0);
   int64_t t0 = now_ms();
   for (int i = 0; i < 100; i++) assert_int_equal(mz_proc_poll(p, NULL), 0);
@@ -338,10 +318,9 @@ static void test_poll_nonblocking(void **state)
   mz_proc_free(p);
 }
 
-static void test_stop_term(void **state)
-{
+static void test_stop_term(void **state) {
   (void)state;
-  const char *argv[] = { "/bin/sleep", "30", NULL };
+  const char *argv[] = {"/bin/sleep", "30", NULL};
   mz_proc *p = spawn_ok(argv, NULL, 0);
   int64_t t0 = now_ms();
   assert_int_equal(mz_proc_stop(p, 10000), 0);
@@ -358,8 +337,7 @@ static void test_stop_term(void **state)
   mz_proc_free(p);
 }
 
-static void test_stop_after_exit(void **state)
-{
+static void test_stop_after_exit(void **state) {
   (void)state;
   mz_proc *p = spawn_sh("exit 5", NULL);
   wait_exit(p, 5000);
@@ -370,15 +348,13 @@ static void test_stop_after_exit(void **state)
   mz_proc_free(p);
 }
 
-static void test_stop_needs_kill(void **state)
-{
+static void test_stop_needs_kill(void **state) {
   (void)state;
   char ready[PATH_MAX], script[PATH_MAX * 4];
   tmp_path("trap.ready", ready, sizeof ready);
   unlink(ready);
   /* The ready file proves the trap is set before we send SIGTERM. */
-  snprintf(script, sizeof script, "trap '' TERM; echo $$ > %s.tmp && mv %s.tmp %s; sleep 30",
-           ready, ready, ready);
+  snprintf(script, sizeof script, "trap '' TERM; echo $$ > %s.tmp && mv %s.tmp %s; sleep 30", ready, ready, ready);
   mz_proc *p = spawn_sh(script, NULL);
   wait_pid_file(ready);
   int64_t t0 = now_ms();
@@ -395,14 +371,12 @@ static void test_stop_needs_kill(void **state)
 
 /* The grandchild ignores SIGTERM while the leader dies of it: only the
  * group SIGKILL after reaping the leader can get it. */
-static void test_stop_kills_grandchildren(void **state)
-{
+static void test_stop_kills_grandchildren(void **state) {
   (void)state;
   char pidf[PATH_MAX], script[PATH_MAX * 4];
   tmp_path("grandchild.pid", pidf, sizeof pidf);
   unlink(pidf);
-  snprintf(script, sizeof script,
-           "sh -c 'trap \"\" TERM; echo $$ > %s.tmp && mv %s.tmp %s; exec sleep 300' & wait",
+  snprintf(script, sizeof script, "sh -c 'trap \"\" TERM; echo $$ > %s.tmp && mv %s.tmp %s; exec sleep 300' & wait",
            pidf, pidf, pidf);
   mz_proc *p = spawn_sh(script, NULL);
   pid_t g = wait_pid_file(pidf);
@@ -418,16 +392,15 @@ static void test_stop_kills_grandchildren(void **state)
 /* ---- lifetime tied to the parent (PR_SET_PDEATHSIG) -------------------------- */
 
 /* Fork a middle process that spawns `sleep 300` and reports its pid. */
-static pid_t spawn_via_middle(int keep_alive, pid_t *middle)
-{
+static pid_t spawn_via_middle(int keep_alive, pid_t *middle) {
   int fds[2];
   pid_t child = -1;
   assert_int_equal(pipe(fds), 0);
   pid_t m = fork();
   assert_true(m >= 0);
   if (m == 0) {
-    const char *argv[] = { "/bin/sleep", "300", NULL };
-    mz_spawn_opts o = { .argv = argv, .keep_alive = keep_alive };
+    const char *argv[] = {"/bin/sleep", "300", NULL};
+    mz_spawn_opts o = {.argv = argv, .keep_alive = keep_alive};
     mz_proc *p;
     char err[256];
     close(fds[0]);
@@ -443,14 +416,12 @@ static pid_t spawn_via_middle(int keep_alive, pid_t *middle)
   return child;
 }
 
-static void kill_middle(pid_t m)
-{
+static void kill_middle(pid_t m) {
   assert_int_equal(kill(m, SIGKILL), 0);
   assert_int_equal(waitpid(m, NULL, 0), m);
 }
 
-static void test_pdeathsig(void **state)
-{
+static void test_pdeathsig(void **state) {
   (void)state;
   pid_t m;
   pid_t c = spawn_via_middle(0, &m);
@@ -461,8 +432,7 @@ static void test_pdeathsig(void **state)
   assert_true(ok);
 }
 
-static void test_keep_alive_survives(void **state)
-{
+static void test_keep_alive_survives(void **state) {
   (void)state;
   pid_t m;
   pid_t c = spawn_via_middle(1, &m);
@@ -482,8 +452,7 @@ static void test_keep_alive_survives(void **state)
 
 /* `sleep` started by a shell that exits at once: not our child, and in the
  * (dead) shell's group rather than leading one. */
-static pid_t spawn_orphan(const char *inner, const char *pidf)
-{
+static pid_t spawn_orphan(const char *inner, const char *pidf) {
   char script[PATH_MAX * 4];
   unlink(pidf);
   snprintf(script, sizeof script, inner, pidf, pidf, pidf);
@@ -494,8 +463,7 @@ static pid_t spawn_orphan(const char *inner, const char *pidf)
   return wait_pid_file(pidf);
 }
 
-static void test_pid_stop_nonchild(void **state)
-{
+static void test_pid_stop_nonchild(void **state) {
   (void)state;
   char pidf[PATH_MAX];
   tmp_path("orphan.pid", pidf, sizeof pidf);
@@ -512,13 +480,13 @@ static void test_pid_stop_nonchild(void **state)
   assert_true(took < 4000); /* SIGTERM sufficed */
 }
 
-static void test_pid_stop_needs_kill(void **state)
-{
+static void test_pid_stop_needs_kill(void **state) {
   (void)state;
   char pidf[PATH_MAX];
   tmp_path("stubborn.pid", pidf, sizeof pidf);
   pid_t g = spawn_orphan("sh -c 'trap \"\" TERM; echo $$ > %s.tmp && mv %s.tmp %s; "
-                         "exec sleep 300' &", pidf);
+                         "exec sleep 300' &",
+                         pidf);
   int64_t t0 = now_ms();
   int r = mz_pid_stop(g, 200);
   int64_t took = now_ms() - t0;
@@ -529,10 +497,9 @@ static void test_pid_stop_needs_kill(void **state)
   assert_true(took >= 190);
 }
 
-static void test_pid_stop_edges(void **state)
-{
+static void test_pid_stop_edges(void **state) {
   (void)state;
-  const char *argv[] = { "/bin/true", NULL };
+  const char *argv[] = {"/bin/true", NULL};
   mz_proc *p = spawn_ok(argv, NULL, 0);
   pid_t dead = mz_proc_pid(p);
   wait_exit(p, 5000);
@@ -552,15 +519,13 @@ static void test_pid_stop_edges(void **state)
 
 /* ---- status strings ------------------------------------------------------------ */
 
-static void test_status_describe(void **state)
-{
+static void test_status_describe(void **state) {
   (void)state;
   char buf[128];
   assert_string_equal(mz_status_describe(0, buf, sizeof buf), "exited with status 0");
   assert_string_equal(mz_status_describe(1 << 8, buf, sizeof buf), "exited with status 1");
   assert_string_equal(mz_status_describe(SIGKILL, buf, sizeof buf), "killed by signal 9 (Killed)");
-  assert_string_equal(mz_status_describe(SIGTERM, buf, sizeof buf),
-                      "killed by signal 15 (Terminated)");
+  assert_string_equal(mz_status_describe(SIGTERM, buf, sizeof buf), "killed by signal 15 (Terminated)");
   assert_string_equal(mz_status_describe(SIGSEGV | 0x80, buf, sizeof buf),
                       "killed by signal 11 (Segmentation fault), core dumped");
   assert_string_equal(mz_status_describe((SIGSTOP << 8) | 0x7f, buf, sizeof buf),
@@ -570,23 +535,20 @@ static void test_status_describe(void **state)
   assert_string_equal(small, "exited ");
   /* And a real one. */
   mz_proc *p = spawn_sh("exit 42", NULL);
-  assert_string_equal(mz_status_describe(wait_exit(p, 5000), buf, sizeof buf),
-                      "exited with status 42");
+  assert_string_equal(mz_status_describe(wait_exit(p, 5000), buf, sizeof buf), "exited with status 42");
   mz_proc_free(p);
 }
 
 /* ---- log tail -------------------------------------------------------------------- */
 
-static void tail_is(const char *content, int n, const char *expect)
-{
+static void tail_is(const char *content, int n, const char *expect) {
   char path[PATH_MAX], buf[256];
   tmp_path("tail.txt", path, sizeof path);
   write_file(path, content);
   assert_string_equal(mz_file_tail(path, n, buf, sizeof buf), expect);
 }
 
-static void test_tail_small(void **state)
-{
+static void test_tail_small(void **state) {
   (void)state;
   tail_is("a\nb\nc\n", 2, "b\nc\n");
   tail_is("a\nb\nc\n", 1, "c\n");
@@ -608,8 +570,7 @@ static void test_tail_small(void **state)
   assert_string_equal(mz_file_tail(path, 1, buf, sizeof buf), "\xc3\xa9\xc3\xa9\xc3\xa9\n");
 }
 
-static void test_tail_big(void **state)
-{
+static void test_tail_big(void **state) {
   (void)state;
   char path[PATH_MAX], line[32];
   static char buf[80 * 1024];
@@ -618,8 +579,7 @@ static void test_tail_big(void **state)
   assert_non_null(f);
   for (int i = 0; i < 20000; i++) fprintf(f, "line %05d\n", i); /* 220 kB */
   fclose(f);
-  assert_string_equal(mz_file_tail(path, 3, buf, sizeof buf),
-                      "line 19997\nline 19998\nline 19999\n");
+  assert_string_equal(mz_file_tail(path, 3, buf, sizeof buf), "line 19997\nline 19998\nline 19999\n");
   /* Asking for more than the 64 KiB window holds: whole lines only. */
   size_t n = strlen(mz_file_tail(path, 100000, buf, sizeof buf));
   assert_true(n > 60000 && n <= 64 * 1024);
@@ -636,16 +596,14 @@ static void test_tail_big(void **state)
 
 /* ---- pid files --------------------------------------------------------------------- */
 
-static pid_t read_with(const char *content)
-{
+static pid_t read_with(const char *content) {
   char path[PATH_MAX];
   assert_non_null(mz_pidfile_path(8123, path, sizeof path));
   write_file(path, content);
   return mz_pidfile_read(8123);
 }
 
-static void test_pidfile_xdg(void **state)
-{
+static void test_pidfile_xdg(void **state) {
   (void)state;
   char xdg[PATH_MAX], path[PATH_MAX], expect[PATH_MAX + 32], text[64], dir[PATH_MAX + 8];
   tmp_path("xdg", xdg, sizeof xdg);
@@ -678,8 +636,7 @@ static void test_pidfile_xdg(void **state)
   assert_int_equal(errno, EINVAL);
 }
 
-static void test_pidfile_validation(void **state)
-{
+static void test_pidfile_validation(void **state) {
   (void)state;
   char xdg[PATH_MAX];
   setenv("XDG_RUNTIME_DIR", tmp_path("xdg", xdg, sizeof xdg), 1);
@@ -699,8 +656,7 @@ static void test_pidfile_validation(void **state)
 
 /* A directory others can write to is refused: its pid files are orders to
  * kill, and anyone could have written them. */
-static void test_pidfile_unsafe_dir(void **state)
-{
+static void test_pidfile_unsafe_dir(void **state) {
   (void)state;
   char xdg[PATH_MAX], dir[PATH_MAX + 8], path[PATH_MAX];
   tmp_path("xdg-unsafe", xdg, sizeof xdg);
@@ -715,8 +671,7 @@ static void test_pidfile_unsafe_dir(void **state)
   assert_int_equal(mz_pidfile_read(9000), 0);
 }
 
-static void test_pidfile_fallback(void **state)
-{
+static void test_pidfile_fallback(void **state) {
   (void)state;
   char path[PATH_MAX], expect[PATH_MAX];
   snprintf(expect, sizeof expect, "/tmp/mirza-%u/daemon-0.pid", (unsigned)getuid());
@@ -737,8 +692,7 @@ static void test_pidfile_fallback(void **state)
 
 /* ---- setup ------------------------------------------------------------------------ */
 
-static int group_setup(void **state)
-{
+static int group_setup(void **state) {
   (void)state;
   const char *xdg = getenv("XDG_RUNTIME_DIR");
   saved_xdg = xdg ? strdup(xdg) : NULL;
@@ -747,19 +701,19 @@ static int group_setup(void **state)
   return mkdtemp(tmpdir) ? 0 : -1;
 }
 
-static int restore_xdg(void **state)
-{
+static int restore_xdg(void **state) {
   (void)state;
-  if (saved_xdg) setenv("XDG_RUNTIME_DIR", saved_xdg, 1);
-  else unsetenv("XDG_RUNTIME_DIR");
+  if (saved_xdg)
+    setenv("XDG_RUNTIME_DIR", saved_xdg, 1);
+  else
+    unsetenv("XDG_RUNTIME_DIR");
   return 0;
 }
 
 /* rm -rf through the supervisor itself. */
-static int group_teardown(void **state)
-{
-  const char *argv[] = { "/bin/rm", "-rf", tmpdir, NULL };
-  mz_spawn_opts o = { .argv = argv };
+static int group_teardown(void **state) {
+  const char *argv[] = {"/bin/rm", "-rf", tmpdir, NULL};
+  mz_spawn_opts o = {.argv = argv};
   mz_proc *p;
   char err[256];
   int64_t deadline = now_ms() + 10000;
@@ -776,8 +730,7 @@ static int group_teardown(void **state)
 
 /* A socket of ours listening on loopback (family AF_INET or AF_INET6) on a
  * free port picked by the kernel; its port in *port. */
-static int listen_loopback(int family, int *port)
-{
+static int listen_loopback(int family, int *port) {
   struct sockaddr_storage ss;
   socklen_t len;
   memset(&ss, 0, sizeof ss);
@@ -797,19 +750,17 @@ static int listen_loopback(int family, int *port)
   assert_int_equal(bind(fd, (struct sockaddr *)&ss, len), 0);
   assert_int_equal(listen(fd, 4), 0);
   assert_int_equal(getsockname(fd, (struct sockaddr *)&ss, &len), 0);
-  *port = ntohs(family == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port
-                                  : ((struct sockaddr_in6 *)&ss)->sin6_port);
+  *port = ntohs(family == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port : ((struct sockaddr_in6 *)&ss)->sin6_port);
   return fd;
 }
 
-static void test_pid_listens(void **state)
-{
+static void test_pid_listens(void **state) {
   (void)state;
   int port;
   int fd = listen_loopback(AF_INET, &port);
   assert_int_equal(mz_pid_listens(getpid(), port), 1);
   /* another process (a child of ours without the socket) does not */
-  const char *argv[] = { "sleep", "30", NULL };
+  const char *argv[] = {"sleep", "30", NULL};
   mz_proc *p = spawn_ok(argv, NULL, 0);
   assert_int_equal(mz_pid_listens(mz_proc_pid(p), port), 0);
   mz_proc_stop(p, 1000);
@@ -830,32 +781,31 @@ static void test_pid_listens(void **state)
   assert_int_equal(mz_pid_listens(getpid(), 0), -1);
 }
 
-int main(void)
-{
+int main(void) {
   const struct CMUnitTest tests[] = {
-    cmocka_unit_test(test_exit_status),
-    cmocka_unit_test(test_spawn_failures),
-    cmocka_unit_test(test_log_appends),
-    cmocka_unit_test(test_env_and_cwd),
-    cmocka_unit_test(test_child_environment),
-    cmocka_unit_test(test_poll_nonblocking),
-    cmocka_unit_test(test_stop_term),
-    cmocka_unit_test(test_stop_after_exit),
-    cmocka_unit_test(test_stop_needs_kill),
-    cmocka_unit_test(test_stop_kills_grandchildren),
-    cmocka_unit_test(test_pdeathsig),
-    cmocka_unit_test(test_keep_alive_survives),
-    cmocka_unit_test(test_pid_stop_nonchild),
-    cmocka_unit_test(test_pid_stop_needs_kill),
-    cmocka_unit_test(test_pid_stop_edges),
-    cmocka_unit_test(test_status_describe),
-    cmocka_unit_test(test_tail_small),
-    cmocka_unit_test(test_tail_big),
-    cmocka_unit_test_teardown(test_pidfile_xdg, restore_xdg),
-    cmocka_unit_test_teardown(test_pidfile_validation, restore_xdg),
-    cmocka_unit_test_teardown(test_pidfile_unsafe_dir, restore_xdg),
-    cmocka_unit_test_teardown(test_pidfile_fallback, restore_xdg),
-    cmocka_unit_test(test_pid_listens),
+      cmocka_unit_test(test_exit_status),
+      cmocka_unit_test(test_spawn_failures),
+      cmocka_unit_test(test_log_appends),
+      cmocka_unit_test(test_env_and_cwd),
+      cmocka_unit_test(test_child_environment),
+      cmocka_unit_test(test_poll_nonblocking),
+      cmocka_unit_test(test_stop_term),
+      cmocka_unit_test(test_stop_after_exit),
+      cmocka_unit_test(test_stop_needs_kill),
+      cmocka_unit_test(test_stop_kills_grandchildren),
+      cmocka_unit_test(test_pdeathsig),
+      cmocka_unit_test(test_keep_alive_survives),
+      cmocka_unit_test(test_pid_stop_nonchild),
+      cmocka_unit_test(test_pid_stop_needs_kill),
+      cmocka_unit_test(test_pid_stop_edges),
+      cmocka_unit_test(test_status_describe),
+      cmocka_unit_test(test_tail_small),
+      cmocka_unit_test(test_tail_big),
+      cmocka_unit_test_teardown(test_pidfile_xdg, restore_xdg),
+      cmocka_unit_test_teardown(test_pidfile_validation, restore_xdg),
+      cmocka_unit_test_teardown(test_pidfile_unsafe_dir, restore_xdg),
+      cmocka_unit_test_teardown(test_pidfile_fallback, restore_xdg),
+      cmocka_unit_test(test_pid_listens),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -46,7 +46,8 @@ static int on_event(void *ud, const mz_sse_event *ev) {
   FUZZ_CHECK(ev->data_len <= l->max, "data %zu over the limit %zu", ev->data_len, l->max);
   FUZZ_CHECK(!memchr(ev->data, '\r', ev->data_len), "CR inside data");
   FUZZ_CHECK(!memchr(ev->id, '\0', ev->id_len) && !memchr(ev->id, '\n', ev->id_len) &&
-             !memchr(ev->id, '\r', ev->id_len), "line break or NUL inside the id");
+                 !memchr(ev->id, '\r', ev->id_len),
+             "line break or NUL inside the id");
   put(l, ev->type, ev->type_len);
   put(l, ev->data, ev->data_len);
   put(l, ev->id, ev->id_len);
