@@ -68,7 +68,9 @@ local OPTIONAL = { dialect = "string", base_url = "string", model = "string", mo
   config_file = "string|boolean",
   -- tools (mirza.tools): a table of tools, or a module name (hot-reloaded)
   tools = "table|string", tool_choice = "string|table", parallel_tool_calls = "boolean", run_calls = "function",
-  record = "string" } -- record every request and turn into this directory (mirza.record)
+  record = "string", -- record every request and turn into this directory (mirza.record)
+  -- several endpoints (mirza.pool): base URLs or {url=, limit=}, or a pool shared with other engines
+  endpoints = "table", pool = "table" }
 
 -- Environment variables: name -> option, type.
 E.ENV = {
@@ -136,6 +138,13 @@ end
 
 -- Where the engine talks, and whether it supervises a daemon there.
 local function resolve_endpoint(cfg)
+  if cfg.endpoints or cfg.pool then -- a pool: endpoints used as they are, the first one the base
+    if cfg.daemon == nil then cfg.daemon = false end
+    local first = cfg.pool and cfg.pool.endpoints[1].base or cfg.endpoints[1]
+    if type(first) == "table" then first = first.url end
+    if type(first) ~= "string" then error("mirza.engine: endpoints needs at least one base URL", 4) end
+    cfg.base_url = first
+  end
   if cfg.base_url then
     cfg.base_url = cfg.base_url:gsub("/+$", "")
     local scheme, host, port = parse_url(cfg.base_url)
@@ -212,16 +221,25 @@ function E.new(opts)
     if not package.preload[name] then reload.watch(self.watcher, name) end
   end
   if type(cfg.tools) == "string" then reload.watch(self.watcher, cfg.tools) end
-  self.base_url = cfg.base_url or (self.daemon and self.daemon.base_url)
-      or ("http://%s:%d/v1"):format(cfg.host, cfg.port)
-  self.chat_url = self.base_url .. "/chat/completions"
-  self.root_url = self.base_url:gsub("/v1$", "")
+  if cfg.pool or cfg.endpoints then self.pool = cfg.pool or require("mirza.pool").new(cfg.endpoints) end
+  self:_set_base((self.pool and self.pool.endpoints[1].base) or cfg.base_url or (self.daemon and self.daemon.base_url)
+      or ("http://%s:%d/v1"):format(cfg.host, cfg.port))
   return self
+end
+
+---Where the next request goes (a pool's engine follows its endpoint).
+---@param base string a base URL ("http://h:p/v1")
+function Engine:_set_base(base)
+  self.base_url = base:gsub("/+$", "")
+  self.chat_url = self.base_url .. "/chat/completions"
+  self.root_url = self.base_url:gsub("/v%d+$", "")
 end
 
 ---@class mirza.Engine
 ---@field cfg table
 ---@field daemon mirza.Daemon|nil nil when the endpoint is used as is (`daemon = false`)
+---@field pool mirza.Pool|nil the endpoints of `endpoints =` or `pool =` (mirza.pool), if any
+---@field base_url string where the next request goes (with a pool: the last turn's endpoint)
 ---@field history table the conversation (assistant turns without reasoning)
 ---@field thinking table the thinking state (mirza.thinking)
 ---@field last table|nil stats of the last turn

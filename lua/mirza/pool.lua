@@ -80,13 +80,18 @@ local function current_limit(e)
   return e.fails > 0 and 1 or e.limit
 end
 
+-- Whether `e` can take a request now.
+local function free(e, now)
+  return e.rest_until <= now and e.inflight < current_limit(e)
+end
+
 -- The best endpoint now, or nil and the time the next rest ends.
 function Pool:_pick(now)
   local best, wake = nil, nil
   for _, e in ipairs(self.endpoints) do
     if e.rest_until > now then
       wake = math.min(wake or math.huge, e.rest_until)
-    elseif e.inflight < current_limit(e) and (not best or e.inflight < best.inflight
+    elseif free(e, now) and (not best or e.inflight < best.inflight
         or (e.inflight == best.inflight and e.served < best.served)) then
       best = e
     end
@@ -96,15 +101,20 @@ end
 
 ---Take a slot on the best endpoint, waiting (suspending the task) while
 ---none is free or every endpoint rests. nil, "timeout" after `timeout`.
+---`prefer` (an endpoint of this pool) is taken whenever it is free: an
+---engine keeps its conversation on the daemon that holds its session
+---cache while that one is healthy and has room.
 ---@param timeout? number seconds
+---@param prefer? mirza.Endpoint
 ---@return mirza.Endpoint|nil endpoint
 ---@return string? message
 ---@return string? code
-function Pool:acquire(timeout)
+function Pool:acquire(timeout, prefer)
   local t_end = timeout and mirza.now() + timeout
   while true do
     local now = mirza.now()
-    local e, wake = self:_pick(now)
+    local e, wake
+    if prefer and free(prefer, now) then e = prefer else e, wake = self:_pick(now) end
     if e then
       e.inflight = e.inflight + 1
       e.peak = math.max(e.peak, e.inflight)

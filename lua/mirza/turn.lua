@@ -104,6 +104,11 @@ function Turn:finish()
     end
   end
   if e.cfg.record then require("mirza.record").log_turn(e, self, answer) end
+  if self.endpoint then -- the pool's slot back; a failure that blames the endpoint rests it
+    local fin, pool = acc.final, require "mirza.pool"
+    e.pool:release(self.endpoint, done, fin ~= nil and not done and pool.endpoint_failure(fin.code, fin.status))
+    self.endpoint = nil
+  end
   if e._turn == self then e._turn = nil end
 end
 
@@ -174,9 +179,28 @@ local function busy(e, t, ev)
   return not t.cancelled
 end
 
+-- An engine over a pool: a failure of the endpoint before anything
+-- arrived (refused, cut, timeout, 5xx) rests it and the request goes to
+-- another one, each endpoint tried at most once per turn.
+local function failover(e, t, ev)
+  local pool = require "mirza.pool"
+  if not t.endpoint or not pool.endpoint_failure(ev.code, ev.status) then return false end
+  t.tried = (t.tried or 1) + 1
+  if t.tried > #e.pool.endpoints then return false end
+  e.pool:release(t.endpoint, false, true)
+  t.endpoint = nil
+  local ep = e.pool:acquire(e.cfg.connect_timeout)
+  if not ep then return false end
+  e:log("warning", ("%s: %s; trying %s"):format(e.base_url, ev.message or ev.code, ep.base))
+  t.endpoint, e._endpoint = ep, ep
+  e:_set_base(ep.base)
+  return not t.cancelled
+end
+
 -- The source: the stream's events (a 409 from the engine's own previous
--- request waited out), a dead daemon diagnosed ("exited" with the status
--- and log tail), and one `cut` event after a cancel.
+-- request waited out, a failed endpoint of a pool replaced), a dead daemon
+-- diagnosed ("exited" with the status and log tail), and one `cut` event
+-- after a cancel.
 local function source(e, t)
   local cut_sent = false
   return function()
@@ -193,7 +217,7 @@ local function source(e, t)
         t.got_any = true
         return ev
       end
-      if not busy(e, t, ev) then
+      if not busy(e, t, ev) and (t.got_any or not failover(e, t, ev)) then
         if e.daemon then ev = e.daemon:stream_error(ev) end
         t.got_any = true
         return ev
@@ -273,13 +297,24 @@ local function turn(e, input, opts)
   end
   local plan, messages, info, prompt = prepare(e, input, opts)
   if not plan then return nil, messages, info end
+  local endpoint
+  if e.pool then -- the endpoint of the last turn while it has room (its session cache), else the least loaded
+    local msg, code
+    endpoint, msg, code = e.pool:acquire(e.cfg.connect_timeout, e._endpoint)
+    if not endpoint then return nil, msg, code end
+    e._endpoint = endpoint
+    e:_set_base(endpoint.base)
+  end
   local acc = stats.new_acc() -- TTFT counts from here: request sent → first delta
   local req = { url = e.chat_url, body = e:body(messages, plan, opts), headers = e:headers(),
     api_key = e.cfg.api_key, stall_timeout = e.cfg.stall_timeout, timeout = e.cfg.connect_timeout,
     record = e.cfg.record }
-  local function open() return mirza.open(req) end
+  local function open()
+    req.url = e.chat_url
+    return mirza.open(req)
+  end
   local s = open()
-  local t = setmetatable({ engine = e, s = s, open = open, acc = acc, plan = plan,
+  local t = setmetatable({ engine = e, s = s, open = open, acc = acc, plan = plan, endpoint = endpoint,
     answer = {}, run = {}, run_n = 0, think_bytes = 0,
     info = info, tool_acc = require("mirza.tools").accumulator(), input = input, prompt = prompt, cancelled = false,
     finished = false }, Turn)

@@ -8,6 +8,7 @@ local pool = require "mirza.pool"
 local batch = require "mirza.batch"
 local json = mirza.json
 local H = require "tests.helper"
+local FAST = { "--tok-rate", "0", "--ttft-ms", "0" }
 
 local function input_of(n, ctl)
   local path, lines = H.tmpname(".jsonl"), {}
@@ -116,5 +117,63 @@ describe("mirza.pool", function()
     b.stop()
     os.remove(input)
     os.remove(output)
+  end)
+
+  -- an engine over a pool: which simulator answered, from its own counters
+  local function served(p) return { p.endpoints[1].served, p.endpoints[2].served } end
+
+  it("gives an engine several endpoints: it stays on one, fails over when it dies", function()
+    local engine = require "mirza.engine"
+    local a, b = H.start_sim(FAST), H.start_sim(FAST)
+    finally(function() a.stop() b.stop() end)
+    local e = engine.new { endpoints = { a.base, b.base }, config_file = false, log = function() end,
+      model = "mirza-sim", body_extra = { mirza_sim = { text = "Un deux." } } }
+    assert.is_nil(e.daemon) -- pooled endpoints are used as they are
+    for _ = 1, 2 do
+      local st, res = e:say("hello", { answer = function() end })
+      assert(st, res)
+      assert.equal("Un deux.", res.answer)
+    end
+    assert.same({ 2, 0 }, served(e.pool)) -- the second turn stayed where its session is
+    a.stop()
+    local st, res = e:say("again", { answer = function() end })
+    assert(st, res)
+    assert.equal("Un deux.", res.answer) -- no error: the request went to b
+    assert.same({ 2, 1 }, served(e.pool))
+    assert.equal(1, e.pool.endpoints[1].failed)
+    assert.is_true(e.pool.endpoints[1].rest_until > mirza.now()) -- a rests
+    assert.equal(b.base .. "/v1/chat/completions", e.chat_url)
+    assert.equal(6, #e.history.messages) -- all three turns kept
+    assert.same({ 0, 0 }, { e.pool.endpoints[1].inflight, e.pool.endpoints[2].inflight })
+  end)
+
+  it("spreads engines sharing a pool over its endpoints and reports when all are down", function()
+    local engine = require "mirza.engine"
+    local a, b = H.start_sim(FAST), H.start_sim(FAST)
+    local p = pool.new({ a.base, b.base }, { limit = 1 })
+    local function new_engine()
+      return engine.new { pool = p, config_file = false, log = function() end, model = "mirza-sim",
+        body_extra = { mirza_sim = { text = "Trois quatre cinq six sept.", tok_rate = 50 } } }
+    end
+    local e1, e2 = new_engine(), new_engine()
+    assert.are_not.equal(e1.cfg.session_id, e2.cfg.session_id)
+    local answers = {}
+    loop.run(function()
+      local t1 = loop.spawn(function() return select(2, assert(e1:say("x", { answer = function() end }))).answer end)
+      local t2 = loop.spawn(function() return select(2, assert(e2:say("y", { answer = function() end }))).answer end)
+      local ok1, a1 = t1:join()
+      local ok2, a2 = t2:join()
+      answers = { ok1 and a1, ok2 and a2 }
+    end)
+    assert.same({ "Trois quatre cinq six sept.", "Trois quatre cinq six sept." }, answers)
+    assert.same({ 1, 1 }, served(p)) -- one each: both endpoints had one slot
+    assert.same({ 1, 1 }, { p.endpoints[1].peak, p.endpoints[2].peak })
+    a.stop()
+    b.stop()
+    local st, msg, code = e1:say("z", { answer = function() end })
+    assert.is_nil(st)
+    assert.equal("refused", code)
+    assert.matches("^http://127%.0%.0%.1:%d+/v1/chat/completions: ", msg)
+    assert.same({ 1, 1 }, { p.endpoints[1].failed, p.endpoints[2].failed }) -- each tried once
   end)
 end)
