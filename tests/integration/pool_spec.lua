@@ -172,8 +172,8 @@ describe("mirza.pool", function()
     b.stop()
     local st, msg, code = e1:say("z", { answer = function() end })
     assert.is_nil(st)
-    assert.equal("refused", code)
-    assert.matches("^http://127%.0%.0%.1:%d+/v1/chat/completions: ", msg)
+    -- refused, or closed when an idle kept-alive connection to it was reused
+    assert.is_true(code == "refused" or code == "closed", code .. ": " .. msg)
     assert.same({ 1, 1 }, { p.endpoints[1].failed, p.endpoints[2].failed }) -- each tried once
   end)
 end)
