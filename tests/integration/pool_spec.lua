@@ -121,6 +121,14 @@ describe("mirza.pool", function()
 
   -- an engine over a pool: which simulator answered, from its own counters
   local function served(p) return { p.endpoints[1].served, p.endpoints[2].served } end
+  -- stop a simulator and wait until its port refuses (the kill is not waited for)
+  local function kill(sim)
+    sim.stop()
+    assert(H.wait_for(function()
+      local _, _, code = mirza.request { url = sim.base .. "/health", timeout = 1, deadline = 2 }
+      return code == "refused"
+    end, 10), "the simulator did not go away")
+  end
 
   it("gives an engine several endpoints: it stays on one, fails over when it dies", function()
     local engine = require "mirza.engine"
@@ -135,7 +143,7 @@ describe("mirza.pool", function()
       assert.equal("Un deux.", res.answer)
     end
     assert.same({ 2, 0 }, served(e.pool)) -- the second turn stayed where its session is
-    a.stop()
+    kill(a)
     local st, res = e:say("again", { answer = function() end })
     assert(st, res)
     assert.equal("Un deux.", res.answer) -- no error: the request went to b
@@ -168,8 +176,8 @@ describe("mirza.pool", function()
     assert.same({ "Trois quatre cinq six sept.", "Trois quatre cinq six sept." }, answers)
     assert.same({ 1, 1 }, served(p)) -- one each: both endpoints had one slot
     assert.same({ 1, 1 }, { p.endpoints[1].peak, p.endpoints[2].peak })
-    a.stop()
-    b.stop()
+    kill(a)
+    kill(b)
     local st, msg, code = e1:say("z", { answer = function() end })
     assert.is_nil(st)
     -- refused, or closed when an idle kept-alive connection to it was reused
