@@ -25,21 +25,6 @@ static int is_done(const char *s, size_t len) {
   return len == 6 && memcmp(s, "[DONE]", 6) == 0;
 }
 
-/* cJSON_ParseWithLength stops after the first value; a payload with
- * anything but whitespace after it is not one JSON value, so refuse it
- * rather than silently dropping the rest. *at is where parsing failed. */
-static cJSON *parse_exact(const char *data, size_t len, size_t *at) {
-  size_t end = 0;
-  cJSON *root = mz_json_parse(data, len, &end);
-  *at = end;
-  if (!root) return NULL;
-  while (end < len && is_space(data[end])) end++;
-  if (end == len) return root;
-  *at = end;
-  cJSON_Delete(root);
-  return NULL;
-}
-
 static const cJSON *object_or_null(const cJSON *item) { return cJSON_IsObject(item) ? item : NULL; }
 
 /* One top-level member. Returns 0 if the key is known, 1 if not; a known
@@ -217,8 +202,17 @@ cJSON *mz_json_parse(const char *data, size_t len, size_t *end) {
 
 size_t mz_json_strlen(const cJSON *v) { return v->valueint > 0 ? (size_t)v->valueint : strlen(v->valuestring); }
 
-/* Length of a string value, NUL characters included. */
-static size_t str_len(const cJSON *v) { return mz_json_strlen(v); }
+cJSON *mz_json_parse_all(const char *data, size_t len, size_t *at) {
+  size_t end = 0;
+  cJSON *root = mz_json_parse(data, len, &end);
+  *at = end;
+  if (!root) return NULL;
+  while (end < len && is_space(data[end])) end++;
+  if (end == len) return root;
+  *at = end;
+  cJSON_Delete(root);
+  return NULL;
+}
 
 int mz_frame_decode(mz_frame *f, const char *data, size_t len, char *err, size_t errlen) {
   const cJSON *item;
@@ -229,7 +223,7 @@ int mz_frame_decode(mz_frame *f, const char *data, size_t len, char *err, size_t
     f->done = 1;
     return 0;
   }
-  f->root = parse_exact(data, len, &at);
+  f->root = mz_json_parse_all(data, len, &at);
   if (!f->root) {
     char msg[64];
     snprintf(msg, sizeof msg, "malformed JSON in SSE data at byte %zu", at);
@@ -279,10 +273,10 @@ static void read_delta(const cJSON *src, mz_choice *c) {
     else if (strcmp(k, "reasoning") == 0)
       r = cJSON_IsString(v) ? v : NULL;
   }
-  if (cv) c->content = cv->valuestring, c->content_len = str_len(cv);
-  if (rc && !str_len(rc)) rc = NULL;
-  if (!rc && r && str_len(r)) rc = r;
-  if (rc) c->reasoning = rc->valuestring, c->reasoning_len = str_len(rc);
+  if (cv) c->content = cv->valuestring, c->content_len = mz_json_strlen(cv);
+  if (rc && !mz_json_strlen(rc)) rc = NULL;
+  if (!rc && r && mz_json_strlen(r)) rc = r;
+  if (rc) c->reasoning = rc->valuestring, c->reasoning_len = mz_json_strlen(rc);
 }
 
 /* Same single pass over the choice itself. */

@@ -52,6 +52,11 @@ typedef struct mz_choice {
  * when the result is NULL. The caller owns the tree. */
 cJSON *mz_json_parse(const char *data, size_t len, size_t *end);
 
+/* mz_json_parse of all of data[0..len): a value with anything but
+ * whitespace after it is refused rather than silently cut (NULL, *at the
+ * offset of what follows it); on a parse error *at is where it failed. */
+cJSON *mz_json_parse_all(const char *data, size_t len, size_t *at);
+
 /* Length of a string item of a tree from mz_json_parse (or any cJSON
  * string), NUL characters included. */
 size_t mz_json_strlen(const cJSON *v);

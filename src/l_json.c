@@ -97,29 +97,12 @@ void mz_l_pushjson(lua_State *L, const cJSON *v, int skip_null) {
   }
 }
 
-static int is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
-
-/* Parse all of s[0..len) as one JSON value (whitespace around it allowed):
- * cJSON stops after the first value, and text after it would otherwise be
- * dropped without a word. On failure *at is the offset of the problem. */
-static cJSON *parse_all(const char *s, size_t len, size_t *at) {
-  size_t end = len;
-  cJSON *tree = mz_json_parse(s, len, &end); /* "\u0000" kept in strings */
-  *at = end;
-  if (!tree) return NULL;
-  while (end < len && is_ws(s[end])) end++;
-  if (end == len) return tree;
-  *at = end;
-  cJSON_Delete(tree);
-  return NULL;
-}
-
 /* json.decode(s) -> value | nil, message, "json" */
 static int json_decode(lua_State *L) {
   size_t len, off = 0;
   const char *s = luaL_checklstring(L, 1, &len);
   box *b = push_box(L);
-  b->tree = parse_all(s, len, &off);
+  b->tree = mz_json_parse_all(s, len, &off); /* "\u0000" kept, text after the value refused */
   if (!b->tree) {
     char near[24];
     snprintf(near, sizeof near, "%.20s", s + off);
