@@ -73,10 +73,8 @@ static int jobs_dirs(char dirs[MAX_DIRS][PATH_MAX]) {
   const char *rel = MIRZA_JOBS_FROM_BIN; /* absolute when so configured */
   char joined[2 * PATH_MAX];
   // cppcheck-suppress knownConditionTrueFalse ; MIRZA_JOBS_FROM_BIN is absolute in some builds
-  if (rel[0] == '/')
-    snprintf(joined, sizeof joined, "%s", rel);
-  else if (!join(joined, sizeof joined, bin, rel))
-    return n;
+  if (rel[0] == '/') snprintf(joined, sizeof joined, "%s", rel);
+  else if (!join(joined, sizeof joined, bin, rel)) return n;
   if (realpath(joined, dirs[n])) n++; /* "P/share/...", not "P/bin/../share/..." */
   return n;
 }

@@ -143,24 +143,18 @@ static void mark_ready(mz_stream *s) {
   s->listed = 1;
   s->rnext = NULL;
   s->rprev = c->rtail;
-  if (c->rtail)
-    c->rtail->rnext = s;
-  else
-    c->rhead = s;
+  if (c->rtail) c->rtail->rnext = s;
+  else c->rhead = s;
   c->rtail = s;
 }
 
 static void unmark_ready(mz_stream *s) {
   mz_client *c = s->c;
   if (!s->listed) return;
-  if (s->rprev)
-    s->rprev->rnext = s->rnext;
-  else
-    c->rhead = s->rnext;
-  if (s->rnext)
-    s->rnext->rprev = s->rprev;
-  else
-    c->rtail = s->rprev;
+  if (s->rprev) s->rprev->rnext = s->rnext;
+  else c->rhead = s->rnext;
+  if (s->rnext) s->rnext->rprev = s->rprev;
+  else c->rtail = s->rprev;
   s->listed = 0;
   s->rprev = s->rnext = NULL;
 }
@@ -249,10 +243,8 @@ static void push_text_esc(mz_stream *s, mz_evtype t, int index, const char *p, s
   }
   size_t off = s->arena.len;
   memcpy(s->arena.p + off, s->carry[ch], held);
-  if (esc)
-    len = mz_json_unescape(p, len, s->arena.p + off + held);
-  else
-    memcpy(s->arena.p + off + held, p, len);
+  if (esc) len = mz_json_unescape(p, len, s->arena.p + off + held);
+  else memcpy(s->arena.p + off + held, p, len);
   size_t total = held + len, keep = total;
   if (index == 0) {
     keep = mz_utf8_complete(s->arena.p + off, total);
@@ -428,14 +420,10 @@ static void classify(mz_stream *s) {
   char *ct = NULL;
   curl_easy_getinfo(s->easy, CURLINFO_RESPONSE_CODE, &s->status);
   curl_easy_getinfo(s->easy, CURLINFO_CONTENT_TYPE, &ct);
-  if (s->status >= 300)
-    s->mode = MODE_ERRBODY; /* redirects are not followed */
-  else if (s->plain)
-    s->mode = MODE_PLAIN;
-  else if (ct && strstr(ct, "json") && !strstr(ct, "event-stream"))
-    s->mode = MODE_JSON;
-  else
-    s->mode = MODE_SSE;
+  if (s->status >= 300) s->mode = MODE_ERRBODY; /* redirects are not followed */
+  else if (s->plain) s->mode = MODE_PLAIN;
+  else if (ct && strstr(ct, "json") && !strstr(ct, "event-stream")) s->mode = MODE_JSON;
+  else s->mode = MODE_SSE;
 }
 
 static size_t on_write(char *p, size_t size, size_t n, void *ud) {
@@ -585,10 +573,8 @@ static void finish_transport_error(mz_stream *s, CURLcode rc) {
   }
   flush_carry(s);
   const char *why = s->errbuf[0] ? s->errbuf : curl_easy_strerror(rc);
-  if (closed && s->status)
-    set_terminal(s, MZ_EV_ERROR, code, "connection closed mid-stream (%s)", why);
-  else
-    set_terminal(s, MZ_EV_ERROR, code, "%s: %s", s->url, why);
+  if (closed && s->status) set_terminal(s, MZ_EV_ERROR, code, "connection closed mid-stream (%s)", why);
+  else set_terminal(s, MZ_EV_ERROR, code, "%s: %s", s->url, why);
 }
 
 static void detach_easy(mz_stream *s) {
@@ -600,14 +586,10 @@ static void detach_easy(mz_stream *s) {
 
 static void on_complete(mz_stream *s, CURLcode rc) {
   if (s->mode == MODE_UNKNOWN && rc == CURLE_OK) classify(s);
-  if (s->mode == MODE_ERRBODY && (rc == CURLE_OK || s->body.len))
-    finish_http_error(s);
-  else if (rc != CURLE_OK)
-    finish_transport_error(s, rc);
-  else if (s->mode == MODE_PLAIN)
-    set_terminal(s, MZ_EV_RESPONSE, NULL, NULL);
-  else if (s->mode == MODE_JSON)
-    finish_json_body(s);
+  if (s->mode == MODE_ERRBODY && (rc == CURLE_OK || s->body.len)) finish_http_error(s);
+  else if (rc != CURLE_OK) finish_transport_error(s, rc);
+  else if (s->mode == MODE_PLAIN) set_terminal(s, MZ_EV_RESPONSE, NULL, NULL);
+  else if (s->mode == MODE_JSON) finish_json_body(s);
   else if (!s->term) {
     int partial = mz_sse_finish(&s->sse);
     if (!s->term && !partial && s->finish_reason[0]) {
@@ -925,10 +907,8 @@ void mz_stream_close(mz_stream *s) {
   mz_client *c = s->c;
   detach_easy(s);
   unmark_ready(s);
-  if (s->prev)
-    s->prev->next = s->next;
-  else
-    c->streams = s->next;
+  if (s->prev) s->prev->next = s->next;
+  else c->streams = s->next;
   if (s->next) s->next->prev = s->prev;
   c->nstreams--;
   for (size_t i = s->qhead; i < s->qlen; i++) cJSON_Delete(s->q[i].json);

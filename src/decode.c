@@ -48,12 +48,9 @@ static int take_member(mz_frame *f, const cJSON *item) {
     f->timings = object_or_null(item);
     return 0;
   case 'm':
-    if (strcmp(k, "mtplx_stats") == 0)
-      f->stats = object_or_null(item);
-    else if (strcmp(k, "mtplx_progress") == 0)
-      f->progress = object_or_null(item);
-    else
-      return strcmp(k, "model") != 0;
+    if (strcmp(k, "mtplx_stats") == 0) f->stats = object_or_null(item);
+    else if (strcmp(k, "mtplx_progress") == 0) f->progress = object_or_null(item);
+    else return strcmp(k, "model") != 0;
     return 0;
   case 'e':
     if (strcmp(k, "error") != 0) return 1;
@@ -121,10 +118,8 @@ static int scan_controls(const char *d, size_t len, unsigned long *ctl, unsigned
     case 'r': *ctl |= 1ul << 13; break;
     case 'u': {
       long v = i + 4 < len ? hex4(d + i + 1) : -1;
-      if (v >= 0 && v < 32)
-        *ctl |= 1ul << v, nuls += v == 0;
-      else if (v >= 0xFDD0 && v <= 0xFDEF)
-        *nc |= 1ul << (v - 0xFDD0);
+      if (v >= 0 && v < 32) *ctl |= 1ul << v, nuls += v == 0;
+      else if (v >= 0xFDD0 && v <= 0xFDEF) *nc |= 1ul << (v - 0xFDD0);
       break;
     }
     default: break;
@@ -173,10 +168,8 @@ static void restore_nuls(cJSON *item, const sentinel *sn) {
     if (cJSON_IsString(item) && item->valuestring && strstr(item->valuestring, sn->bytes)) {
       char *r = item->valuestring, *w = r;
       while (*r) {
-        if (strncmp(r, sn->bytes, sn->n) == 0)
-          *w++ = '\0', r += sn->n;
-        else
-          *w++ = *r++;
+        if (strncmp(r, sn->bytes, sn->n) == 0) *w++ = '\0', r += sn->n;
+        else *w++ = *r++;
       }
       *w = '\0';
       size_t n = (size_t)(w - item->valuestring);
@@ -262,16 +255,11 @@ static void read_delta(const cJSON *src, mz_choice *c) {
   const cJSON *v, *cv = NULL, *rc = NULL, *r = NULL;
   for (v = src->child; v; v = v->next) {
     const char *k = v->string;
-    if (strcmp(k, "content") == 0)
-      cv = cJSON_IsString(v) ? v : NULL;
-    else if (strcmp(k, "reasoning_content") == 0)
-      rc = cJSON_IsString(v) ? v : NULL;
-    else if (strcmp(k, "role") == 0)
-      c->role = str_val(v);
-    else if (strcmp(k, "tool_calls") == 0)
-      c->tool_calls = cJSON_IsArray(v) ? v : NULL;
-    else if (strcmp(k, "reasoning") == 0)
-      r = cJSON_IsString(v) ? v : NULL;
+    if (strcmp(k, "content") == 0) cv = cJSON_IsString(v) ? v : NULL;
+    else if (strcmp(k, "reasoning_content") == 0) rc = cJSON_IsString(v) ? v : NULL;
+    else if (strcmp(k, "role") == 0) c->role = str_val(v);
+    else if (strcmp(k, "tool_calls") == 0) c->tool_calls = cJSON_IsArray(v) ? v : NULL;
+    else if (strcmp(k, "reasoning") == 0) r = cJSON_IsString(v) ? v : NULL;
   }
   if (cv) c->content = cv->valuestring, c->content_len = mz_json_strlen(cv);
   if (rc && !mz_json_strlen(rc)) rc = NULL;
@@ -289,15 +277,12 @@ int mz_frame_choice(const mz_frame *f, int i, mz_choice *c) {
   if (!cJSON_IsObject(ch)) return -1;
   for (v = ch->child; v; v = v->next) {
     const char *k = v->string;
-    if (strcmp(k, "delta") == 0)
-      delta = object_or_null(v);
-    else if (strcmp(k, "finish_reason") == 0)
-      c->finish_reason = str_val(v);
+    if (strcmp(k, "delta") == 0) delta = object_or_null(v);
+    else if (strcmp(k, "finish_reason") == 0) c->finish_reason = str_val(v);
     else if (strcmp(k, "index") == 0 && cJSON_IsNumber(v) && v->valuedouble > -2147483648.0 &&
              v->valuedouble < 2147483648.0) /* else absent: casting it would be undefined */
       c->index = (int)v->valuedouble;
-    else if (strcmp(k, "message") == 0)
-      c->message = object_or_null(v);
+    else if (strcmp(k, "message") == 0) c->message = object_or_null(v);
   }
   if (delta || c->message) read_delta(delta ? delta : c->message, c);
   return 0;
@@ -311,10 +296,8 @@ static void render_code(const cJSON *code, char *buf, size_t len) {
     snprintf(buf, len, "%s", code->valuestring);
   } else if (cJSON_IsNumber(code)) {
     d = code->valuedouble;
-    if (d > -1e15 && d < 1e15 && d == (double)(long long)d)
-      snprintf(buf, len, "%lld", (long long)d);
-    else
-      snprintf(buf, len, "%g", d);
+    if (d > -1e15 && d < 1e15 && d == (double)(long long)d) snprintf(buf, len, "%lld", (long long)d);
+    else snprintf(buf, len, "%g", d);
   }
 }
 
@@ -341,14 +324,10 @@ static int seq_len(unsigned char b) {
  * surrogates, nothing past U+10FFFF); later ones are 80..BF. */
 static int second_ok(unsigned char lead, unsigned char b) {
   unsigned char lo = 0x80, hi = 0xBF;
-  if (lead == 0xE0)
-    lo = 0xA0;
-  else if (lead == 0xED)
-    hi = 0x9F;
-  else if (lead == 0xF0)
-    lo = 0x90;
-  else if (lead == 0xF4)
-    hi = 0x8F;
+  if (lead == 0xE0) lo = 0xA0;
+  else if (lead == 0xED) hi = 0x9F;
+  else if (lead == 0xF0) lo = 0x90;
+  else if (lead == 0xF4) hi = 0x8F;
   return b >= lo && b <= hi;
 }
 

@@ -230,10 +230,8 @@ static int digits(cur *c) {
 static int scan_number(cur *c) {
   const unsigned char *start = c->p;
   if (c->p < c->end && *c->p == '-') c->p++;
-  if (c->p < c->end && *c->p == '0')
-    c->p++;
-  else if (!digits(c))
-    return 0;
+  if (c->p < c->end && *c->p == '0') c->p++;
+  else if (!digits(c)) return 0;
   if (c->p < c->end && *c->p == '.' && (c->p++, !digits(c))) return 0;
   if (c->p < c->end && (*c->p == 'e' || *c->p == 'E')) {
     c->p++;
@@ -352,8 +350,7 @@ static int delta_member(cur *c, scan *sc, unsigned *seen) {
 static int scan_index(cur *c, int *index) {
   const unsigned char *start = c->p;
   int v = 0;
-  if (c->p < c->end && *c->p == '0')
-    c->p++;
+  if (c->p < c->end && *c->p == '0') c->p++;
   else
     while (c->p < c->end && is_digit(*c->p) && c->p - start < 6) v = v * 10 + (*c->p++ - '0');
   if (c->p == start) return 0;

@@ -131,10 +131,8 @@ static void html_text(const char *b, size_t stop, size_t i, line *l) {
     char c = b[i];
     if (c == '<') {
       size_t end = find_ci(b, stop, i, ">");
-      if (starts_with_ci(b + i, stop - i, "<script"))
-        end = find_ci(b, stop, i, "</script");
-      else if (starts_with_ci(b + i, stop - i, "<style"))
-        end = find_ci(b, stop, i, "</style");
+      if (starts_with_ci(b + i, stop - i, "<script")) end = find_ci(b, stop, i, "</script");
+      else if (starts_with_ci(b + i, stop - i, "<style")) end = find_ci(b, stop, i, "</style");
       if (end < stop && b[end] != '>') end = find_ci(b, stop, end, ">");
       put(l, ' ');
       i = end + 1;

@@ -159,10 +159,8 @@ static int l_ready(lua_State *L) {
   while ((got = mz_client_ready(ctx->client, batch, 64)) > 0)
     for (size_t i = 0; i < got; i++) {
       lua_pushlightuserdata(L, batch[i]);
-      if (lua_rawget(L, -2) == LUA_TNIL)
-        lua_pop(L, 1); /* being collected: closing */
-      else
-        lua_rawseti(L, out, ++n);
+      if (lua_rawget(L, -2) == LUA_TNIL) lua_pop(L, 1); /* being collected: closing */
+      else lua_rawseti(L, out, ++n);
     }
   for (lua_Integer i = n + 1; lua_rawgeti(L, out, i) != LUA_TNIL; i++) {
     lua_pop(L, 1);

@@ -61,19 +61,15 @@ static box *push_box(lua_State *L) {
 /* ------------------------------------------------------------ decoding */
 
 static void push_number(lua_State *L, double d) {
-  if (d >= -9007199254740992.0 && d <= 9007199254740992.0 && d == floor(d))
-    lua_pushinteger(L, (lua_Integer)d);
-  else
-    lua_pushnumber(L, d);
+  if (d >= -9007199254740992.0 && d <= 9007199254740992.0 && d == floor(d)) lua_pushinteger(L, (lua_Integer)d);
+  else lua_pushnumber(L, d);
 }
 
 void mz_l_pushjson(lua_State *L, const cJSON *v, int skip_null) {
   luaL_checkstack(L, 4, "json too deep");
   if (!v || cJSON_IsNull(v)) {
-    if (skip_null)
-      lua_pushnil(L);
-    else
-      lua_pushlightuserdata(L, NULL);
+    if (skip_null) lua_pushnil(L);
+    else lua_pushlightuserdata(L, NULL);
   } else if (cJSON_IsBool(v)) {
     lua_pushboolean(L, cJSON_IsTrue(v));
   } else if (cJSON_IsNumber(v)) {
@@ -183,10 +179,8 @@ static void add_table(lua_State *L, int idx, cJSON *node, int depth) {
       size_t klen;
       k = lua_tolstring(L, top - 1, &klen);
       if (memchr(k, '\0', klen)) luaL_error(L, "json: cannot encode a table key containing NUL");
-    } else if (lua_isinteger(L, top - 1))
-      k = lua_pushfstring(L, "%I", (LUAI_UACINT)lua_tointeger(L, top - 1));
-    else
-      luaL_error(L, "json: cannot encode a table key of type %s", luaL_typename(L, top - 1));
+    } else if (lua_isinteger(L, top - 1)) k = lua_pushfstring(L, "%I", (LUAI_UACINT)lua_tointeger(L, top - 1));
+    else luaL_error(L, "json: cannot encode a table key of type %s", luaL_typename(L, top - 1));
     add_value(L, top, node, k, depth + 1);
     lua_settop(L, top - 1); /* [key] */
   }
@@ -228,12 +222,9 @@ static cJSON *new_string(lua_State *L, int idx) {
   luaL_addchar(&b, '"');
   for (size_t i = 0; i < len; i++) {
     unsigned char c = (unsigned char)s[i];
-    if (c == '"' || c == '\\')
-      luaL_addchar(&b, '\\'), luaL_addchar(&b, (char)c);
-    else if (c < 0x20)
-      snprintf(esc, sizeof esc, "\\u%04x", (unsigned)c), luaL_addstring(&b, esc);
-    else
-      luaL_addchar(&b, (char)c);
+    if (c == '"' || c == '\\') luaL_addchar(&b, '\\'), luaL_addchar(&b, (char)c);
+    else if (c < 0x20) snprintf(esc, sizeof esc, "\\u%04x", (unsigned)c), luaL_addstring(&b, esc);
+    else luaL_addchar(&b, (char)c);
   }
   luaL_addchar(&b, '"');
   luaL_pushresult(&b); /* [text] */

@@ -62,14 +62,10 @@ static int opt_grace(lua_State *L, int idx, int def) {
 static int push_status(lua_State *L, int st) {
   char buf[128];
   lua_pushstring(L, mz_status_describe(st, buf, sizeof buf));
-  if (WIFEXITED(st))
-    lua_pushinteger(L, WEXITSTATUS(st));
-  else
-    lua_pushnil(L);
-  if (WIFSIGNALED(st))
-    lua_pushinteger(L, WTERMSIG(st));
-  else
-    lua_pushnil(L);
+  if (WIFEXITED(st)) lua_pushinteger(L, WEXITSTATUS(st));
+  else lua_pushnil(L);
+  if (WIFSIGNALED(st)) lua_pushinteger(L, WTERMSIG(st));
+  else lua_pushnil(L);
   return 3;
 }
 
@@ -77,10 +73,8 @@ static int push_status(lua_State *L, int st) {
 static void push_tail(lua_State *L, const char *path, int n) {
   luaL_Buffer b;
   char *buf = luaL_buffinitsize(L, &b, TAIL_BYTES);
-  if (path)
-    mz_file_tail(path, n, buf, TAIL_BYTES);
-  else
-    buf[0] = '\0';
+  if (path) mz_file_tail(path, n, buf, TAIL_BYTES);
+  else buf[0] = '\0';
   luaL_pushresultsize(&b, strlen(buf));
 }
 
@@ -146,10 +140,8 @@ static void set_live(lua_State *L, int idx, int on) {
   idx = lua_absindex(L, idx);
   push_live(L);
   lua_pushvalue(L, idx);
-  if (on)
-    lua_pushboolean(L, 1);
-  else
-    lua_pushnil(L);
+  if (on) lua_pushboolean(L, 1);
+  else lua_pushnil(L);
   lua_rawset(L, -3);
   lua_pop(L, 1);
 }
@@ -179,10 +171,8 @@ static int p_closed(lua_State *L) {
 
 static int p_tostring(lua_State *L) {
   lproc *u = to_proc(L, 1);
-  if (u->p)
-    lua_pushfstring(L, "mirza.Process (pid %I)", (lua_Integer)u->pid);
-  else
-    lua_pushliteral(L, "mirza.Process (closed)");
+  if (u->p) lua_pushfstring(L, "mirza.Process (pid %I)", (lua_Integer)u->pid);
+  else lua_pushliteral(L, "mirza.Process (closed)");
   return 1;
 }
 
@@ -230,10 +220,8 @@ static const char **push_argv(lua_State *L, int idx) {
 /* Add one env entry (value on top, key below) as "NAME=value" to anchors. */
 static void env_entry(lua_State *L, int anchors, int n) {
   if (lua_type(L, -1) != LUA_TSTRING) luaL_error(L, "mirza.spawn: env values must be strings");
-  if (lua_type(L, -2) == LUA_TSTRING)
-    lua_pushfstring(L, "%s=%s", lua_tostring(L, -2), lua_tostring(L, -1));
-  else
-    lua_pushvalue(L, -1);
+  if (lua_type(L, -2) == LUA_TSTRING) lua_pushfstring(L, "%s=%s", lua_tostring(L, -2), lua_tostring(L, -1));
+  else lua_pushvalue(L, -1);
   if (!strchr(lua_tostring(L, -1), '=')) luaL_error(L, "mirza.spawn: env entry without '=': %s", lua_tostring(L, -1));
   lua_rawseti(L, anchors, n);
 }
@@ -341,10 +329,8 @@ static int l_pid_listens(lua_State *L) {
 /* pidfile_read(port) -> pid | nil (no file, unreadable, unsafe directory) */
 static int l_pidfile_read(lua_State *L) {
   pid_t pid = mz_pidfile_read(check_port(L, 1));
-  if (pid > 0)
-    lua_pushinteger(L, pid);
-  else
-    lua_pushnil(L);
+  if (pid > 0) lua_pushinteger(L, pid);
+  else lua_pushnil(L);
   return 1;
 }
 

@@ -225,10 +225,8 @@ static int s_closed(lua_State *L) {
 
 static int s_tostring(lua_State *L) {
   lstream *u = to_stream(L, 1);
-  if (u->s)
-    lua_pushfstring(L, "mirza.Stream (%p)", (void *)u);
-  else
-    lua_pushliteral(L, "mirza.Stream (closed)");
+  if (u->s) lua_pushfstring(L, "mirza.Stream (%p)", (void *)u);
+  else lua_pushliteral(L, "mirza.Stream (closed)");
   return 1;
 }
 
@@ -299,10 +297,8 @@ static const char **build_headers(lua_State *L, int idx) {
   lua_pushnil(L);
   while (lua_next(L, src)) { /* [headers, anchors, key, value] */
     if (lua_type(L, -1) != LUA_TSTRING) luaL_error(L, "mirza.open: header values must be strings");
-    if (lua_type(L, -2) == LUA_TSTRING)
-      lua_pushfstring(L, "%s: %s", lua_tostring(L, -2), lua_tostring(L, -1));
-    else
-      lua_pushvalue(L, -1);
+    if (lua_type(L, -2) == LUA_TSTRING) lua_pushfstring(L, "%s: %s", lua_tostring(L, -2), lua_tostring(L, -1));
+    else lua_pushvalue(L, -1);
     check_header_text(L, lua_tostring(L, -1));
     lua_rawseti(L, src + 1, ++n);
     lua_pop(L, 1);

@@ -91,8 +91,7 @@ static int report(lua_State *L, int status) {
     const char *msg = lua_tostring(L, -1);
     if (signal_number) /* whatever the error says (EINTR, "interrupted"): */
       fputs("interrupted\n", stderr);
-    else
-      fprintf(stderr, "mirza: %s\n", msg ? msg : "(error object is not a string)");
+    else fprintf(stderr, "mirza: %s\n", msg ? msg : "(error object is not a string)");
     fflush(stderr);
     lua_pop(L, 1);
   }
@@ -114,10 +113,8 @@ static void create_arg_table(lua_State *L, char **argv, int argc, int script) {
 static void script_dir_first(lua_State *L, const char *script) {
   const char *slash = strrchr(script, '/');
   lua_getglobal(L, "package");
-  if (slash)
-    lua_pushlstring(L, script, (size_t)(slash - script));
-  else
-    lua_pushliteral(L, ".");
+  if (slash) lua_pushlstring(L, script, (size_t)(slash - script));
+  else lua_pushliteral(L, ".");
   const char *dir = lua_tostring(L, -1);
   lua_getfield(L, -2, "path");
   lua_pushfstring(L, "%s/?.lua;%s/?/init.lua;%s", dir, dir, lua_tostring(L, -1));
@@ -137,10 +134,8 @@ static int run_chunk(lua_State *L, int status, int nargs) {
 static int run_script(lua_State *L, char **argv, int argc, int script) {
   const char *fname = argv[script];
   char job[4096]; // cppcheck-suppress variableScope ; fname may point into it until the load below
-  if (strcmp(fname, "-") == 0)
-    fname = NULL;
-  else
-    script_dir_first(L, fname = mz_cli_job(fname, job, sizeof job));
+  if (strcmp(fname, "-") == 0) fname = NULL;
+  else script_dir_first(L, fname = mz_cli_job(fname, job, sizeof job));
   int status = luaL_loadfile(L, fname);
   int n = 0;
   for (int i = script + 1; i < argc; i++, n++) {

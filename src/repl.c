@@ -243,10 +243,8 @@ static int step(lua_State *L, const volatile sig_atomic_t *quit) {
   if (got == LINE_EOF) return -1;
   if (got == LINE_CANCEL) return 0;
   if (status == LUA_OK) status = docall(L, 0, LUA_MULTRET);
-  if (status == LUA_OK)
-    print_results(L, lua_gettop(L) - top);
-  else
-    report(L, status);
+  if (status == LUA_OK) print_results(L, lua_gettop(L) - top);
+  else report(L, status);
   return 0;
 }
 

@@ -217,10 +217,8 @@ static int parse(mz_sse *p, const char *buf, size_t len, size_t *used) {
     int rc = end_line(p, s, eol);
     s = eol + 1;
     if (*eol == '\r') {
-      if (s == end)
-        p->last_cr = 1; /* an LF may open the next feed */
-      else if (*s == '\n')
-        s++;
+      if (s == end) p->last_cr = 1; /* an LF may open the next feed */
+      else if (*s == '\n') s++;
     }
     if (rc) {
       *used = (size_t)(s - buf);
@@ -248,10 +246,8 @@ static int stash(mz_sse *p, const char *buf, size_t len) {
 static int drain(mz_sse *p) {
   size_t used = 0;
   int rc = parse(p, p->pend + p->pend_off, p->pend_len - p->pend_off, &used);
-  if (rc == MZ_SSE_STOPPED)
-    p->pend_off += used;
-  else
-    p->pend_off = p->pend_len = 0;
+  if (rc == MZ_SSE_STOPPED) p->pend_off += used;
+  else p->pend_off = p->pend_len = 0;
   if (p->pend_off == p->pend_len) p->pend_off = p->pend_len = 0;
   return rc;
 }

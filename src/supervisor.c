@@ -156,12 +156,9 @@ static int fd_high(int fd) {
 
 static void spawn_error(char *err, size_t len, const char *prog, const char *what, const char *arg, int e) {
   if (!err || len == 0) return;
-  if (what && arg)
-    snprintf(err, len, "cannot run '%s': %s '%s': %s", prog, what, arg, strerror(e));
-  else if (what)
-    snprintf(err, len, "cannot run '%s': %s: %s", prog, what, strerror(e));
-  else
-    snprintf(err, len, "cannot run '%s': %s", prog, strerror(e));
+  if (what && arg) snprintf(err, len, "cannot run '%s': %s '%s': %s", prog, what, arg, strerror(e));
+  else if (what) snprintf(err, len, "cannot run '%s': %s: %s", prog, what, strerror(e));
+  else snprintf(err, len, "cannot run '%s': %s", prog, strerror(e));
 }
 
 /* The descriptors a spawn needs, all CLOEXEC and >= 3; -1 when unused. */
@@ -347,15 +344,13 @@ void mz_proc_free(mz_proc *p) { free(p); }
 /* WCOREDUMP is not POSIX, but glibc has it under _DEFAULT_SOURCE. */
 char *mz_status_describe(int status, char *buf, size_t len) {
   if (!buf || len == 0) return buf;
-  if (WIFEXITED(status))
-    snprintf(buf, len, "exited with status %d", WEXITSTATUS(status));
+  if (WIFEXITED(status)) snprintf(buf, len, "exited with status %d", WEXITSTATUS(status));
   else if (WIFSIGNALED(status))
     snprintf(buf, len, "killed by signal %d (%s)%s", WTERMSIG(status), strsignal(WTERMSIG(status)),
              WCOREDUMP(status) ? ", core dumped" : "");
   else if (WIFSTOPPED(status))
     snprintf(buf, len, "stopped by signal %d (%s)", WSTOPSIG(status), strsignal(WSTOPSIG(status)));
-  else
-    snprintf(buf, len, "unknown wait status 0x%x", (unsigned)status);
+  else snprintf(buf, len, "unknown wait status 0x%x", (unsigned)status);
   return buf;
 }
 
@@ -544,8 +539,7 @@ char *mz_pidfile_path(int port, char *buf, size_t len) {
   if (port < 0 || port > 65535) return errno = EINVAL, NULL;
   if (xdg && xdg[0] == '/') /* the spec says: ignore a relative one */
     n = snprintf(buf, len, "%s/mirza/daemon-%d.pid", xdg, port);
-  else
-    n = snprintf(buf, len, "/tmp/mirza-%u/daemon-%d.pid", (unsigned)getuid(), port);
+  else n = snprintf(buf, len, "/tmp/mirza-%u/daemon-%d.pid", (unsigned)getuid(), port);
   if (n < 0 || (size_t)n >= len) return errno = ENAMETOOLONG, NULL;
   return buf;
 }

@@ -33,10 +33,8 @@ static cJSON *usage_obj(const job *j) {
 }
 
 static void add_rate(cJSON *o, const char *k, double n, double secs) {
-  if (secs > 0)
-    cJSON_AddNumberToObject(o, k, sim_round(n / secs, 1));
-  else
-    cJSON_AddNullToObject(o, k);
+  if (secs > 0) cJSON_AddNumberToObject(o, k, sim_round(n / secs, 1));
+  else cJSON_AddNullToObject(o, k);
 }
 
 static cJSON *int_triple(long a, long b, long c) {
@@ -64,22 +62,16 @@ static cJSON *stats_obj(const job *j, double t_end) {
   cJSON_AddNumberToObject(s, "decode_elapsed_s", sim_round(dec, 3));
   cJSON_AddItemToObject(s, "accepted_by_depth", int_triple(a1, a2, a3));
   cJSON_AddItemToObject(s, "drafted_by_depth", int_triple(a1 + j->ntok / 12, a1, a2));
-  if (j->has_session)
-    cJSON_AddStringToObject(s, "session_id", j->session);
-  else
-    cJSON_AddNullToObject(s, "session_id");
-  if (j->session_source)
-    cJSON_AddStringToObject(s, "request_session_source", j->session_source);
-  else
-    cJSON_AddNullToObject(s, "request_session_source");
+  if (j->has_session) cJSON_AddStringToObject(s, "session_id", j->session);
+  else cJSON_AddNullToObject(s, "session_id");
+  if (j->session_source) cJSON_AddStringToObject(s, "request_session_source", j->session_source);
+  else cJSON_AddNullToObject(s, "request_session_source");
   cJSON_AddBoolToObject(s, "session_cache_hit", j->cached_tokens > 0);
   cJSON_AddNumberToObject(s, "cached_tokens", (double)j->cached_tokens);
   cJSON_AddNumberToObject(s, "new_prefill_tokens", (double)(j->prompt_tokens - j->cached_tokens));
   cJSON_AddStringToObject(s, "cache_source", j->cached_tokens > 0 ? "ram" : "none");
-  if (j->cached_tokens > 0)
-    cJSON_AddNullToObject(s, "cache_miss_reason");
-  else
-    cJSON_AddStringToObject(s, "cache_miss_reason", j->has_session ? "prefix_mismatch" : "no_session");
+  if (j->cached_tokens > 0) cJSON_AddNullToObject(s, "cache_miss_reason");
+  else cJSON_AddStringToObject(s, "cache_miss_reason", j->has_session ? "prefix_mismatch" : "no_session");
   cJSON_AddStringToObject(s, "mtplx_control_owner", j->client_controls ? "client" : "server");
   return s;
 }

@@ -142,10 +142,8 @@ static size_t gen_next(sim_gen *g, const char **tok) {
   if (g->remaining <= 0) return 0;
   if (g->words_left == 0) start_sentence(g);
   int cls = g->cls == W_OPEN ? W_OPEN : next_class(g);
-  if (g->cls == W_OPEN && g->words_left > 1)
-    g->cls = -2; /* opener used: the grammar restarts after it */
-  else
-    g->cls = cls;
+  if (g->cls == W_OPEN && g->words_left > 1) g->cls = -2; /* opener used: the grammar restarts after it */
+  else g->cls = cls;
   const char *w = word_of(g, cls);
   size_t n = strlen(w);
   memcpy(g->tok, w, n);
@@ -179,10 +177,8 @@ size_t text_next(const char *s, size_t len, size_t *pos, const char **tok) {
 size_t tokseq_next(tokseq *t, const char **tok) {
   size_t n;
   if (t->pre && (n = text_next(t->pre, t->pre_len, &t->pre_pos, tok))) return n;
-  if (t->text)
-    n = text_next(t->text, t->text_len, &t->text_pos, tok);
-  else
-    n = gen_next(&t->gen, tok);
+  if (t->text) n = text_next(t->text, t->text_len, &t->text_pos, tok);
+  else n = gen_next(&t->gen, tok);
   if (n || !t->loop) return n;
   if (t->loop_pos >= t->loop_len) t->loop_pos = 0;
   return text_next(t->loop, t->loop_len, &t->loop_pos, tok);

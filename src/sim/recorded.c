@@ -89,10 +89,8 @@ int recorded_load(server *s, const char *dir, bool by_body) {
   set->by_body = by_body;
   int rc = 0;
   for (size_t i = 0; i < n; i++) {
-    if (!rc && load_one(&set->r[set->n], dir, names[i]) == 0)
-      set->n++;
-    else
-      rc = -1;
+    if (!rc && load_one(&set->r[set->n], dir, names[i]) == 0) set->n++;
+    else rc = -1;
     free(names[i]);
   }
   free(names);

@@ -41,10 +41,8 @@ static int send_error_ex(conn *c, int status, const char *msg, const char *type,
   } else {
     cJSON_AddStringToObject(e, "message", msg);
     cJSON_AddStringToObject(e, "type", type);
-    if (code)
-      cJSON_AddStringToObject(e, "code", code);
-    else
-      cJSON_AddNumberToObject(e, "code", status);
+    if (code) cJSON_AddStringToObject(e, "code", code);
+    else cJSON_AddNumberToObject(e, "code", status);
     cJSON_AddNullToObject(e, "param");
   }
   for (cJSON *f = fields ? fields->child : NULL; f; f = f->next)
@@ -131,10 +129,8 @@ static int send_http_fault(conn *c, const sim_faults *f) {
 /* The redirect= fault: a 3xx with Location and a short text body. */
 static int send_redirect(conn *c, const http_request *r, const sim_faults *f) {
   char loc[560], extra[600], body[600];
-  if (f->location[0])
-    snprintf(loc, sizeof loc, "%s", f->location);
-  else
-    snprintf(loc, sizeof loc, "%s/moved", r->path);
+  if (f->location[0]) snprintf(loc, sizeof loc, "%s", f->location);
+  else snprintf(loc, sizeof loc, "%s/moved", r->path);
   snprintf(extra, sizeof extra, "Location: %s\r\n", loc);
   int n = snprintf(body, sizeof body, "Redirecting to %s\n", loc);
   http_send(c, f->redirect, "text/plain", extra, body, (size_t)n);
@@ -280,10 +276,8 @@ static void make_id(job *j, const http_request *r) {
   const char *rid = http_get_header(r, "X-MTPLX-Request-Id");
   long n = atomic_fetch_add(&j->srv->id_count, 1) + 1;
   if (!is_llama(j->srv)) {
-    if (rid && *rid)
-      snprintf(j->id, sizeof j->id, "chatcmpl-%.180s", rid);
-    else
-      snprintf(j->id, sizeof j->id, "chatcmpl-%ld", n);
+    if (rid && *rid) snprintf(j->id, sizeof j->id, "chatcmpl-%.180s", rid);
+    else snprintf(j->id, sizeof j->id, "chatcmpl-%ld", n);
     return;
   }
   static const char al[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
@@ -311,10 +305,8 @@ static void plan_text(job *j, const cJSON *ctl, const char *user) {
   gen_init(&j->rseq.gen, seed ^ 0x5eedull, rn, true, rsep);
   gen_init(&j->aseq.gen, seed, an, false, j->f.loop && !j->has_reasoning ? ' ' : 0);
   if (rtext) j->rseq.text = rtext, j->rseq.text_len = strlen(rtext);
-  if (atext)
-    j->aseq.text = atext, j->aseq.text_len = strlen(atext);
-  else if (j->f.utf8_split)
-    j->aseq.pre = SIM_UTF8_PREFIX, j->aseq.pre_len = strlen(SIM_UTF8_PREFIX);
+  if (atext) j->aseq.text = atext, j->aseq.text_len = strlen(atext);
+  else if (j->f.utf8_split) j->aseq.pre = SIM_UTF8_PREFIX, j->aseq.pre_len = strlen(SIM_UTF8_PREFIX);
   if (j->f.loop) {
     loopseq->loop = j->f.loop == LOOP_LINE ? SIM_LOOP_LINE : SIM_LOOP_PHRASE;
     loopseq->loop_len = strlen(loopseq->loop);

@@ -132,11 +132,9 @@ static void queue_remove(server *s, waiter *w) {
 int sched_acquire(server *s, sched_tick tick, void *arg) {
   waiter w = {0}; /* queued on our stack: removed before every return below */
   pthread_mutex_lock(&s->mu);
-  if (s->queue_tail)
-    s->queue_tail->next = &w;
-  else
-    s->queue_head = &w; // cppcheck-suppress autoVariables ; unlinked by queue_remove before return
-  s->queue_tail = &w;   // cppcheck-suppress autoVariables ; unlinked by queue_remove before return
+  if (s->queue_tail) s->queue_tail->next = &w;
+  else s->queue_head = &w; // cppcheck-suppress autoVariables ; unlinked by queue_remove before return
+  s->queue_tail = &w;      // cppcheck-suppress autoVariables ; unlinked by queue_remove before return
   while (!(s->queue_head == &w && s->busy_slots < s->cfg.parallel)) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

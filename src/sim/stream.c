@@ -102,10 +102,8 @@ static void progress_frame(job *j, double now) {
               ",\"mtplx_progress\":{\"completion_tokens\":%ld,\"decode_elapsed_s\":%.3f,"
               "\"decode_tok_s\":",
               j->ntok, el > 0 ? el : 0.0);
-  if (el > 0)
-    sbuf_printf(&x, "%.1f", (double)j->ntok / el);
-  else
-    sbuf_adds(&x, "null");
+  if (el > 0) sbuf_printf(&x, "%.1f", (double)j->ntok / el);
+  else sbuf_adds(&x, "null");
   sbuf_adds(&x, ",\"request_id\":");
   sbuf_json_str(&x, j->id);
   sbuf_adds(&x, ",\"session_id\":");
@@ -173,10 +171,8 @@ static void cut_connection(job *j) {
 
 static void malformed_frame(job *j) {
   if (!j->stream) return;
-  if (j->srv->cfg.dialect == DIALECT_MTPLX)
-    sbuf_add(&j->out, j->pre.p, j->pre.len);
-  else
-    sbuf_adds(&j->out, "data: {\"choices\":[{\"finish_reason\":null,\"index\":0,\"delta\":");
+  if (j->srv->cfg.dialect == DIALECT_MTPLX) sbuf_add(&j->out, j->pre.p, j->pre.len);
+  else sbuf_adds(&j->out, "data: {\"choices\":[{\"finish_reason\":null,\"index\":0,\"delta\":");
   sbuf_adds(&j->out, "{\"content\":\"x\"\n\n");
 }
 
@@ -276,10 +272,8 @@ static void emit_token(job *j, bool reasoning, const char *tok, size_t n) {
   }
   j->ntok++;
   j->frames++;
-  if (reasoning)
-    j->nreason++;
-  else
-    j->nanswer++;
+  if (reasoning) j->nreason++;
+  else j->nanswer++;
   j->t_last = sim_now();
   long every = j->srv->cfg.progress_every;
   if (j->stream && every > 0 && j->ntok % every == 0 && j->srv->cfg.dialect == DIALECT_MTPLX)

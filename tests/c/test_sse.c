@@ -132,10 +132,8 @@ static const char *fixture_dir(int traces) {
   if (env && *env) return env;
   snprintf(buf[traces], sizeof buf[traces], "%s", __FILE__);
   slash = strrchr(buf[traces], '/');
-  if (slash)
-    *slash = '\0';
-  else
-    snprintf(buf[traces], sizeof buf[traces], ".");
+  if (slash) *slash = '\0';
+  else snprintf(buf[traces], sizeof buf[traces], ".");
   strncat(buf[traces], traces ? "/../fixtures/traces" : "/../fixtures", sizeof buf[traces] - strlen(buf[traces]) - 1);
   return buf[traces];
 }

@@ -703,10 +703,8 @@ static int group_setup(void **state) {
 
 static int restore_xdg(void **state) {
   (void)state;
-  if (saved_xdg)
-    setenv("XDG_RUNTIME_DIR", saved_xdg, 1);
-  else
-    unsetenv("XDG_RUNTIME_DIR");
+  if (saved_xdg) setenv("XDG_RUNTIME_DIR", saved_xdg, 1);
+  else unsetenv("XDG_RUNTIME_DIR");
   return 0;
 }
 
