@@ -150,7 +150,7 @@ function runners.engine(p)
   local function sink() end
   local req = body(p)
   local c0, t0 = os.clock(), mirza.now()
-  local st, res = e:say("bench", { mode = p.route, think_mode = p.route, answer = sink, think = sink,
+  local st, res = e:say("bench", { mode = p.route, think_mode = p.route, answer = sink, think = sink, merge = p.merge,
     max_tokens = req.max_tokens, body_extra = { enable_thinking = req.enable_thinking, mirza_sim = req.mirza_sim } })
   local cpu, wall = os.clock() - c0, mirza.now() - t0
   assert(st, res)
@@ -173,7 +173,7 @@ local function concurrent_task(p, i, seen)
       local s <close> = mirza.open { url = p.url .. "/chat/completions", body = body(p) }
       for ev in s:events() do
         local ty = ev.type
-        if ty == "text" or ty == "think" then seen(i)
+        if ty == "text" or ty == "think" then seen(i, 1)
         elseif ty == "error" then error(ev.message) end
       end
     end
@@ -181,7 +181,7 @@ local function concurrent_task(p, i, seen)
   local e = new_engine(p)
   assert(e:load())
   local req = body(p)
-  local function sink() seen(i) end
+  local function sink(_, ev) seen(i, ev.deltas or 1) end
   local opts = { mode = p.route, think_mode = p.route, answer = sink, think = sink, max_tokens = req.max_tokens,
     body_extra = { enable_thinking = req.enable_thinking, mirza_sim = req.mirza_sim } }
   return function()
@@ -198,10 +198,10 @@ function runners.concurrent(p)
   local per = { tokens = p.tokens // n }
   for k, v in pairs(p) do if per[k] == nil then per[k] = v end end
   local counts, total, mid, min_mid = {}, 0, per.tokens * n // 2, nil
-  local function seen(i)
-    counts[i] = counts[i] + 1
-    total = total + 1
-    if total == mid then min_mid = math.min(table.unpack(counts, 1, n)) end
+  local function seen(i, deltas) -- deltas: a merged event of e:say joins several
+    counts[i] = counts[i] + deltas
+    total = total + deltas
+    if not min_mid and total >= mid then min_mid = math.min(table.unpack(counts, 1, n)) end
   end
   local l = loop.new()
   local fns = {}
@@ -246,7 +246,11 @@ local function case_list(n)
     add("core loop" .. tag, "core", p {})
     if fpc == 16 then add("core next_batch" .. tag, "batch", p {}) end
     add("engine token 25%" .. tag, "engine", p { route = "token" })
-    if rate == 0 then add("engine sentence 25%" .. tag, "engine", p { route = "sentence" }) end
+    if rate == 0 then
+      add("engine sentence 25%" .. tag, "engine", p { route = "sentence" })
+      -- the same turn one event per delta (merge = false): what a script stage sees
+      add("engine token 25% per delta" .. tag, "engine", p { route = "token", merge = false })
+    end
     if fpc == 1 and rate == 0 then
       add("engine token 0%", "engine", p { route = "token", reasoning = 0 })
       add("engine sentence 0%", "engine", p { route = "sentence", reasoning = 0 })

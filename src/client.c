@@ -64,6 +64,7 @@ struct mz_stream {
   int no_done;           /* ended cleanly after a finish_reason, no [DONE] */
   size_t invalid_utf8;   /* ill-formed sequences replaced by U+FFFD */
   int skip_bad;          /* on_bad_frame = "skip" */
+  int merge;             /* join queued deltas of one channel (mz_request.merge) */
   size_t skipped_frames; /* malformed frames skipped */
   cJSON *usage, *timings, *stats, *extra;
   double last_rx, stall_s; /* last byte received (head or body) */
@@ -746,6 +747,21 @@ static void release_popped(mz_stream *s) {
   }
 }
 
+/* Join the deltas queued right behind `it` (same channel and choice, their
+ * text next in the arena: q_push and push_text lay them out back to back)
+ * into e: no copy, e->len only grows. */
+static void merge_run(mz_stream *s, mz_event *e, const item *it) {
+  size_t end = it->off + it->len;
+  while (s->qhead < s->qlen) {
+    const item *nx = &s->q[s->qhead];
+    if (nx->type != it->type || nx->index != it->index || nx->json || nx->off != end) break;
+    end += nx->len;
+    e->len += nx->len;
+    e->deltas++;
+    s->qhead++;
+  }
+}
+
 static const mz_event *pop(mz_stream *s) {
   mz_event *e = &s->cur;
   memset(e, 0, sizeof *e);
@@ -757,6 +773,8 @@ static const mz_event *pop(mz_stream *s) {
     e->text = s->arena.p ? s->arena.p + it->off : "";
     e->len = it->len;
     e->json = s->popped_json = it->json;
+    e->deltas = 1;
+    if (s->merge && (e->type == MZ_EV_TEXT || e->type == MZ_EV_THINK)) merge_run(s, e, it);
     return e;
   }
   s->term_popped = 1;
@@ -868,6 +886,7 @@ mz_stream *mz_stream_open(mz_client *c, const mz_request *r, char *err, size_t e
   s->c = c;
   s->plain = r->plain;
   s->skip_bad = r->skip_bad_frames;
+  s->merge = r->merge;
   s->stall_s = (double)r->stall_timeout_ms / 1000.0;
   s->header_s = (double)r->header_timeout_ms / 1000.0;
   s->last_rx = s->t_open = mz_now();

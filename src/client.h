@@ -52,6 +52,8 @@ typedef struct mz_event {
                           value\n" lines, names in lowercase (may be NULL) */
   size_t headers_len;
   double retry_after; /* error: Retry-After in seconds from now, or -1 */
+  size_t deltas;      /* think/text: deltas joined in this event (1 unless
+                         the request merges, see mz_request.merge) */
 } mz_event;
 
 typedef struct mz_request {
@@ -77,6 +79,11 @@ typedef struct mz_request {
                                   the body as delivered (de-chunked,
                                   decoded); NULL: off (one NULL check per
                                   callback) */
+  int merge;                  /* 1: a think/text delta comes joined with the
+                                  deltas of the same channel and choice
+                                  queued right behind it (what arrived
+                                  together: one event, ev->deltas > 1); it
+                                  never waits for more */
 } mz_request;
 
 enum { MZ_NEXT_EVENT = 1, MZ_NEXT_TIMEOUT = 0, MZ_NEXT_END = -1, MZ_NEXT_INTERRUPTED = -2 };

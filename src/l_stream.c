@@ -101,10 +101,17 @@ static void push_error(lua_State *L, const mz_event *e) {
 /* The event as a plain table: {type = ..., ...}. */
 static void push_event(lua_State *L, const mz_event *e) {
   int text = e->type == MZ_EV_THINK || e->type == MZ_EV_TEXT;
-  lua_createtable(L, 0, text ? 2 + (e->index != 0) : 3); /* exact for text: less for the GC to walk */
+  /* exact for text: less for the GC to walk */
+  lua_createtable(L, 0, text ? 2 + (e->index != 0) + (e->deltas > 1) : 3);
   switch (e->type) {
   case MZ_EV_THINK:
-  case MZ_EV_TEXT: set_string(L, "text", e->text, e->len); break;
+  case MZ_EV_TEXT:
+    set_string(L, "text", e->text, e->len);
+    if (e->deltas > 1) {
+      lua_pushinteger(L, (lua_Integer)e->deltas);
+      lua_setfield(L, -2, "deltas");
+    }
+    break;
   case MZ_EV_TOOL_CALL:
     mz_l_pushjson(L, e->json, 1);
     lua_setfield(L, -2, "calls");
@@ -232,20 +239,9 @@ static int s_tostring(lua_State *L) {
 
 /* ------------------------------------------------------------ open */
 
-static const char *const request_keys[] = {"url",
-                                           "body",
-                                           "headers",
-                                           "api_key",
-                                           "timeout",
-                                           "stall_timeout",
-                                           "deadline",
-                                           "max_event_bytes",
-                                           "method",
-                                           "plain",
-                                           "header_timeout",
-                                           "on_bad_frame",
-                                           "record_file",
-                                           NULL};
+static const char *const request_keys[] = {
+    "url",    "body",  "headers",        "api_key",      "timeout",     "stall_timeout", "deadline", "max_event_bytes",
+    "method", "plain", "header_timeout", "on_bad_frame", "record_file", "merge",         NULL};
 
 static void check_keys(lua_State *L, int idx) {
   lua_pushnil(L);
@@ -350,9 +346,11 @@ static int l_open(lua_State *L) {
   r.record_path = field_str(L, 1, "record_file", NULL); /* anchored by the request table */
   lua_getfield(L, 1, "plain");
   r.plain = lua_toboolean(L, -1);
+  lua_getfield(L, 1, "merge");
+  r.merge = lua_toboolean(L, -1);
   lua_getfield(L, 1, "max_event_bytes");
   r.max_event_bytes = (size_t)luaL_optinteger(L, -1, 0);
-  lua_pop(L, 2);
+  lua_pop(L, 3);
   r.body = get_body(L, 1, &r.body_len); /* stays on the stack */
   r.headers = build_headers(L, 1);      /* stays on the stack */
 

@@ -16,6 +16,7 @@
 ---@field header_timeout? number     seconds from the start until the whole response head arrived (a queued request waits that long), else code "timeout"; default none
 ---@field on_bad_frame? "error"|"skip"  a frame that is not JSON: "error" (default) ends the stream with code "protocol", text before it kept; "skip" drops it and counts it in done.skipped_frames
 ---@field record_file? string        write the response as received into this file (created or truncated): the head (status line, headers) then the body as libcurl delivers it (de-chunked, decoded); closed when the transfer ends. Use `record = DIR` (mirza.record) for whole recordings
+---@field merge? boolean            join what arrived together: a think or text delta comes with the deltas of the same channel already queued right behind it, as one event with `deltas` = how many (never waits for more; what a sink that only needs text wants: one event per read instead of per token). Default false: one event per delta
 ---@field record? string|false       (Lua `mirza.open`) record the request and its response into directory DIR (mirza.record); false: not even with MIRZA_RECORD
 --- Redirects (3xx) are not followed: the stream ends with code "http" and a
 --- message naming the target (also in `ev.headers.location`). Compressed
@@ -25,6 +26,7 @@
 ---@field type "think"|"text"|"tool_call"|"tool_call_done"|"progress"|"heartbeat"|"done"|"error"|"response"
 ---@field text? string        think/text: the delta (whole, valid UTF-8 characters: ill-formed input becomes U+FFFD as browsers' TextDecoder does; may hold NUL)
 ---@field index? integer      choice index when not 0
+---@field deltas? integer     think/text of a `merge` stream (and `e:say`'s turns): how many deltas this event joins, when more than one
 ---@field calls? table        tool_call: the delta's tool_calls array (fragments; mirza.tools accumulates them)
 ---@field call? table         tool_call_done (mirza.tools stage, engine turns): one whole call {index, id, name, arguments, args, error}
 ---@field tool_calls? table[] done (mirza.tools stage, engine turns): the whole calls, when there were any

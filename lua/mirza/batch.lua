@@ -248,7 +248,7 @@ local function read_stream(s, opts, r)
     local ty = ev.type
     if ty == "text" or ty == "think" then
       r.first = r.first or mirza.now()
-      r.deltas = r.deltas + 1
+      r.deltas = r.deltas + (ev.deltas or 1)
       local t = ty == "text" and text or think
       t[#t + 1] = ev.text
     elseif ty == "tool_call" then merge_calls(r.calls, ev.calls)
@@ -265,7 +265,8 @@ local function attempt(item, e, opts)
   r.model = body.model
   local s <close> = mirza.open { url = e.base .. "/chat/completions", body = body,
     headers = opts.headers, api_key = opts.api_key, stall_timeout = opts.stall_timeout,
-    deadline = opts.deadline, timeout = opts.connect_timeout }
+    deadline = opts.deadline, timeout = opts.connect_timeout,
+    merge = true } -- only the text is kept: what arrived together is one event
   read_stream(s, opts, r)
   local t1, fin = mirza.now(), r.final or {}
   r.duration_s = t1 - r.t0

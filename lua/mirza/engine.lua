@@ -70,7 +70,10 @@ local OPTIONAL = { dialect = "string", base_url = "string", model = "string", mo
   tools = "table|string", tool_choice = "string|table", parallel_tool_calls = "boolean", run_calls = "function",
   record = "string", -- record every request and turn into this directory (mirza.record)
   -- several endpoints (mirza.pool): base URLs or {url=, limit=}, or a pool shared with other engines
-  endpoints = "table", pool = "table" }
+  endpoints = "table", pool = "table",
+  -- deltas that arrived together as one event (mirza.open's merge): nil = in `say` when the
+  -- turn has no script stages, true = every turn, false = never
+  merge = "boolean" }
 
 -- Environment variables: name -> option, type.
 E.ENV = {

@@ -160,16 +160,8 @@ function Guard:_segment(raw)
   return self:_check_cycle() or self:_check_count()
 end
 
--- The end of the first segment in `buf` from `init`: a line break, or a
--- sentence stop (. ! ? …, maybe closing quotes/brackets) before a space.
-local function segment_end(buf, init)
-  local best = find(buf, "\n", init, true)
-  local _, e = find(buf, "[%.!%?][\"')%]]*%s", init)
-  if e and (not best or e < best) then best = e end
-  _, e = find(buf, ELLIPSIS .. "%s", init)
-  if e and (not best or e < best) then best = e end
-  return best
-end
+-- A sentence stop (. ! ? …, maybe closing quotes/brackets) before a space.
+local STOP, ELLIPSIS_END = "[%.!%?][\"')%]]*%s", ELLIPSIS .. "%s"
 
 -- The text not yet cut into segments, as one string (the parts joined).
 function Guard:_take_pending()
@@ -197,9 +189,25 @@ function Guard:_segments(chunk)
   local n = self._pn + 1
   self._pparts[n], self._pn, self._plen = chunk, n, self._plen + #chunk
   if find(chunk, "[\n%.!%?\226]") or (self._open_stop and find(chunk, "%s")) then
+    -- Segment ends: a line break or a stop. Each kind's next end is
+    -- searched once and kept while it lies ahead (a match of one kind never
+    -- straddles an end of another), so a chunk holding many segments — the
+    -- deltas that arrived together — is scanned once, not once per segment.
     local buf, pos = concat(self._pparts, "", 1, n), 1
+    local nl, st, el -- the next end of each kind; false: none left
     while true do
-      local e = segment_end(buf, pos)
+      if nl == nil or (nl and nl < pos) then nl = find(buf, "\n", pos, true) or false end
+      if st == nil or (st and st < pos) then
+        local _, e = find(buf, STOP, pos)
+        st = e or false
+      end
+      if el == nil or (el and el < pos) then
+        local _, e = find(buf, ELLIPSIS_END, pos)
+        el = e or false
+      end
+      local e = nl
+      if st and (not e or st < e) then e = st end
+      if el and (not e or el < e) then e = el end
       if not e then break end
       if self:_segment(sub(buf, pos, e)) then return true end
       pos = e + 1

@@ -34,7 +34,7 @@ function M.observe(acc, ev)
   local t = ev.type
   if t == "text" or t == "think" then
     acc.first = acc.first or mirza.now()
-    acc.deltas = acc.deltas + 1
+    acc.deltas = acc.deltas + (ev.deltas or 1) -- a merged event joins several
     acc.chars = acc.chars + #ev.text
   elseif t == "progress" then
     if ev.decode_tok_s then acc.live_tok_s = ev.decode_tok_s end

@@ -38,7 +38,7 @@ local M = {}
 
 ---Per-turn options of `e:turn` (and of `e:say`, with the route's options).
 M.TURN_KEYS = { budget = true, max_tokens = true, temperature = true, top_p = true, stages = true,
-  think_tags = true, body_extra = true, tools = true, tool_choice = true, parallel_tool_calls = true }
+  think_tags = true, body_extra = true, tools = true, tool_choice = true, parallel_tool_calls = true, merge = true }
 ---@class mirza.TurnOptions
 ---@field budget? integer
 ---@field max_tokens? integer
@@ -50,6 +50,8 @@ M.TURN_KEYS = { budget = true, max_tokens = true, temperature = true, top_p = tr
 ---@field tools? table|string|false  tools (mirza.tools), a module name, or false: none this turn
 ---@field tool_choice? string|table
 ---@field parallel_tool_calls? boolean
+---@field merge? boolean  deltas that arrived together come as one event (`ev.deltas`); default: the
+---engine's `merge`, else only in `say` without script stages
 
 ---Options of `e:say`'s tool loop (mirza.tools), besides the turn's `tools`.
 M.LOOP_KEYS = { max_rounds = true, run_calls = true, on_tool_result = true }
@@ -281,6 +283,15 @@ local function prepare(e, input, opts)
   return plan, messages, info, prompt
 end
 
+-- Whether the turn's deltas come merged: the turn's option, else the
+-- engine's; `say` sets it when nothing but its own stages and the sinks see
+-- the events (they only need the text, not one event per delta).
+local function merge_of(e, opts)
+  local m = opts.merge
+  if m == nil then m = e.cfg.merge end
+  return m == true
+end
+
 ---Start one turn (see the module comment). A turn still in flight on this
 ---engine is cancelled first (one turn at a time per session).
 ---@param input string|table a prompt string, a message list, or a JSON message list
@@ -308,7 +319,7 @@ local function turn(e, input, opts)
   local acc = stats.new_acc() -- TTFT counts from here: request sent → first delta
   local req = { url = e.chat_url, body = e:body(messages, plan, opts), headers = e:headers(),
     api_key = e.cfg.api_key, stall_timeout = e.cfg.stall_timeout, timeout = e.cfg.connect_timeout,
-    record = e.cfg.record }
+    record = e.cfg.record, merge = merge_of(e, opts) }
   local function open()
     req.url = e.chat_url
     return mirza.open(req)
@@ -387,6 +398,7 @@ end
 ---@return table? result on failure: what was routed before it
 local function say(e, input, opts)
   local topts, ropts, lopts = split_opts(opts)
+  if topts.merge == nil and e.cfg.merge == nil then topts.merge = #e.stages == 0 and topts.stages == nil end
   local tools_mod = require "mirza.tools"
   local tools = e:tools(topts)
   local max = lopts.max_rounds or e.cfg.max_rounds or tools_mod.MAX_ROUNDS

@@ -588,6 +588,55 @@ static void test_pending_finished(void **state) {
   server_stop(s);
 }
 
+#define THINK(t) "data: {\"choices\":[{\"index\":0,\"delta\":{\"reasoning_content\":\"" t "\"}}]}\n\n"
+#define TOKEN1(t) "data: {\"choices\":[{\"index\":1,\"delta\":{\"content\":\"" t "\"}}]}\n\n"
+
+/* One pop of a merge stream: its type, choice, text and deltas. */
+static void expect_merged(mz_stream *st, mz_evtype type, int index, const char *text, size_t deltas) {
+  const mz_event *e;
+  assert_int_equal(mz_stream_next(st, 0, &e), MZ_NEXT_EVENT);
+  assert_int_equal(e->type, type);
+  assert_int_equal(e->index, index);
+  assert_int_equal(e->len, strlen(text));
+  assert_memory_equal(e->text, text, e->len);
+  assert_int_equal(e->deltas, deltas);
+}
+
+/* merge: the deltas queued back to back of one channel and choice come as
+ * one event; a change of channel or choice, or any other event, ends the
+ * run; a character split between two deltas is whole in the joined text. */
+static void test_merge(void **state) {
+  char url[128], err[128];
+  const mz_event *e;
+  (void)state;
+  server *s = server_start(
+      SSE_HEAD THINK("Let ") THINK("me ") TOKEN("Hel") TOKEN("lo") TOKEN1("x") TOKEN(" caf\xC3") TOKEN("\xA9")
+          TOKEN("!") "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[]}}]}\n\n" TOKEN("a") FINISH
+      "data: [DONE]\n\n",
+      NULL);
+  mz_client *c = mz_client_new(NULL);
+  mz_request req = chat(url_of(s, url, sizeof url));
+  req.merge = 1;
+  mz_stream *st = mz_stream_open(c, &req, err, sizeof err);
+  assert_non_null(st);
+  double t0 = mz_now();
+  while (!mz_stream_finished(st) && mz_now() - t0 < 10) mz_client_sleep(c, 20);
+  assert_int_equal(mz_stream_pending(st), 11); /* 2 think, 7 text, 1 tool call, done */
+  expect_merged(st, MZ_EV_THINK, 0, "Let me ", 2);
+  expect_merged(st, MZ_EV_TEXT, 0, "Hello", 2);
+  expect_merged(st, MZ_EV_TEXT, 1, "x", 1);
+  expect_merged(st, MZ_EV_TEXT, 0, " caf\xC3\xA9!", 3);
+  assert_int_equal(mz_stream_next(st, 0, &e), MZ_NEXT_EVENT);
+  assert_int_equal(e->type, MZ_EV_TOOL_CALL);
+  expect_merged(st, MZ_EV_TEXT, 0, "a", 1);
+  assert_int_equal(mz_stream_next(st, 0, &e), MZ_NEXT_EVENT);
+  assert_int_equal(e->type, MZ_EV_DONE);
+  assert_int_equal(mz_stream_next(st, 0, &e), MZ_NEXT_END);
+  mz_stream_close(st);
+  mz_client_free(c);
+  server_stop(s);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_sse_stream),
@@ -605,6 +654,7 @@ int main(void) {
       cmocka_unit_test(test_http_error_details),
       cmocka_unit_test(test_redirect_not_followed),
       cmocka_unit_test(test_pending_finished),
+      cmocka_unit_test(test_merge),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -42,6 +42,16 @@ describe("mirza.stats", function()
     assert.equal(10, stats.stats(acc({ type = "done" }, nil, 0, 41)).tokens)
   end)
 
+  it("counts the deltas a merged event joins", function()
+    local a = stats.new_acc()
+    stats.observe(a, { type = "think", text = "abc" })
+    stats.observe(a, { type = "text", text = "Un deux trois", deltas = 3 })
+    stats.observe(a, { type = "done" })
+    assert.equal(4, a.deltas)
+    assert.equal(16, a.chars)
+    assert.equal(4, stats.stats(a).tokens)
+  end)
+
   it("prompt tokens: usage, else llama prompt_n + cache_n; kv and cached tokens", function()
     local st = stats.stats(acc({ type = "done", usage = { prompt_tokens = 100, completion_tokens = 5,
       prompt_tokens_details = { cached_tokens = 64 } }, timings = { cache_n = 1 } }, 101))
