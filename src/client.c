@@ -13,7 +13,13 @@
 #include <ctype.h>
 #include <curl/curl.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
+#if defined(__linux__) && !defined(MZ_USE_POLL)
+#include <sys/epoll.h>
+#else
+#include <poll.h>
+#endif
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -21,6 +27,7 @@
 #include <string.h>
 #include <strings.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "decode.h"
 #include "fastframe.h"
@@ -85,12 +92,28 @@ struct mz_stream {
   FILE *rec;                /* record_path: the response as received; NULL when off */
 };
 
+/* The driver is event-based (curl_multi_socket_action): libcurl tells
+ * which sockets to watch (on_socket) and when its next timeout is due
+ * (on_timer); one wait (epoll on Linux, poll elsewhere or with
+ * MZ_USE_POLL: cmake -DMIRZA_POLL=ON, scripts/test's sanitizer build) covers them and the
+ * wake pipe, and only the transfers whose socket is ready are run. A
+ * wake-up costs the sockets that are ready, not every open transfer
+ * (curl_multi_perform tries a read on each; poll() asks each socket). */
 struct mz_client {
   CURLM *multi;
   mz_stream *streams;
   size_t nstreams;
   volatile sig_atomic_t *intr;
   mz_stream *rhead, *rtail; /* streams that became ready, oldest first */
+#if defined(__linux__) && !defined(MZ_USE_POLL)
+  int epfd; /* libcurl's sockets and the wake pipe */
+#else
+  struct pollfd *pfd; /* [0]: the wake pipe; then libcurl's sockets */
+  size_t npfd, cappfd;
+#endif
+  double timer_at;   /* libcurl's next timeout (INFINITY: none) */
+  double next_check; /* no stall or header deadline before this */
+  int wake[2];       /* the wake pipe (mz_client_wakeup), non-blocking */
 };
 
 double mz_now(void) {
@@ -427,12 +450,25 @@ static void classify(mz_stream *s) {
   else s->mode = MODE_SSE;
 }
 
+/* A deadline of one stream: the stall check runs no later than it. */
+static void note_deadline(mz_client *c, double t) {
+  if (t < c->next_check) c->next_check = t;
+}
+
+/* A response byte came: the stall timer runs from now. */
+static void received(mz_stream *s) {
+  s->last_rx = mz_now();
+  if (!s->got_rx) {
+    s->got_rx = 1;
+    if (s->stall_s > 0) note_deadline(s->c, s->last_rx + s->stall_s);
+  }
+}
+
 static size_t on_write(char *p, size_t size, size_t n, void *ud) {
   mz_stream *s = ud;
   size_t len = size * n;
   if (s->rec) fwrite(p, 1, len, s->rec); /* recording: the bytes before any parsing */
-  s->last_rx = mz_now();
-  s->got_rx = 1;
+  received(s);
   if (s->mode == MODE_UNKNOWN) classify(s);
   if (s->abort) return 0;
   if (s->term) return len; /* read to the end so the connection is reused */
@@ -462,8 +498,7 @@ static size_t on_header(char *p, size_t size, size_t n, void *ud) {
   mz_stream *s = ud;
   size_t len = size * n, name;
   if (s->rec) fwrite(p, 1, len, s->rec); /* recording: status line, headers, blank line */
-  s->last_rx = mz_now();
-  s->got_rx = 1;
+  received(s);
   if (len >= 5 && memcmp(p, "HTTP/", 5) == 0) {
     s->headers.len = 0;
     return len;
@@ -618,9 +653,19 @@ static double own_deadline(const mz_stream *s) {
   return t;
 }
 
+/* Every stream past its deadline ends with "timeout". The scan runs only
+ * once the earliest deadline noted may have come (a stream's deadline only
+ * moves later as bytes arrive), and notes the next one. */
 static void check_stalls(mz_client *c, double now) {
+  if (now < c->next_check) return;
+  c->next_check = INFINITY;
   for (mz_stream *s = c->streams; s; s = s->next) {
-    if (!s->easy || s->term || now < own_deadline(s)) continue;
+    if (!s->easy || s->term) continue;
+    double t = own_deadline(s);
+    if (now < t) {
+      note_deadline(c, t);
+      continue;
+    }
     flush_carry(s);
     if (s->got_rx && s->stall_s > 0 && now >= s->last_rx + s->stall_s)
       set_terminal(s, MZ_EV_ERROR, MZ_E_TIMEOUT, "no data from %s for %.1f s (stall timeout)", s->url,
@@ -632,10 +677,139 @@ static void check_stalls(mz_client *c, double now) {
   }
 }
 
-static void drive(mz_client *c) {
-  int running, left;
+/* ---- the watch set: libcurl's sockets and the wake pipe */
+
+typedef struct fired {
+  curl_socket_t fd;
+  int ev; /* CURL_CSELECT_* */
+} fired;
+
+enum { FIRED_MAX = 64 }; /* per wait; level-triggered: the rest come next time */
+
+#if defined(__linux__) && !defined(MZ_USE_POLL)
+static int watch_init(mz_client *c) {
+  struct epoll_event ev = {.events = EPOLLIN, .data.fd = c->wake[0]};
+  c->epfd = epoll_create1(EPOLL_CLOEXEC);
+  return c->epfd < 0 || epoll_ctl(c->epfd, EPOLL_CTL_ADD, c->wake[0], &ev) ? -1 : 0;
+}
+
+static void watch_free(mz_client *c) {
+  if (c->epfd >= 0) close(c->epfd);
+}
+
+static int watch_set(mz_client *c, curl_socket_t fd, int what) {
+  if (what == CURL_POLL_REMOVE) {
+    epoll_ctl(c->epfd, EPOLL_CTL_DEL, fd, NULL); /* ENOENT/EBADF: gone already */
+    return 0;
+  }
+  struct epoll_event ev = {.events = (what & CURL_POLL_IN ? EPOLLIN : 0u) | (what & CURL_POLL_OUT ? EPOLLOUT : 0u),
+                           .data.fd = fd};
+  if (epoll_ctl(c->epfd, EPOLL_CTL_MOD, fd, &ev) == 0) return 0;
+  return epoll_ctl(c->epfd, EPOLL_CTL_ADD, fd, &ev) ? -1 : 0;
+}
+
+static size_t watch_wait(mz_client *c, int ms, fired *out, int *woken) {
+  struct epoll_event evs[FIRED_MAX];
+  int n = epoll_wait(c->epfd, evs, FIRED_MAX, ms);
+  size_t k = 0;
+  for (int i = 0; i < n; i++) {
+    uint32_t r = evs[i].events;
+    if (evs[i].data.fd == c->wake[0]) {
+      *woken = 1;
+      continue;
+    }
+    out[k].fd = evs[i].data.fd;
+    out[k++].ev = (r & (EPOLLIN | EPOLLHUP | EPOLLRDHUP) ? CURL_CSELECT_IN : 0) |
+                  (r & EPOLLOUT ? CURL_CSELECT_OUT : 0) | (r & EPOLLERR ? CURL_CSELECT_ERR : 0);
+  }
+  return k;
+}
+#else
+static int watch_init(mz_client *c) {
+  if (!(c->pfd = malloc(16 * sizeof *c->pfd))) return -1;
+  c->pfd[0] = (struct pollfd){.fd = c->wake[0], .events = POLLIN};
+  c->npfd = 1;
+  c->cappfd = 16;
+  return 0;
+}
+
+static void watch_free(mz_client *c) { free(c->pfd); }
+
+static int watch_set(mz_client *c, curl_socket_t fd, int what) {
+  size_t i = 1;
+  while (i < c->npfd && c->pfd[i].fd != fd) i++;
+  if (what == CURL_POLL_REMOVE) {
+    if (i < c->npfd) c->pfd[i] = c->pfd[--c->npfd];
+    return 0;
+  }
+  if (i == c->npfd) {
+    if (c->npfd == c->cappfd) {
+      struct pollfd *p = realloc(c->pfd, 2 * c->cappfd * sizeof *p);
+      if (!p) return -1;
+      c->pfd = p;
+      c->cappfd *= 2;
+    }
+    c->npfd++;
+  }
+  c->pfd[i] = (struct pollfd){
+      .fd = fd, .events = (short)((what & CURL_POLL_IN ? POLLIN : 0) | (what & CURL_POLL_OUT ? POLLOUT : 0))};
+  return 0;
+}
+
+static size_t watch_wait(mz_client *c, int ms, fired *out, int *woken) {
+  int n = poll(c->pfd, (nfds_t)c->npfd, ms);
+  size_t k = 0;
+  if (n > 0 && c->pfd[0].revents) *woken = 1, n--;
+  for (size_t i = 1; n > 0 && i < c->npfd && k < FIRED_MAX; i++) {
+    short r = c->pfd[i].revents;
+    if (!r) continue;
+    n--;
+    out[k].fd = c->pfd[i].fd;
+    out[k++].ev = (r & (POLLIN | POLLHUP) ? CURL_CSELECT_IN : 0) | (r & POLLOUT ? CURL_CSELECT_OUT : 0) |
+                  (r & (POLLERR | POLLNVAL) ? CURL_CSELECT_ERR : 0);
+  }
+  return k;
+}
+#endif
+
+/* libcurl's socket callback: watch `fd` for `what`, or forget it. */
+static int on_socket(CURL *e, curl_socket_t fd, int what, void *ud, void *sockp) {
+  (void)e, (void)sockp;
+  return watch_set(ud, fd, what); /* -1: libcurl fails the transfer */
+}
+
+/* libcurl's timer callback: run its timeouts in timeout_ms (-1: none). */
+static int on_timer(CURLM *m, long timeout_ms, void *ud) {
+  mz_client *c = ud;
+  (void)m;
+  c->timer_at = timeout_ms < 0 ? INFINITY : mz_now() + (double)timeout_ms / 1000.0;
+  return 0;
+}
+
+/* Wait up to ms (0: only what is ready now; <0: until something happens)
+ * for a socket, libcurl's timer or a wake-up, then run what is due: the
+ * transfers of the ready sockets, libcurl's timeouts, finished transfers,
+ * our own deadlines. */
+static void drive(mz_client *c, int ms) {
+  double now = mz_now();
+  if (c->timer_at <= now) ms = 0;
+  else if (c->timer_at < INFINITY) {
+    double t = ceil((c->timer_at - now) * 1000.0);
+    if (ms < 0 || t < ms) ms = (int)t;
+  }
+  fired f[FIRED_MAX];
+  int woken = 0, running, left;
+  size_t k = watch_wait(c, ms, f, &woken); /* a copy: socket_action edits the set */
+  if (woken) {
+    char buf[64];
+    while (read(c->wake[0], buf, sizeof buf) > 0) {}
+  }
+  for (size_t i = 0; i < k; i++) curl_multi_socket_action(c->multi, f[i].fd, f[i].ev, &running);
+  if (c->timer_at <= mz_now()) {
+    c->timer_at = INFINITY; /* on_timer may set it again from inside */
+    curl_multi_socket_action(c->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+  }
   CURLMsg *m;
-  curl_multi_perform(c->multi, &running);
   while ((m = curl_multi_info_read(c->multi, &left))) {
     if (m->msg != CURLMSG_DONE) continue;
     mz_stream *s = NULL;
@@ -659,12 +833,8 @@ static int count_ready(const mz_client *c) {
 
 /* Seconds until the nearest stall or header deadline (or `cap`). */
 static double next_stall(const mz_client *c, double now, double cap) {
-  for (const mz_stream *s = c->streams; s; s = s->next)
-    if (s->easy && !s->term) {
-      double left = own_deadline(s) - now;
-      if (left < cap) cap = left > 0 ? left : 0;
-    }
-  return cap;
+  double left = c->next_check - now;
+  return left < cap ? (left > 0 ? left : 0) : cap;
 }
 
 static int any_running(const mz_client *c) {
@@ -679,8 +849,8 @@ static int any_running(const mz_client *c) {
  * when no transfer could make progress any more.
  */
 static int wait_loop(mz_client *c, mz_stream *target, double end) {
-  for (;;) {
-    drive(c);
+  for (int ms = 0;;) { /* first what is ready now, then wait */
+    drive(c, ms);
     int n = target ? ready(target) : count_ready(c);
     if (n) return n;
     if (c->intr && *c->intr) return MZ_NEXT_INTERRUPTED;
@@ -688,8 +858,7 @@ static int wait_loop(mz_client *c, mz_stream *target, double end) {
     double now = mz_now(), left = end - now;
     if (left <= 0) return 0;
     left = next_stall(c, now, left < 3600 ? left : 3600);
-    int ms = (int)ceil(left * 1000.0);
-    curl_multi_poll(c->multi, NULL, 0, ms, NULL);
+    ms = (int)ceil(left * 1000.0);
   }
 }
 
@@ -701,28 +870,28 @@ int mz_client_wait(mz_client *c, long timeout_ms) { return wait_loop(c, NULL, de
 
 int mz_client_sleep(mz_client *c, long timeout_ms) {
   double end = mz_now() + (double)timeout_ms / 1000.0;
-  for (;;) {
-    drive(c);
+  for (int ms = 0;;) {
+    drive(c, ms);
     if (c->intr && *c->intr) return MZ_NEXT_INTERRUPTED;
     double now = mz_now(), left = end - now;
     if (left <= 0) return 0;
     left = next_stall(c, now, left);
-    curl_multi_poll(c->multi, NULL, 0, (int)ceil(left * 1000.0), NULL);
+    ms = (int)ceil(left * 1000.0);
   }
 }
 
 /* Wait for the ready list to be non-empty (see mz_client_wait_ready). */
 int mz_client_wait_ready(mz_client *c, long timeout_ms) {
   double end = deadline_from(timeout_ms);
-  for (;;) {
-    drive(c);
+  for (int ms = 0;;) {
+    drive(c, ms);
     while (c->rhead && !ready(c->rhead)) unmark_ready(c->rhead); /* drained meanwhile */
     if (c->rhead) return 1;
     if (c->intr && *c->intr) return MZ_NEXT_INTERRUPTED;
     double now = mz_now(), left = end - now;
     if (left <= 0 || (isinf(end) && !any_running(c))) return 0;
     left = next_stall(c, now, left < 3600 ? left : 3600);
-    curl_multi_poll(c->multi, NULL, 0, (int)ceil(left * 1000.0), NULL);
+    ms = (int)ceil(left * 1000.0);
   }
 }
 
@@ -891,6 +1060,7 @@ mz_stream *mz_stream_open(mz_client *c, const mz_request *r, char *err, size_t e
   s->header_s = (double)r->header_timeout_ms / 1000.0;
   s->last_rx = s->t_open = mz_now();
   s->retry_after = -1;
+  if (s->header_s > 0) note_deadline(c, s->t_open + s->header_s);
   mz_sse_init(&s->sse, r->max_event_bytes, on_sse_event, s);
   if (build_headers(s, r)) goto oom;
   if (setup_easy(s, r)) {
@@ -953,25 +1123,53 @@ void mz_stream_close(mz_stream *s) {
 mz_client *mz_client_new(volatile sig_atomic_t *interrupt) {
   if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) return NULL;
   mz_client *c = calloc(1, sizeof *c);
-  if (!c || !(c->multi = curl_multi_init())) {
-    free(c);
-    curl_global_cleanup();
-    return NULL;
+  if (c) c->wake[0] = c->wake[1] = -1;
+#if defined(__linux__) && !defined(MZ_USE_POLL)
+  if (c) c->epfd = -1;
+#endif
+  if (!c || !(c->multi = curl_multi_init()) || pipe(c->wake)) goto fail;
+  for (int i = 0; i < 2; i++) {
+    fcntl(c->wake[i], F_SETFL, fcntl(c->wake[i], F_GETFL) | O_NONBLOCK);
+    fcntl(c->wake[i], F_SETFD, FD_CLOEXEC);
   }
+  if (watch_init(c)) goto fail;
+  c->timer_at = c->next_check = INFINITY;
+  curl_multi_setopt(c->multi, CURLMOPT_SOCKETFUNCTION, on_socket);
+  curl_multi_setopt(c->multi, CURLMOPT_SOCKETDATA, c);
+  curl_multi_setopt(c->multi, CURLMOPT_TIMERFUNCTION, on_timer);
+  curl_multi_setopt(c->multi, CURLMOPT_TIMERDATA, c);
   c->intr = interrupt;
   return c;
+fail:
+  if (c) {
+    if (c->multi) curl_multi_cleanup(c->multi);
+    for (int i = 0; i < 2; i++)
+      if (c->wake[i] >= 0) close(c->wake[i]);
+    watch_free(c);
+    free(c);
+  }
+  curl_global_cleanup();
+  return NULL;
 }
 
 void mz_client_free(mz_client *c) {
   if (!c) return;
   while (c->streams) mz_stream_close(c->streams);
-  curl_multi_cleanup(c->multi);
+  curl_multi_cleanup(c->multi); /* may still call on_socket: the set goes after */
+  close(c->wake[0]);
+  close(c->wake[1]);
+  watch_free(c);
   free(c);
   curl_global_cleanup();
 }
 
+/* Async-signal-safe: one write to a non-blocking pipe (a full pipe already
+ * wakes the poll). */
 void mz_client_wakeup(mz_client *c) {
-  if (c) curl_multi_wakeup(c->multi);
+  if (c) {
+    ssize_t r = write(c->wake[1], "", 1);
+    (void)r;
+  }
 }
 
 size_t mz_client_streams(const mz_client *c) { return c->nstreams; }
