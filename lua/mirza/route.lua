@@ -295,11 +295,21 @@ local function channel(sink, mode, splitter_opts)
     splitter = mode == "sentence" and M.splitter(splitter_opts) or nil }
 end
 
--- The channel's whole text: the joined runs, then the current one.
+-- The channel's whole text so far, as one string kept in place of its
+-- runs: asking again (the result, the engine's history) gives the same
+-- string, not another copy.
 local function channel_text(ch)
   local runs = ch.runs
-  if #runs == 0 then return concat(ch.parts, "", 1, ch.n) end
-  return concat(runs) .. concat(ch.parts, "", 1, ch.n)
+  if ch.n > 0 then
+    runs[#runs + 1] = concat(ch.parts, "", 1, ch.n)
+    ch.parts, ch.n = {}, 0
+  end
+  if #runs > 1 then
+    local whole = concat(runs)
+    for i = #runs, 2, -1 do runs[i] = nil end
+    runs[1] = whole
+  end
+  return runs[1] or ""
 end
 
 -- One delta of the channel: kept, and delivered in the channel's mode.
@@ -418,6 +428,13 @@ end
 function handlers.cut(r, ev)
   r.result.cut = ev
   r:_close(ev, ev.reason ~= "cancelled")
+end
+
+---The text a channel has received so far ("answer" or "think"), whole.
+---@param channel "answer"|"think"
+---@return string
+function Router:text(channel)
+  return channel_text(self[channel])
 end
 
 ---Route one event.

@@ -92,7 +92,8 @@ function Turn:finish()
   self.s:close()
   acc.t1 = acc.t1 or mirza.now()
   e.last = stats.stats(acc)
-  local answer = answer_text(self)
+  -- routed by say with nothing between the tap and the router: its text is the answer, one copy
+  local answer = self.router and self.router:text("answer") or answer_text(self)
   local tools = require "mirza.tools"
   -- whole calls from the done event; a turn cut short keeps what came
   local calls = tools.wire(self.tool_calls or tools.finish(self.tool_acc))
@@ -150,7 +151,7 @@ local function tap_stage(e, t)
       if ev then
         observe(acc, ev)
         local ty = ev.type
-        if ty == "text" then
+        if ty == "text" and not t.router then
           local n = t.run_n + 1
           t.run[n], t.run_n = ev.text, n
           if n == KEEP_RUN then
@@ -367,7 +368,12 @@ local function routed(e, input, topts, ropts)
   local result
   do
     local _ <close> = t
-    result = require("mirza.route").run(it, ropts)
+    local r = require("mirza.route").router(ropts)
+    -- no script stage between the turn's tap and the router: the router's
+    -- answer is the turn's, kept once (see Turn:finish)
+    if #e.stages == 0 and not topts.stages then t.router = r end
+    for ev in it do r:feed(ev) end
+    result = r:finish()
   end
   return result, t
 end

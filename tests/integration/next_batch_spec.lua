@@ -177,6 +177,21 @@ describe("merged engine turns", function()
     assert.equal(TEXT, h[#h].content)
   end)
 
+  it("keeps the answer once for the history, and the turn's own text past a script stage", function()
+    local e = new_engine()
+    local text, _, _, _, res = say(e)
+    local h = e.history.messages
+    assert.equal(TEXT, text)
+    assert.equal(res.answer, h[#h].content)
+    e.stages[1] = { name = "upper", fn = require("mirza.pipeline").map(function(ev)
+      if ev.type == "text" then ev.text = ev.text:upper() end
+      return ev
+    end) }
+    text = say(e)
+    assert.equal(TEXT:upper(), text) -- the sinks get the stage's text
+    assert.equal(TEXT, h[#h].content) -- the history the model's, as the stats tap saw it
+  end)
+
   it("keeps one event per delta for e:turn, a script stage, and merge = false in say", function()
     local e = new_engine()
     local n, deltas = 0, 0
