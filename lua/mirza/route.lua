@@ -431,10 +431,10 @@ function handlers.cut(r, ev)
 end
 
 ---The text a channel has received so far ("answer" or "think"), whole.
----@param channel "answer"|"think"
+---@param name "answer"|"think"
 ---@return string
-function Router:text(channel)
-  return channel_text(self[channel])
+function Router:text(name)
+  return channel_text(self[name])
 end
 
 ---Route one event.
