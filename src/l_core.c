@@ -56,6 +56,11 @@ void mz_l_pushctx(lua_State *L) {
   lua_setmetatable(L, -2);
   if (!(ctx->client = mz_client_new(&interrupt_pending))) luaL_error(L, "mirza: cannot initialise libcurl");
   if (!signal_client) signal_client = ctx->client;
+  static const char *const names[MZ_STR_N] = {"text", "type", "think", "deltas", "index"};
+  for (int i = 0; i < MZ_STR_N; i++) {
+    lua_pushstring(L, names[i]);
+    ctx->str[i] = luaL_ref(L, LUA_REGISTRYINDEX);
+  }
   lua_pushvalue(L, -1);
   lua_setfield(L, LUA_REGISTRYINDEX, CTX_KEY);
 }

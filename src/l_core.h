@@ -10,8 +10,14 @@
 
 #include "client.h"
 
+/* Strings every token event uses, made once per state (registry refs), so
+ * the event is built with lua_rawgeti + lua_rawset instead of the string
+ * lookup lua_pushstring and lua_setfield do at each call. */
+enum { MZ_STR_TEXT, MZ_STR_TYPE, MZ_STR_THINK, MZ_STR_DELTAS, MZ_STR_INDEX, MZ_STR_N };
+
 typedef struct mz_ctx {
   mz_client *client; /* NULL once the state is closing */
+  int str[MZ_STR_N]; /* registry refs, see MZ_STR_* */
 } mz_ctx;
 
 /* The context of L's main state, created on first use. Pushes nothing. */

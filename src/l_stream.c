@@ -98,20 +98,40 @@ static void push_error(lua_State *L, const mz_event *e) {
   }
 }
 
+static void push_str(lua_State *L, const mz_ctx *ctx, int which) { lua_rawgeti(L, LUA_REGISTRYINDEX, ctx->str[which]); }
+
+/* A think or text delta: {type =, text = [, deltas =] [, index =]}, the
+ * hot path (the table sized exactly: less for the GC to walk). */
+static void push_delta(lua_State *L, const mz_ctx *ctx, const mz_event *e) {
+  lua_createtable(L, 0, 2 + (e->index != 0) + (e->deltas > 1));
+  push_str(L, ctx, MZ_STR_TEXT);
+  lua_pushlstring(L, e->text, e->len);
+  lua_rawset(L, -3);
+  if (e->deltas > 1) {
+    push_str(L, ctx, MZ_STR_DELTAS);
+    lua_pushinteger(L, (lua_Integer)e->deltas);
+    lua_rawset(L, -3);
+  }
+  if (e->index) {
+    push_str(L, ctx, MZ_STR_INDEX);
+    lua_pushinteger(L, e->index);
+    lua_rawset(L, -3);
+  }
+  push_str(L, ctx, MZ_STR_TYPE);
+  push_str(L, ctx, e->type == MZ_EV_THINK ? MZ_STR_THINK : MZ_STR_TEXT);
+  lua_rawset(L, -3);
+}
+
 /* The event as a plain table: {type = ..., ...}. */
-static void push_event(lua_State *L, const mz_event *e) {
-  int text = e->type == MZ_EV_THINK || e->type == MZ_EV_TEXT;
-  /* exact for text: less for the GC to walk */
-  lua_createtable(L, 0, text ? 2 + (e->index != 0) + (e->deltas > 1) : 3);
+static void push_event(lua_State *L, const mz_ctx *ctx, const mz_event *e) {
+  if (e->type == MZ_EV_THINK || e->type == MZ_EV_TEXT) {
+    push_delta(L, ctx, e);
+    return;
+  }
+  lua_createtable(L, 0, 3);
   switch (e->type) {
   case MZ_EV_THINK:
-  case MZ_EV_TEXT:
-    set_string(L, "text", e->text, e->len);
-    if (e->deltas > 1) {
-      lua_pushinteger(L, (lua_Integer)e->deltas);
-      lua_setfield(L, -2, "deltas");
-    }
-    break;
+  case MZ_EV_TEXT: break;
   case MZ_EV_TOOL_CALL:
     mz_l_pushjson(L, e->json, 1);
     lua_setfield(L, -2, "calls");
@@ -149,7 +169,7 @@ static long timeout_ms(lua_State *L, int idx) {
 static int pull(lua_State *L, lstream *u, long ms) {
   const mz_event *e;
   switch (mz_stream_next(u->s, ms, &e)) {
-  case MZ_NEXT_EVENT: push_event(L, e); return 1;
+  case MZ_NEXT_EVENT: push_event(L, u->ctx, e); return 1;
   case MZ_NEXT_TIMEOUT: return mz_l_fail(L, "timeout", MZ_E_TIMEOUT);
   case MZ_NEXT_INTERRUPTED: return mz_l_raise_interrupt(L);
   default: /* MZ_NEXT_END */ lua_pushnil(L); return 1;
@@ -183,21 +203,25 @@ static int s_next_batch(lua_State *L) {
   lua_Integer i = 1;
   const mz_event *e;
   while ((!max || i < max) && mz_stream_pending(u->s) && mz_stream_next(u->s, 0, &e) == MZ_NEXT_EVENT) {
-    push_event(L, e);
+    push_event(L, u->ctx, e);
     lua_rawseti(L, -2, ++i);
   }
   return 1;
 }
 
+/* The iterator holds its stream as upvalue 1 (no metatable check per
+ * event); the state argument the for loop passes is that same stream. */
 static int events_iter(lua_State *L) {
-  lstream *u = check_stream(L, 1);
+  lstream *u = lua_touserdata(L, lua_upvalueindex(1));
+  if (!u->s) return luaL_error(L, "attempt to use a closed stream");
   return pull(L, u, -1);
 }
 
 /* for ev in s:events() do ... end (four values: the stream closes the loop) */
 static int s_events(lua_State *L) {
   check_stream(L, 1);
-  lua_pushcfunction(L, events_iter);
+  lua_pushvalue(L, 1);
+  lua_pushcclosure(L, events_iter, 1);
   lua_pushvalue(L, 1);
   lua_pushnil(L);
   lua_pushvalue(L, 1);
