@@ -284,7 +284,11 @@ local function case_list(n)
     add(("core loop x%d streams"):format(k), "concurrent", { streams = k, tokens = n, fpc = 1, rate = 0,
       reasoning = 0.25, core = true })
   end
-  -- as from real daemons: 256 streams of 100 tokens/s each, 2 s
+  -- paced, so the simulator is not the bottleneck and the client's scheduler
+  -- shows: 16 fast streams (5,000 tokens/s each), 256 as from real daemons
+  -- (100 tokens/s each), 2 s
+  add("engine x16 streams paced 5k/s", "concurrent", { streams = 16, tokens = 16 * 10000, fpc = 1, rate = 5000,
+    reasoning = 0.25, route = "token" })
   add("engine x256 streams paced 100/s", "concurrent", { streams = 256, tokens = 256 * 200, fpc = 1, rate = 100,
     reasoning = 0.25, route = "token" })
   add("core loop x256 streams paced 100/s", "concurrent", { streams = 256, tokens = 256 * 200, fpc = 1, rate = 100,

@@ -119,20 +119,26 @@ end
 ---@return mirza.EventIter
 function M.stage(up, opts)
   local acc = opts and opts.acc or M.accumulator()
-  local pending = {} -- events to hand out before pulling again
+  local pending, ph, pt = {}, 1, 0 -- events to hand out before pulling again: pending[ph..pt]
   return function()
-    local ev = table.remove(pending, 1)
-    if ev then return ev end
-    ev = up()
+    if ph <= pt then
+      local ev = pending[ph]
+      pending[ph], ph = nil, ph + 1
+      return ev
+    end
+    local ev = up()
     if not ev then return nil end
-    if ev.type == "tool_call" then
+    local ty = ev.type
+    if ty == "tool_call" then
       M.add(acc, ev.calls)
-    elseif ev.type == "done" and next(acc.slots) then
+    elseif ty == "done" and next(acc.slots) then
       local calls = M.finish(acc)
       ev.tool_calls = calls
       for i, c in ipairs(calls) do pending[i] = { type = "tool_call_done", call = c } end
       pending[#calls + 1] = ev
-      return table.remove(pending, 1)
+      local first = pending[1]
+      pending[1], ph, pt = nil, 2, #calls + 1
+      return first
     end
     return ev
   end
