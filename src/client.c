@@ -702,7 +702,7 @@ static int watch_set(mz_client *c, curl_socket_t fd, int what) {
     epoll_ctl(c->epfd, EPOLL_CTL_DEL, fd, NULL); /* ENOENT/EBADF: gone already */
     return 0;
   }
-  struct epoll_event ev = {.events = (what & CURL_POLL_IN ? EPOLLIN : 0u) | (what & CURL_POLL_OUT ? EPOLLOUT : 0u),
+  struct epoll_event ev = {.events = ((what & CURL_POLL_IN) ? EPOLLIN : 0u) | ((what & CURL_POLL_OUT) ? EPOLLOUT : 0u),
                            .data.fd = fd};
   if (epoll_ctl(c->epfd, EPOLL_CTL_MOD, fd, &ev) == 0) return 0;
   return epoll_ctl(c->epfd, EPOLL_CTL_ADD, fd, &ev) ? -1 : 0;
@@ -719,8 +719,8 @@ static size_t watch_wait(mz_client *c, int ms, fired *out, int *woken) {
       continue;
     }
     out[k].fd = evs[i].data.fd;
-    out[k++].ev = (r & (EPOLLIN | EPOLLHUP | EPOLLRDHUP) ? CURL_CSELECT_IN : 0) |
-                  (r & EPOLLOUT ? CURL_CSELECT_OUT : 0) | (r & EPOLLERR ? CURL_CSELECT_ERR : 0);
+    out[k++].ev = ((r & (EPOLLIN | EPOLLHUP | EPOLLRDHUP)) ? CURL_CSELECT_IN : 0) |
+                  ((r & EPOLLOUT) ? CURL_CSELECT_OUT : 0) | ((r & EPOLLERR) ? CURL_CSELECT_ERR : 0);
   }
   return k;
 }
@@ -752,7 +752,7 @@ static int watch_set(mz_client *c, curl_socket_t fd, int what) {
     c->npfd++;
   }
   c->pfd[i] = (struct pollfd){
-      .fd = fd, .events = (short)((what & CURL_POLL_IN ? POLLIN : 0) | (what & CURL_POLL_OUT ? POLLOUT : 0))};
+      .fd = fd, .events = (short)(((what & CURL_POLL_IN) ? POLLIN : 0) | ((what & CURL_POLL_OUT) ? POLLOUT : 0))};
   return 0;
 }
 
@@ -765,8 +765,8 @@ static size_t watch_wait(mz_client *c, int ms, fired *out, int *woken) {
     if (!r) continue;
     n--;
     out[k].fd = c->pfd[i].fd;
-    out[k++].ev = (r & (POLLIN | POLLHUP) ? CURL_CSELECT_IN : 0) | (r & POLLOUT ? CURL_CSELECT_OUT : 0) |
-                  (r & (POLLERR | POLLNVAL) ? CURL_CSELECT_ERR : 0);
+    out[k++].ev = ((r & (POLLIN | POLLHUP)) ? CURL_CSELECT_IN : 0) | ((r & POLLOUT) ? CURL_CSELECT_OUT : 0) |
+                  ((r & (POLLERR | POLLNVAL)) ? CURL_CSELECT_ERR : 0);
   }
   return k;
 }
