@@ -131,7 +131,7 @@ static void push_event(lua_State *L, const mz_ctx *ctx, const mz_event *e) {
   lua_createtable(L, 0, 3);
   switch (e->type) {
   case MZ_EV_THINK:
-  case MZ_EV_TEXT: break;
+  case MZ_EV_TEXT: break; /* push_delta */
   case MZ_EV_TOOL_CALL:
     mz_l_pushjson(L, e->json, 1);
     lua_setfield(L, -2, "calls");

@@ -284,9 +284,16 @@ local function prepare(e, input, opts)
   return plan, messages, info, prompt
 end
 
+-- Whether a say turn's events reach the router as the stats tap saw them:
+-- no stage of the script's own (the engine's or the turn's) in between.
+-- Then the router needs no event per delta (say merges) and its answer is
+-- the turn's (one copy, Turn:finish).
+local function builtin_only(e, topts)
+  return #e.stages == 0 and topts.stages == nil
+end
+
 -- Whether the turn's deltas come merged: the turn's option, else the
--- engine's; `say` sets it when nothing but its own stages and the sinks see
--- the events (they only need the text, not one event per delta).
+-- engine's (`say` sets the turn's, see builtin_only).
 local function merge_of(e, opts)
   local m = opts.merge
   if m == nil then m = e.cfg.merge end
@@ -369,9 +376,7 @@ local function routed(e, input, topts, ropts)
   do
     local _ <close> = t
     local r = require("mirza.route").router(ropts)
-    -- no script stage between the turn's tap and the router: the router's
-    -- answer is the turn's, kept once (see Turn:finish)
-    if #e.stages == 0 and not topts.stages then t.router = r end
+    if builtin_only(e, topts) then t.router = r end
     for ev in it do r:feed(ev) end
     result = r:finish()
   end
@@ -404,7 +409,7 @@ end
 ---@return table? result on failure: what was routed before it
 local function say(e, input, opts)
   local topts, ropts, lopts = split_opts(opts)
-  if topts.merge == nil and e.cfg.merge == nil then topts.merge = #e.stages == 0 and topts.stages == nil end
+  if topts.merge == nil and e.cfg.merge == nil then topts.merge = builtin_only(e, topts) end
   local tools_mod = require "mirza.tools"
   local tools = e:tools(topts)
   local max = lopts.max_rounds or e.cfg.max_rounds or tools_mod.MAX_ROUNDS
