@@ -57,7 +57,7 @@ struct mz_stream {
   mz_stream *prev, *next;
   CURL *easy;
   struct curl_slist *hdrs;
-  char *url;
+  char *url;              /* redacted (mz_redact_url): only for messages */
   int plain, mode, abort; /* abort: make the write callback fail */
   long status;
   mz_sse sse;
@@ -150,6 +150,75 @@ static void buf_free(mz_buf *b) {
   free(b->p);
   b->p = NULL;
   b->len = b->cap = 0;
+}
+
+/* ------------------------------------------------------- redaction */
+
+int mz_is_secret(const char *name, size_t len) {
+  static const char *const words[] = {"auth", "cookie", "key", "token", "secret", "password", "passwd", NULL};
+  for (int w = 0; words[w]; w++) {
+    size_t n = strlen(words[w]);
+    for (size_t i = 0; i + n <= len; i++)
+      if (strncasecmp(name + i, words[w], n) == 0) return 1;
+  }
+  return 0;
+}
+
+/* Where the userinfo of url ends (its '@'), or NULL: the authority runs
+ * from after "scheme://" (or the start, for a scheme-less URL as libcurl
+ * guesses it) to the first '/', '?' or '#'. */
+static const char *userinfo_end(const char *url, const char **start) {
+  const char *a = url, *sep = strstr(url, "://");
+  if (sep && sep > url && isalpha((unsigned char)*url) &&
+      strspn(url, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+.-") == (size_t)(sep - url))
+    a = sep + 3;
+  const char *end = a + strcspn(a, "/?#"), *at = NULL;
+  for (const char *p = a; p < end; p++)
+    if (*p == '@') at = p;
+  *start = a;
+  return at;
+}
+
+/* One pass of the rule into out (cap bytes, NUL-terminated when cap > 0);
+ * returns the length of the whole result, like snprintf. */
+static size_t redact_into(const char *url, char *out, size_t cap) {
+  size_t n = 0;
+#define PUT(p, len)                                                                                                    \
+  do {                                                                                                                 \
+    size_t l_ = (len);                                                                                                 \
+    if (n < cap) memcpy(out + n, (p), l_ < cap - n ? l_ : cap - n);                                                    \
+    n += l_;                                                                                                           \
+  } while (0)
+  const char *a, *at = userinfo_end(url, &a), *p = url;
+  if (at) {
+    PUT(url, (size_t)(a - url));
+    PUT("[redacted]", 10);
+    p = at;
+  }
+  while (*p) { /* as record.lua's gsub("([?&])([^=&#]+)=([^&#]*)") */
+    size_t k = (*p == '?' || *p == '&') ? strcspn(p + 1, "=&#") : 0;
+    if (!k || p[1 + k] != '=') {
+      PUT(p, 1);
+      p++;
+      continue;
+    }
+    const char *v = p + 2 + k;
+    size_t vl = strcspn(v, "&#");
+    PUT(p, 2 + k);
+    if (mz_is_secret(p + 1, k)) PUT("[redacted]", 10);
+    else PUT(v, vl);
+    p = v + vl;
+  }
+#undef PUT
+  if (cap) out[n < cap ? n : cap - 1] = '\0';
+  return n;
+}
+
+char *mz_redact_url(const char *url) {
+  size_t n = redact_into(url, NULL, 0);
+  char *out = malloc(n + 1);
+  if (out) redact_into(url, out, n + 1);
+  return out;
 }
 
 /* ------------------------------------------------------- ready list */
@@ -1051,7 +1120,7 @@ mz_stream *mz_stream_open(mz_client *c, const mz_request *r, char *err, size_t e
     return NULL;
   }
   mz_stream *s = calloc(1, sizeof *s);
-  if (!s || !(s->url = strdup(r->url)) || !(s->easy = curl_easy_init())) goto oom;
+  if (!s || !(s->url = mz_redact_url(r->url)) || !(s->easy = curl_easy_init())) goto oom; /* for messages */
   s->c = c;
   s->plain = r->plain;
   s->skip_bad = r->skip_bad_frames;

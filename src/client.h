@@ -134,6 +134,15 @@ size_t mz_client_ready(mz_client *c, mz_stream **out, size_t n);
 /* Number of open streams. */
 size_t mz_client_streams(const mz_client *c);
 
+/* The URL as it may be shown: userinfo (`user:pass@`) becomes
+ * `[redacted]@`, and the value of each query parameter whose name looks
+ * like a credential (contains auth, cookie, key, token, secret, password
+ * or passwd, any case: lua/mirza/record.lua's is_secret) becomes
+ * `[redacted]`. malloc'd (free it); NULL when out of memory. */
+char *mz_redact_url(const char *url);
+/* 1 when a name (header or query parameter) looks like a credential. */
+int mz_is_secret(const char *name, size_t len);
+
 /* Monotonic clock in seconds. */
 double mz_now(void);
 

@@ -9,6 +9,7 @@
 #include "l_core.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <lauxlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -177,14 +178,24 @@ static int l_ready(lua_State *L) {
   return 2;
 }
 
+/* mirza.core.redact_url(url) -> the URL as it may be shown (mz_redact_url). */
+static int l_redact_url(lua_State *L) {
+  char *r = mz_redact_url(luaL_checkstring(L, 1));
+  if (!r) return luaL_error(L, "out of memory");
+  lua_pushstring(L, r);
+  free(r);
+  return 1;
+}
+
 static int l_streams(lua_State *L) {
   lua_pushinteger(L, (lua_Integer)mz_client_streams(mz_l_ctx(L)->client));
   return 1;
 }
 
 int luaopen_mirza_core(lua_State *L) {
-  static const luaL_Reg funcs[] = {{"wait", l_wait}, {"sleep", l_sleep}, {"now", l_now}, {"streams", l_streams},
-                                   {"stat", l_stat}, {"ready", l_ready}, {NULL, NULL}};
+  static const luaL_Reg funcs[] = {
+      {"wait", l_wait},   {"sleep", l_sleep},           {"now", l_now}, {"streams", l_streams}, {"stat", l_stat},
+      {"ready", l_ready}, {"redact_url", l_redact_url}, {NULL, NULL}};
   mz_l_ctx(L);
   luaL_newlib(L, funcs);   /* [core] */
   luaopen_mirza_stream(L); /* [core, open] */

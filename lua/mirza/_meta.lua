@@ -141,6 +141,16 @@ function mirza.streams() end
 ---@return string? code "io"
 function mirza.stat(path) end
 
+---The URL as it may be shown (in messages, logs, recordings): userinfo
+---(`http://user:pass@host`) becomes `http://[redacted]@host`, and the value
+---of every query parameter whose name looks like a credential (contains
+---auth, cookie, key, token, secret, password or passwd, in any case) becomes
+---`[redacted]`. The same rule as every message of the C core. Also
+---`require("mirza.core").redact_url`.
+---@param url string
+---@return string url
+function mirza.redact_url(url) end
+
 ---@class mirza.json
 ---@field null lightuserdata  JSON null (decode produces it; encode accepts it)
 mirza.json = {}

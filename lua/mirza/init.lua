@@ -14,6 +14,7 @@ local M = {
   now = core.now,
   streams = core.streams,
   ready = core.ready,
+  redact_url = core.redact_url,
 }
 
 -- MIRZA_RECORD=DIR records every request (mirza.record); read once.
