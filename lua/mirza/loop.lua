@@ -634,16 +634,19 @@ end
 
 ---Run functions concurrently, at most `opts.limit` at a time (default: all),
 ---each as its own task; results in the order of `fns`. One failure does not
----stop the others.
+---stop the others. `results[i]` is the first value fns[i] returned; every
+---value it returned is in `all[i]`, packed (`all[i].n` counts them, nils
+---among them kept), as `t:join()` would give them after its `true`.
 ---@param fns function[]
 ---@param opts? {limit?: integer, loop?: mirza.Loop}
 ---@return any[] results results[i]: first value returned by fns[i] (nil when it failed)
 ---@return table<integer,string> errors errors[i]: the failure message of fns[i]
 ---@return integer nerrors
+---@return table<integer,{n: integer}> all all[i]: every value fns[i] returned (`table.pack`), nil when it failed
 function M.gather(fns, opts)
   local l, n = loop_of(opts), #fns
   local limit = math.max(1, opts and opts.limit or n)
-  local results, errors, nerr, next_i = {}, {}, 0, 1
+  local results, errors, nerr, next_i, all = {}, {}, 0, 1, {}
   local c = completions(l)
   local function launch()
     local t = l:spawn(fns[next_i])
@@ -653,11 +656,11 @@ function M.gather(fns, opts)
   while next_i <= n and next_i <= limit do launch() end
   for _ = 1, n do
     local t = c.take()
-    if t.ok then results[t.index] = t.results[1]
+    if t.ok then results[t.index], all[t.index] = t.results[1], t.results
     else errors[t.index], nerr = t.error, nerr + 1 end
     if next_i <= n then launch() end
   end
-  return results, errors, nerr
+  return results, errors, nerr, all
 end
 
 -- ------------------------------------------------------------- conditions

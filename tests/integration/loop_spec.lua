@@ -247,6 +247,31 @@ describe("mirza.loop", function()
     end
   end)
 
+  it("gather keeps every value each function returned, nils among them, as join does", function()
+    local fns = {
+      function()
+        local text = read_all(open(sim, "two words"))
+        return text, nil, 3
+      end,
+      function() return nil, "no answer", "refused" end,
+      function() error("item three") end,
+      function() end,
+      function()
+        mirza.sleep(0.01)
+        return "a", "b", nil
+      end,
+    }
+    local results, errors, nerr, all = loop.gather(fns, { limit = 2, loop = loop.new() })
+    assert.same({ "two words", [5] = "a" }, results)
+    assert.equal(1, nerr)
+    assert.truthy(errors[3]:find("item three", 1, true))
+    assert.same({ n = 3, "two words", nil, 3 }, all[1])
+    assert.same({ n = 3, nil, "no answer", "refused" }, all[2])
+    assert.is_nil(all[3])
+    assert.same({ n = 0 }, all[4])
+    assert.same({ n = 3, "a", "b", nil }, all[5])
+  end)
+
   it("iterates tasks as they complete, and runs mirza.request/sleep cooperatively", function()
     local l = loop.new()
     -- spawned in the order c, a, b: run one after the other they would
