@@ -60,5 +60,13 @@ if(TARGET mirza-sim AND BASH)
   set_tests_properties(sim.smoke PROPERTIES ENVIRONMENT "${TEST_ENV}" LABELS sim TIMEOUT 300)
 endif()
 
+# --- The official OpenAI SDK (npm openai, pinned) against mirza-sim in both dialects
+# (issue 21): installed into the build tree on first run; skipped (77) without node/npm.
+if(TARGET mirza-sim AND BASH)
+  add_test(NAME sdk.conformance COMMAND ${BASH} ${CMAKE_SOURCE_DIR}/tests/sdk/run.sh $<TARGET_FILE:mirza-sim>
+                                        ${CMAKE_BINARY_DIR})
+  set_tests_properties(sdk.conformance PROPERTIES ENVIRONMENT "${TEST_ENV}" LABELS sim TIMEOUT 600 SKIP_RETURN_CODE 77)
+endif()
+
 # --- Fuzz targets: replayed over their saved inputs here; libFuzzer builds with -DMIRZA_FUZZ=ON.
 include(${CMAKE_SOURCE_DIR}/tests/fuzz/fuzz.cmake)

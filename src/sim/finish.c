@@ -141,8 +141,11 @@ static void llama_final(job *j, const char *finish, double t_end) {
 static cJSON *message_obj(const job *j) {
   cJSON *m = cJSON_CreateObject();
   cJSON_AddStringToObject(m, "role", "assistant");
-  cJSON_AddStringToObject(m, "content", j->content.p ? j->content.p : "");
+  cJSON *calls = tools_message_calls(j);
+  if (calls) cJSON_AddNullToObject(m, "content"); /* as OpenAI and llama-server: calls, no text */
+  else cJSON_AddStringToObject(m, "content", j->content.p ? j->content.p : "");
   if (j->has_reasoning) cJSON_AddStringToObject(m, "reasoning_content", j->reasoning.p ? j->reasoning.p : "");
+  if (calls) cJSON_AddItemToObject(m, "tool_calls", calls);
   return m;
 }
 

@@ -121,6 +121,8 @@ static void usage(FILE *out) {
         "  retry-after=N|date+N     Retry-After of http faults: seconds, or an\n"
         "                     HTTP-date N seconds ahead\n"
         "  gzip               Content-Encoding: gzip on every answer\n"
+        "  tool-name-split    stream each tool call's name in two fragments (real\n"
+        "                     daemons send it whole in the first)\n"
         "Per-request body overrides: \"mirza_sim\":{\"text\",\"reasoning\",\"answer_tokens\",\n"
         "  \"reasoning_tokens\",\"tok_rate\",\"ttft_ms\",\"fault\",\"tool_calls\",\n"
         "  \"frames_per_chunk\"}\n",

@@ -36,6 +36,7 @@
 #define SIM_MAX_HEADERS 100
 #define SIM_FLUSH_BYTES (32u << 10) /* batch size when the rate is unlimited */
 #define SIM_SLICE_MS 50             /* longest blind sleep: cancel/disconnect latency */
+#define SIM_MAX_ROUTES 16           /* --route and --no-route, each */
 
 enum sim_dialect { DIALECT_MTPLX, DIALECT_LLAMA };
 
@@ -65,6 +66,10 @@ typedef struct sim_config {
   const char *replay_dir;  /* --replay-dir: serve a mirza recording (recorded.c) */
   bool replay_by_body;     /* --replay-match body (default: order) */
   long frames_per_chunk;   /* tok_rate 0: flush every N token frames; 0 = by size */
+  /* --route PATH=BODY: GET PATH answers 200 with BODY (JSON); --no-route PATH:
+   * PATH answers 404 as if the server had no such route (serve.c) */
+  const char *routes[SIM_MAX_ROUTES], *no_routes[SIM_MAX_ROUTES];
+  int n_routes, n_no_routes;
 } sim_config;
 
 /* ---- buf.c ---------------------------------------------------------- */
@@ -110,6 +115,7 @@ typedef struct sim_faults {
   int http_body;        /* http=/http-text=: HTTP_BODY_* below */
   bool gzip;            /* Content-Encoding: gzip on every response */
   char retry_after[64]; /* Retry-After value of error answers ("" = default) */
+  bool tool_name_split; /* a tool call's name in two fragments (tools.c) */
 } sim_faults;
 
 enum { HTTP_BODY_JSON, HTTP_BODY_TEXT_HTML, HTTP_BODY_HTML_PAGE, HTTP_BODY_PLAIN };
@@ -282,6 +288,7 @@ struct cJSON;
 void tools_plan(job *j, const struct cJSON *body); /* after the text plan */
 const char *tools_emit(job *j);                    /* at the end of the text: the calls, if any */
 void tools_free(job *j);
+struct cJSON *tools_message_calls(const job *j); /* non-streamed message.tool_calls; NULL: text */
 
 /* ---- recorded.c ----------------------------------------------------- */
 int recorded_load(server *s, const char *dir, bool by_body); /* 0, or -1 */

@@ -13,12 +13,16 @@
  *   "tool results: [ID] CONTENT; [ID] CONTENT"
  * so a test can check what its tools answered.
  *
- * Calls are streamed like real servers do, in fragments, cut at awkward
- * places on purpose: the id and type only in the first fragment with half
- * the name, the rest of the name in the next, the arguments in pieces of
- * 1, 4, 2, 7, 3 ... bytes (on UTF-8 character boundaries), one call after
- * another by index; then finish_reason "tool_calls". Streamed requests
- * only: a non-streamed one is answered with text.
+ * Calls are streamed as the real daemons (and OpenAI) send them: each
+ * call's first fragment carries its id, type and whole name with empty
+ * arguments, then the arguments come in pieces of 1, 4, 2, 7, 3 ... bytes
+ * (on UTF-8 character boundaries), one call after another by index; then
+ * finish_reason "tool_calls". Clients that keep the last name they see
+ * (the OpenAI Node SDK) rely on the name being whole. The tool-name-split
+ * fault cuts it on purpose, as before issue 21: the id, type and first
+ * half of the name, then the rest of the name alone, to test clients that
+ * join pieces. A non-streamed request gets the same calls in
+ * message.tool_calls (content null), in the dialect's member order.
  */
 #include <cJSON.h>
 #include <stdio.h>
@@ -90,7 +94,7 @@ static int rounds_done(const cJSON *messages, char **echo) {
 
 void tools_plan(job *j, const cJSON *body) {
   const cJSON *tools = cJSON_GetObjectItemCaseSensitive(body, "tools");
-  if (!j->stream || cJSON_GetArraySize(tools) == 0) return;
+  if (cJSON_GetArraySize(tools) == 0) return;
   const cJSON *ctl = cJSON_GetObjectItemCaseSensitive(body, "mirza_sim");
   cJSON *file = NULL;
   const cJSON *script = cJSON_GetObjectItemCaseSensitive(ctl, "tool_calls");
@@ -114,11 +118,14 @@ void tools_plan(job *j, const cJSON *body) {
   cJSON_Delete(file);
 }
 
-/* One fragment frame: {"tool_calls":[{"index":i, ...members}]}. */
+/* One fragment frame: {"tool_calls":[{"index":i, ...members}]}. Counted
+ * as a token either way, so a non-streamed answer has the same usage. */
 static void fragment(job *j, int index, const char *members) {
-  frame_open(j, NULL);
-  sbuf_printf(&j->out, "{\"tool_calls\":[{\"index\":%d%s}]}", index, members);
-  frame_close(j, NULL, "");
+  if (j->stream) {
+    frame_open(j, NULL);
+    sbuf_printf(&j->out, "{\"tool_calls\":[{\"index\":%d%s}]}", index, members);
+    frame_close(j, NULL, "");
+  }
   j->ntok++;
   j->frames++;
   j->nanswer++;
@@ -131,25 +138,42 @@ static char *args_text(const cJSON *call) {
   return a ? cJSON_PrintUnformatted(a) : sim_strndup("{}", 2);
 }
 
-static void stream_call(job *j, int index, const cJSON *call) {
-  static const size_t pieces[] = {1, 4, 2, 7, 3};
-  const char *name = str_of(call, "name"), *id = str_of(call, "id");
-  char gen_id[240];
-  if (!name) name = "";
-  if (!id) snprintf(gen_id, sizeof gen_id, "call_%d_%s", index, j->id), id = gen_id;
-  size_t half = strlen(name) / 2;
+/* The call's id: the script's, else one made from the index and request. */
+static const char *call_id(const job *j, int index, const cJSON *call, char *buf, size_t n) {
+  const char *id = str_of(call, "id");
+  if (id) return id;
+  snprintf(buf, n, "call_%d_%s", index, j->id);
+  return buf;
+}
+
+/* The first fragment: id, type and the name (whole, or its first half
+ * under tool-name-split, the second half following in a fragment of its
+ * own), arguments empty. */
+static void head_fragments(job *j, int index, const char *id, const char *name) {
+  size_t n = strlen(name), first = j->f.tool_name_split ? n / 2 : n;
   sbuf m = {0};
   sbuf_adds(&m, ",\"id\":");
   sbuf_json_str(&m, id);
   sbuf_adds(&m, ",\"type\":\"function\",\"function\":{\"name\":\"");
-  sbuf_json_esc(&m, name, half);
+  sbuf_json_esc(&m, name, first);
   sbuf_adds(&m, "\",\"arguments\":\"\"}");
   fragment(j, index, m.p);
-  m.len = 0;
-  sbuf_adds(&m, ",\"function\":{\"name\":\"");
-  sbuf_json_esc(&m, name + half, strlen(name) - half);
-  sbuf_adds(&m, "\"}");
-  fragment(j, index, m.p);
+  if (first < n) {
+    m.len = 0;
+    sbuf_adds(&m, ",\"function\":{\"name\":\"");
+    sbuf_json_esc(&m, name + first, n - first);
+    sbuf_adds(&m, "\"}");
+    fragment(j, index, m.p);
+  }
+  sbuf_free(&m);
+}
+
+static void stream_call(job *j, int index, const cJSON *call) {
+  static const size_t pieces[] = {1, 4, 2, 7, 3};
+  const char *name = str_of(call, "name");
+  char gen_id[240];
+  head_fragments(j, index, call_id(j, index, call, gen_id, sizeof gen_id), name ? name : "");
+  sbuf m = {0};
   char *args = args_text(call);
   for (size_t off = 0, k = 0, n = strlen(args); off < n; k++) {
     size_t len = pieces[k % 5];
@@ -168,7 +192,7 @@ static void stream_call(job *j, int index, const cJSON *call) {
 
 const char *tools_emit(job *j) {
   if (!j->tools || !j->tools->calls) return "stop";
-  if (!j->role_sent) role_frame(j);
+  if (j->stream && !j->role_sent) role_frame(j);
   int i = 0;
   const cJSON *call;
   cJSON_ArrayForEach(call, j->tools->calls) {
@@ -177,6 +201,31 @@ const char *tools_emit(job *j) {
     if (j->gone) return NULL;
   }
   return "tool_calls";
+}
+
+/* The calls of a non-streamed answer, as message.tool_calls: OpenAI's
+ * member order (id, type, function) for MTPLX, llama-server's (type,
+ * function, id) for llama. NULL when the answer is text. */
+cJSON *tools_message_calls(const job *j) {
+  if (!j->tools || !j->tools->calls) return NULL;
+  cJSON *out = cJSON_CreateArray();
+  bool llama = j->srv->cfg.dialect == DIALECT_LLAMA;
+  int i = 0;
+  const cJSON *call;
+  cJSON_ArrayForEach(call, j->tools->calls) {
+    char gen_id[240], *args = args_text(call);
+    const char *id = call_id(j, i++, call, gen_id, sizeof gen_id), *name = str_of(call, "name");
+    cJSON *c = cJSON_CreateObject(), *fn = cJSON_CreateObject();
+    if (!llama) cJSON_AddStringToObject(c, "id", id);
+    cJSON_AddStringToObject(c, "type", "function");
+    cJSON_AddStringToObject(fn, "name", name ? name : "");
+    cJSON_AddStringToObject(fn, "arguments", args);
+    cJSON_AddItemToObject(c, "function", fn);
+    if (llama) cJSON_AddStringToObject(c, "id", id);
+    cJSON_AddItemToArray(out, c);
+    free(args);
+  }
+  return out;
 }
 
 void tools_free(job *j) {

@@ -1,0 +1,276 @@
+// conformance.mjs - the official OpenAI SDK (npm `openai`, v6) against
+// mirza-sim, in one dialect: a client nobody here wrote must work against
+// the simulator as it does against a real daemon (issue 21).
+//
+// Run by tests/sdk/run.sh, which installs the SDK and starts the sims:
+//   MIRZA_SDK_DIR        directory holding node_modules/openai
+//   MIRZA_SDK_DIALECT    mtplx | llama
+//   MIRZA_SDK_BASE       base URL (".../v1") of a sim started with --api-key,
+//                        --tool-script tests/sdk/tools.json, --model-id sdk-model
+//   MIRZA_SDK_KEY        that API key
+//   MIRZA_SDK_RETRY_BASE base URL of a sim started with --fail-first 1
+//
+// Each check prints "ok - NAME" or "not ok - NAME: why"; the last line is
+// "N passed, N failed"; the exit status is 1 when any failed. Every client
+// has maxRetries 0 (but the retry check) and a 15 s timeout, and the whole
+// run a 90 s watchdog: a broken sim fails the test, it never hangs it.
+import assert from 'node:assert/strict';
+import { createRequire } from 'node:module';
+import path from 'node:path';
+
+const env = (k) => {
+  const v = process.env[k];
+  if (!v) throw new Error(`conformance.mjs: ${k} is not set (run it through tests/sdk/run.sh)`);
+  return v;
+};
+const require = createRequire(path.join(env('MIRZA_SDK_DIR'), 'package.json'));
+const { default: OpenAI } = require('openai');
+const DIALECT = env('MIRZA_SDK_DIALECT');
+const BASE = env('MIRZA_SDK_BASE');
+const KEY = env('MIRZA_SDK_KEY');
+const MODEL = 'sdk-model';
+const LLAMA = DIALECT === 'llama';
+
+const watchdog = setTimeout(() => {
+  console.log('not ok - watchdog: the run took more than 90 s');
+  process.exit(1);
+}, 90_000);
+
+// MTPLX honours sampling/thinking fields only with this header; harmless
+// on llama-server, so always sent (as mirza does).
+const HEADERS = { 'X-MTPLX-Allow-Client-Controls': '1' };
+const client = (opts = {}) =>
+  new OpenAI({ baseURL: BASE, apiKey: KEY, maxRetries: 0, timeout: 15_000, defaultHeaders: HEADERS, ...opts });
+const sdk = client();
+
+// Thinking on or off, the way each dialect is asked (llama-server thinks
+// by default with a reasoning model; MTPLX does not).
+const thinking = (on) => (LLAMA ? { chat_template_kwargs: { enable_thinking: on } } : { enable_thinking: on });
+const ask = (prompt, extra = {}) => ({
+  model: MODEL,
+  messages: [{ role: 'user', content: prompt }],
+  ...thinking(false),
+  ...extra,
+});
+
+let passed = 0,
+  failed = 0;
+async function check(name, fn) {
+  try {
+    await fn();
+    passed++;
+    console.log(`ok - ${DIALECT}: ${name}`);
+  } catch (e) {
+    failed++;
+    console.log(`not ok - ${DIALECT}: ${name}: ${e && e.stack ? e.stack : e}`);
+  }
+}
+
+// Await fn, which must reject with an instance of cls; returns the error.
+async function rejects(cls, fn) {
+  try {
+    await fn();
+  } catch (e) {
+    assert.ok(e instanceof cls, `expected ${cls.name}, got ${e && e.constructor && e.constructor.name}: ${e}`);
+    return e;
+  }
+  assert.fail(`expected ${cls.name}, nothing was thrown`);
+}
+
+function checkUsage(u) {
+  assert.ok(u, 'no usage');
+  assert.ok(u.prompt_tokens > 0 && u.completion_tokens > 0, `usage ${JSON.stringify(u)}`);
+  assert.equal(u.total_tokens, u.prompt_tokens + u.completion_tokens);
+}
+
+// Collect a raw stream: text, reasoning, the order of the two, the chunks.
+async function collect(stream) {
+  const out = { text: '', reasoning: '', order: [], chunks: [], usage: null, finish: null };
+  for await (const chunk of stream) {
+    out.chunks.push(chunk);
+    if (chunk.usage) out.usage = chunk.usage;
+    for (const ch of chunk.choices) {
+      const d = ch.delta || {};
+      if (d.reasoning_content) out.reasoning += d.reasoning_content;
+      if (d.content) out.text += d.content;
+      const kind = d.reasoning_content ? 'reasoning' : d.content ? 'content' : null;
+      if (kind && out.order[out.order.length - 1] !== kind) out.order.push(kind);
+      if (ch.finish_reason) out.finish = ch.finish_reason;
+    }
+  }
+  return out;
+}
+
+// ---- models ---------------------------------------------------------------
+
+await check('models.list() lists the served model', async () => {
+  const ids = [];
+  for await (const m of sdk.models.list()) ids.push(m.id);
+  assert.deepEqual(ids, [MODEL]);
+});
+
+// ---- chat: non-streamed and streamed ---------------------------------------
+
+let plainText = null;
+await check('a non-streamed answer: content, finish_reason, usage', async () => {
+  const r = await sdk.chat.completions.create(ask('Bonjour !'));
+  assert.equal(r.object, 'chat.completion');
+  assert.match(r.id, /^chatcmpl-/);
+  assert.equal(r.model, MODEL);
+  assert.equal(r.choices[0].message.role, 'assistant');
+  assert.equal(r.choices[0].finish_reason, 'stop');
+  assert.ok(r.choices[0].message.content.length > 0);
+  assert.equal(r.choices[0].message.reasoning_content, undefined, 'reasoning without thinking');
+  checkUsage(r.usage);
+  plainText = r.choices[0].message.content;
+});
+
+await check('a streamed answer with include_usage: the same text, one id, usage at the end', async () => {
+  const s = await sdk.chat.completions.create(ask('Bonjour !', { stream: true, stream_options: { include_usage: true } }));
+  const out = await collect(s);
+  assert.equal(out.text, plainText);
+  assert.equal(out.finish, 'stop');
+  assert.deepEqual(out.order, ['content']);
+  checkUsage(out.usage);
+  assert.equal(new Set(out.chunks.map((c) => c.id)).size, 1, 'one id for every chunk');
+  assert.ok(out.chunks.every((c) => c.object === 'chat.completion.chunk'));
+  assert.ok(out.chunks[out.chunks.length - 1].usage, 'usage rides on the last chunk');
+});
+
+await check('the stream helper: finalChatCompletion() has the text and usage', async () => {
+  const s = sdk.chat.completions.stream(ask('Bonjour !', { stream_options: { include_usage: true } }));
+  const deltas = [];
+  s.on('content', (d) => deltas.push(d));
+  const c = await s.finalChatCompletion();
+  assert.equal(c.choices[0].message.content, plainText);
+  assert.equal(deltas.join(''), plainText);
+  assert.equal(c.choices[0].finish_reason, 'stop');
+  checkUsage(c.usage);
+});
+
+await check('max_tokens: finish_reason "length" and that many tokens', async () => {
+  const r = await sdk.chat.completions.create(ask('Bonjour !', { max_tokens: 3 }));
+  assert.equal(r.choices[0].finish_reason, 'length');
+  assert.equal(r.usage.completion_tokens, 3);
+});
+
+// ---- reasoning -------------------------------------------------------------
+
+await check('reasoning_content: streamed before the answer, and in a non-streamed message', async () => {
+  const s = await sdk.chat.completions.create(ask('Pourquoi ?', { ...thinking(true), stream: true }));
+  const out = await collect(s);
+  assert.deepEqual(out.order, ['reasoning', 'content']);
+  const r = await sdk.chat.completions.create(ask('Pourquoi ?', thinking(true)));
+  assert.equal(r.choices[0].message.reasoning_content, out.reasoning);
+  assert.equal(r.choices[0].message.content, out.text);
+  assert.ok(r.usage.completion_tokens > 0);
+});
+
+// ---- tools: the SDK's runner, two rounds (tests/sdk/tools.json) -----------
+
+const TOOL_ANSWER =
+  'tool results: [call_w1] {"city":"Lyon","temp_c":4}; [call_t1] {"tz":"Europe/Paris","time":"12:00"}; ' +
+  '[call_w2] {"city":"Saint-Étienne","temp_c":13}';
+
+for (const stream of [true, false]) {
+  await check(`runTools (${stream ? 'streamed' : 'non-streamed'}): two rounds of calls, then the answer`, async () => {
+    const called = [];
+    const tool = (name, props, fn) => ({
+      type: 'function',
+      function: {
+        name,
+        description: name,
+        parameters: { type: 'object', properties: props, required: Object.keys(props) },
+        parse: JSON.parse,
+        function: (args) => {
+          called.push(`${name}(${Object.values(args).join(',')})`);
+          return fn(args);
+        },
+      },
+    });
+    const runner = sdk.chat.completions.runTools({
+      ...ask('Quel temps ?'),
+      stream,
+      tools: [
+        tool('get_weather', { city: { type: 'string' } }, (a) => ({ city: a.city, temp_c: a.city.length })),
+        tool('get_time', { tz: { type: 'string' } }, (a) => ({ tz: a.tz, time: '12:00' })),
+      ],
+    });
+    const answer = await runner.finalContent();
+    assert.deepEqual(called, ['get_weather(Lyon)', 'get_time(Europe/Paris)', 'get_weather(Saint-Étienne)']);
+    assert.equal(answer, TOOL_ANSWER);
+    const calls = runner.messages.filter((m) => m.role === 'assistant' && m.tool_calls).map((m) => m.tool_calls);
+    assert.deepEqual(
+      calls.map((round) => round.map((c) => `${c.id} ${c.type} ${c.function.name}`)),
+      [['call_w1 function get_weather'], ['call_t1 function get_time', 'call_w2 function get_weather']],
+    );
+  });
+}
+
+// ---- HTTP errors: each class the SDK maps ----------------------------------
+
+const fault = (spec) => ({ headers: { 'X-Mirza-Sim-Fault': spec } });
+
+await check('400 -> BadRequestError with the server message', async () => {
+  const e = await rejects(OpenAI.BadRequestError, () => sdk.chat.completions.create(ask('x'), fault('http=400:bad input')));
+  assert.equal(e.status, 400);
+  assert.match(e.message, /^400 bad input/);
+  const e2 = await rejects(OpenAI.BadRequestError, () => sdk.chat.completions.create({ model: MODEL, messages: [] }));
+  assert.match(e2.message, /messages/);
+});
+
+await check('401 -> AuthenticationError for a wrong API key (--api-key)', async () => {
+  const e = await rejects(OpenAI.AuthenticationError, () => client({ apiKey: 'wrong' }).chat.completions.create(ask('x')));
+  assert.equal(e.status, 401);
+  await rejects(OpenAI.AuthenticationError, () => client({ apiKey: 'wrong' }).models.list());
+});
+
+await check('404 -> NotFoundError for an unknown route', async () => {
+  const e = await rejects(OpenAI.NotFoundError, () => sdk.models.retrieve('no-such-model'));
+  assert.equal(e.status, 404);
+});
+
+await check('429 -> RateLimitError with Retry-After', async () => {
+  const e = await rejects(OpenAI.RateLimitError, () => sdk.chat.completions.create(ask('x'), fault('http=429:slow down')));
+  assert.equal(e.headers.get('retry-after'), '1');
+  assert.match(e.message, /slow down/);
+});
+
+await check('429 then 200: the SDK waits Retry-After and retries (--fail-first 1)', async () => {
+  let requests = 0;
+  const counting = (url, init) => {
+    requests++;
+    return fetch(url, init);
+  };
+  const c = client({ baseURL: env('MIRZA_SDK_RETRY_BASE'), maxRetries: 2, fetch: counting });
+  const t0 = Date.now();
+  const r = await c.chat.completions.create(ask('Bonjour !'));
+  const ms = Date.now() - t0;
+  assert.equal(r.choices[0].message.content, plainText);
+  assert.equal(requests, 2);
+  assert.ok(ms >= 900, `retried after ${ms} ms, not the 1 s of Retry-After`);
+});
+
+await check('500 -> InternalServerError', async () => {
+  const e = await rejects(OpenAI.InternalServerError, () => sdk.chat.completions.create(ask('x'), fault('http=500')));
+  assert.equal(e.status, 500);
+});
+
+await check('an error in the middle of a stream -> APIError after the text before it', async () => {
+  const s = await sdk.chat.completions.create(ask('Bonjour !', { stream: true }), fault('error-after=3'));
+  let text = '';
+  const e = await rejects(OpenAI.APIError, async () => {
+    for await (const chunk of s) text += chunk.choices[0]?.delta?.content ?? '';
+  });
+  assert.match(e.message, /simulated failure after 3 tokens/);
+  assert.ok(text.length > 0 && plainText.startsWith(text), `text before the error: ${JSON.stringify(text)}`);
+});
+
+// TODO(issue 21, "once they exist"): embeddings (sdk.embeddings.create)
+// and a response_format json_schema answer. mirza-sim serves neither yet;
+// add the two checks here when it does. Not counted as passed meanwhile.
+console.log(`# TODO ${DIALECT}: embeddings and response_format (not served by mirza-sim yet)`);
+
+clearTimeout(watchdog);
+console.log(`${passed} passed, ${failed} failed`);
+process.exit(failed ? 1 : 0);
