@@ -68,6 +68,7 @@ struct mz_stream {
   char carry[2][4];   /* held-back partial UTF-8: [0] think, [1] text */
   size_t carry_len[2];
   char finish_reason[32];
+  char done_id[96];      /* the completion id: the first frame "id" (done.id), "" if none */
   int no_done;           /* ended cleanly after a finish_reason, no [DONE] */
   size_t invalid_utf8;   /* ill-formed sequences replaced by U+FFFD */
   int skip_bad;          /* on_bad_frame = "skip" */
@@ -78,6 +79,7 @@ struct mz_stream {
   double retry_after;      /* of an HTTP error: seconds, or -1 */
   double t_open, header_s; /* header_timeout: until the head is complete */
   int got_rx, head_done;   /* a response byte came; the final head ended */
+  curl_socket_t sock;      /* the socket libcurl last watched for it (stall clock) */
   mz_buf headers;          /* "name: value\n" lines, names in lowercase */
   /* the terminal event */
   mz_evtype term; /* 0 while none */
@@ -111,7 +113,9 @@ struct mz_client {
   struct pollfd *pfd; /* [0]: the wake pipe; then libcurl's sockets */
   size_t npfd, cappfd;
 #endif
-  double timer_at;   /* libcurl's next timeout (INFINITY: none) */
+  double timer_at; /* libcurl's next timeout (INFINITY: none) */
+  double *fd_rx;   /* [fd]: when that socket last became readable */
+  size_t nfd_rx;
   double next_check; /* no stall or header deadline before this */
   int wake[2];       /* the wake pipe (mz_client_wakeup), non-blocking */
 };
@@ -416,6 +420,7 @@ static cJSON *make_done(mz_stream *s) {
   cJSON *d = cJSON_CreateObject();
   if (!d) return NULL;
   if (s->finish_reason[0]) cJSON_AddStringToObject(d, "finish_reason", s->finish_reason);
+  if (s->done_id[0]) cJSON_AddStringToObject(d, "id", s->done_id);
   if (s->usage) cJSON_AddItemToObject(d, "usage", s->usage);
   if (s->stats) cJSON_AddItemToObject(d, "stats", s->stats);
   if (s->timings) cJSON_AddItemToObject(d, "timings", s->timings);
@@ -458,6 +463,8 @@ static void handle_frame(mz_stream *s, mz_frame *f) {
     return;
   }
   mz_choice c;
+  /* token frames (the fast path) skip the id; the role and finish frames carry it too */
+  if (f->id && !s->done_id[0]) snprintf(s->done_id, sizeof s->done_id, "%s", f->id);
   for (int i = 0; i < f->nchoices; i++)
     if (mz_frame_choice(f, i, &c) == 0) handle_choice(s, &c);
   if (f->progress) push_json(s, f->heartbeat ? MZ_EV_HEARTBEAT : MZ_EV_PROGRESS, 0, take(f, f->progress));
@@ -722,6 +729,17 @@ static double own_deadline(const mz_stream *s) {
   return t;
 }
 
+/* Bytes came on the stream's socket since its last complete header line or
+ * body write (a head trickling in): the stall clock runs from them. Read
+ * only when a stall is due, so a read costs one store (drive). Returns 1
+ * when last_rx moved. A stale time (the same fd number for an earlier
+ * connection) is older than the stream's first response line: no effect. */
+static int socket_rx(const mz_client *c, mz_stream *s) {
+  if (s->sock < 0 || (size_t)s->sock >= c->nfd_rx || c->fd_rx[s->sock] <= s->last_rx) return 0;
+  s->last_rx = c->fd_rx[s->sock];
+  return 1;
+}
+
 /* Every stream past its deadline ends with "timeout". The scan runs only
  * once the earliest deadline noted may have come (a stream's deadline only
  * moves later as bytes arrive), and notes the next one. */
@@ -731,6 +749,7 @@ static void check_stalls(mz_client *c, double now) {
   for (mz_stream *s = c->streams; s; s = s->next) {
     if (!s->easy || s->term) continue;
     double t = own_deadline(s);
+    if (now >= t && socket_rx(c, s)) t = own_deadline(s);
     if (now < t) {
       note_deadline(c, t);
       continue;
@@ -843,8 +862,22 @@ static size_t watch_wait(mz_client *c, int ms, fired *out, int *woken) {
 
 /* libcurl's socket callback: watch `fd` for `what`, or forget it. */
 static int on_socket(CURL *e, curl_socket_t fd, int what, void *ud, void *sockp) {
-  (void)e, (void)sockp;
-  return watch_set(ud, fd, what); /* -1: libcurl fails the transfer */
+  mz_client *c = ud;
+  (void)sockp;
+  if (what != CURL_POLL_REMOVE) { /* called when the watch changes, not per read */
+    mz_stream *s = NULL;
+    if (e) curl_easy_getinfo(e, CURLINFO_PRIVATE, (char **)&s);
+    if (s) s->sock = fd;
+    if (fd >= 0 && (size_t)fd >= c->nfd_rx) {
+      size_t n = (size_t)fd + 64;
+      double *p = realloc(c->fd_rx, n * sizeof *p);
+      if (!p) return -1;
+      for (size_t i = c->nfd_rx; i < n; i++) p[i] = 0;
+      c->fd_rx = p;
+      c->nfd_rx = n;
+    }
+  }
+  return watch_set(c, fd, what); /* -1: libcurl fails the transfer */
 }
 
 /* libcurl's timer callback: run its timeouts in timeout_ms (-1: none). */
@@ -873,7 +906,12 @@ static void drive(mz_client *c, int ms) {
     char buf[64];
     while (read(c->wake[0], buf, sizeof buf) > 0) {}
   }
-  for (size_t i = 0; i < k; i++) curl_multi_socket_action(c->multi, f[i].fd, f[i].ev, &running);
+  now = k ? mz_now() : now;
+  for (size_t i = 0; i < k; i++) {
+    if ((f[i].ev & CURL_CSELECT_IN) && (size_t)f[i].fd < c->nfd_rx) /* bytes: progress (socket_rx) */
+      c->fd_rx[f[i].fd] = now;
+    curl_multi_socket_action(c->multi, f[i].fd, f[i].ev, &running);
+  }
   if (c->timer_at <= mz_now()) {
     c->timer_at = INFINITY; /* on_timer may set it again from inside */
     curl_multi_socket_action(c->multi, CURL_SOCKET_TIMEOUT, 0, &running);
@@ -1128,6 +1166,7 @@ mz_stream *mz_stream_open(mz_client *c, const mz_request *r, char *err, size_t e
   s->stall_s = (double)r->stall_timeout_ms / 1000.0;
   s->header_s = (double)r->header_timeout_ms / 1000.0;
   s->last_rx = s->t_open = mz_now();
+  s->sock = CURL_SOCKET_BAD;
   s->retry_after = -1;
   if (s->header_s > 0) note_deadline(c, s->t_open + s->header_s);
   mz_sse_init(&s->sse, r->max_event_bytes, on_sse_event, s);
@@ -1215,6 +1254,7 @@ fail:
     for (int i = 0; i < 2; i++)
       if (c->wake[i] >= 0) close(c->wake[i]);
     watch_free(c);
+    free(c->fd_rx);
     free(c);
   }
   curl_global_cleanup();
@@ -1228,6 +1268,7 @@ void mz_client_free(mz_client *c) {
   close(c->wake[0]);
   close(c->wake[1]);
   watch_free(c);
+  free(c->fd_rx);
   free(c);
   curl_global_cleanup();
 }

@@ -87,6 +87,7 @@ static int parse_more(sim_faults *f, const char *k, size_t kn, const char *v, si
   if (KEY("bad-utf8-after")) return parse_count(v, vn, &f->bad_utf8_after);
   if (KEY("nul-after")) return parse_count(v, vn, &f->nul_after);
   if (KEY("slow-head")) return parse_count(v, vn, &f->slow_head_ms);
+  if (KEY("slow-head-bytes")) return parse_count(v, vn, &f->head_bytes_ms);
   if (KEY("head-delay")) return parse_count(v, vn, &f->head_delay_ms);
   if (KEY("redirect")) return parse_redirect(f, v, vn);
   if (KEY("retry-after")) return copy_value(f->retry_after, sizeof f->retry_after, v, vn);

@@ -266,19 +266,23 @@ static void status_head(conn *c, sbuf *h, int status, const char *ctype, const c
 
 void http_faults(conn *c, const sim_faults *f) {
   c->slow_head_ms = f ? f->slow_head_ms : 0;
+  c->head_bytes_ms = f ? f->head_bytes_ms : 0;
   c->gzip = f && f->gzip;
   c->gz_crc = 0;
   c->gz_size = 0;
 }
 
 /* The head, at once or (slow-head fault) one line at a time with a pause
- * before each: a client must not take a slow head for a stall. */
+ * before each, or (slow-head-bytes) one byte at a time: a client must not
+ * take a slow head for a stall. */
 static int write_head(conn *c, const sbuf *h) {
-  if (c->slow_head_ms <= 0) return http_write_all(c, h->p, h->len);
+  if (c->slow_head_ms <= 0 && c->head_bytes_ms <= 0) return http_write_all(c, h->p, h->len);
+  long ms = c->head_bytes_ms > 0 ? c->head_bytes_ms : c->slow_head_ms;
   for (size_t off = 0; off < h->len;) {
     const char *nl = memchr(h->p + off, '\n', h->len - off);
     size_t n = nl ? (size_t)(nl - h->p) + 1 - off : h->len - off;
-    struct timespec ts = {c->slow_head_ms / 1000, (c->slow_head_ms % 1000) * 1000000L};
+    if (c->head_bytes_ms > 0) n = 1;
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
     while (nanosleep(&ts, &ts) && errno == EINTR)
       ;
     if (http_write_all(c, h->p + off, n)) return -1;

@@ -113,6 +113,7 @@ static void usage(FILE *out) {
         "  bad-utf8-after=N   after N tokens a frame with invalid UTF-8 in its content\n"
         "  nul-after=N        after N tokens a frame whose content holds \\u0000\n"
         "  slow-head=MS       pause MS ms before each line of the response head\n"
+        "  slow-head-bytes=MS send the response head one byte every MS ms\n"
         "  head-delay=MS      send nothing for MS ms (a queued request), then answer\n"
         "  redirect=STATUS[:LOCATION]  answer 301/302/303/307/308 with Location\n"
         "                     (default: the request path + /moved)\n"

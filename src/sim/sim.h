@@ -109,6 +109,7 @@ typedef struct sim_faults {
   long bad_utf8_after;  /* frame with invalid UTF-8 after N tokens; -1 = off */
   long nul_after;       /* frame with "\u0000" in its content after N; -1 = off */
   long slow_head_ms;    /* pause before each line of the response head */
+  long head_bytes_ms;   /* slow-head-bytes: pause before each byte of it */
   long head_delay_ms;   /* no response byte for this long (queued) */
   int redirect;         /* 301/302/303/307/308; 0 = none */
   char location[256];   /* redirect target (default: the same path + "/moved") */
@@ -179,6 +180,7 @@ typedef struct conn {
   size_t len, cap, used;
   bool must_close;   /* the connection cannot carry another request */
   long slow_head_ms; /* faults of the current response: slow head, gzip */
+  long head_bytes_ms;
   bool gzip;
   uint32_t gz_crc, gz_size;
 } conn;

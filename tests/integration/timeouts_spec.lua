@@ -30,3 +30,33 @@ describe("URL redaction (mirza.redact_url)", function()
     assert.is_nil(msg:find("K3Y", 1, true))
   end)
 end)
+
+describe("the stall clock against a slow head", function()
+  local sim
+  setup(function() sim = H.start_sim { "--tok-rate", "0", "--ttft-ms", "0" } end)
+  teardown(function() sim.stop() end)
+
+  local function ask(fault, opts)
+    local req = { url = sim.url, body = H.chat_body("slow", { mirza_sim = { fault = fault, text = "Bien." } }) }
+    for k, v in pairs(opts) do req[k] = v end
+    local t0 = mirza.now()
+    local s <close> = mirza.open(req)
+    local r = H.drain(s, 30)
+    return r, mirza.now() - t0
+  end
+
+  it("counts every byte of a head trickling in as progress (not only whole lines)", function()
+    -- ~140 head bytes, one every 15 ms (~2 s); a line takes up to 0.5 s, the stall timeout is 0.25 s
+    local r, took = ask("slow-head-bytes=15", { stall_timeout = 0.25 })
+    assert.equal("done", r.last.type, r.last.message)
+    assert.equal("Bien.", r.text)
+    assert.is_true(took > 1.5, "the head came too fast to test anything: " .. took)
+  end)
+
+  it("times the whole head with header_timeout, however steadily it trickles", function()
+    local r = ask("slow-head-bytes=15", { stall_timeout = 0.25, header_timeout = 1 })
+    assert.equal("error", r.last.type)
+    assert.equal("timeout", r.last.code)
+    assert.matches("header timeout", r.last.message, 1, true)
+  end)
+end)
