@@ -1,0 +1,128 @@
+-- mirza.so under the stock lua5.4 interpreter (issue 17, item 13): every
+-- mirza.* module can be the first thing a fresh `lua5.4` requires (the
+-- README's engine snippet starts with require "mirza.engine", the jobs with
+-- require "mirza.batch" or "mirza.engine"), from the build tree's
+-- build/lua/?.so alone, each in a process of its own; and in dev mode
+-- (MIRZA_LUA_DIR) the first require reads the module from disk.
+local H = require "tests.helper"
+
+local q = H.q
+
+-- A sanitizer build's mirza.so needs the ASan runtime loaded first.
+local lua = "lua5.4"
+do
+  local p = assert(io.popen("ldd " .. q(H.build .. "/lua/mirza.so") .. " 2>/dev/null"))
+  local asan = p:read("a"):match("(/%S*libasan%.so[%.%d]*)")
+  p:close()
+  if asan then lua = ("LD_PRELOAD=%s ASAN_OPTIONS=detect_leaks=0 lua5.4"):format(q(asan)) end
+end
+
+-- Run Lua code in a fresh stock lua5.4 whose only C path is build/lua/,
+-- with the default Lua path (no source tree on it), from an empty
+-- directory. Returns stdout, stderr, exit code.
+-- `script` runs a file instead of code.
+local function stock(code, env, script)
+  local dir = H.tmpname(".cwd")
+  os.execute("mkdir -p " .. q(dir))
+  local src, err = script or H.tmpname(".lua"), H.tmpname(".err")
+  if not script then
+    local f = assert(io.open(src, "w"))
+    f:write(code)
+    f:close()
+  end
+  local p = assert(io.popen(("cd %s && LUA_CPATH=%s LUA_PATH=';;' MIRZA_LUA_DIR= %s %s %s </dev/null 2>%s")
+    :format(q(dir), q(H.build .. "/lua/?.so"), env or "", lua, q(src), q(err))))
+  local out = p:read("a")
+  local _, _, rc = p:close()
+  local e = H.read_file(err)
+  if not script then os.remove(src) end
+  os.remove(err)
+  os.execute("rm -rf " .. q(dir))
+  return out, e, rc
+end
+
+-- Every module of the library: lua/mirza/*.lua (not the LuaCATS files)
+-- and the C core.
+local function modules()
+  local list = { "mirza.core" }
+  local p = assert(io.popen("ls " .. q(H.source .. "/lua/mirza")))
+  for file in p:lines() do
+    local name = file:match("^([%w_]+)%.lua$")
+    if name and not name:find("^_meta") then
+      list[#list + 1] = name == "init" and "mirza" or "mirza." .. name
+    end
+  end
+  p:close()
+  table.sort(list)
+  return list
+end
+
+describe("stock lua5.4, build tree", function()
+  it("lists the library's modules", function()
+    local list = modules()
+    assert.is_true(#list > 10)
+    assert.truthy(table.concat(list, " "):find("mirza.engine", 1, true))
+  end)
+
+  for _, name in ipairs(modules()) do
+    it(("require %q first, in a fresh process"):format(name), function()
+      local out, err, rc = stock(([[
+local m = require %q
+io.write(type(m), " ", package.loaded[%q] == m and "loaded" or "not loaded")]]):format(name, name))
+      assert.equal(0, rc, err)
+      assert.truthy(out:match("^%a+ loaded$"), out)
+    end)
+  end
+
+  it("the README's require lines work as the first statements", function()
+    local readme = H.read_file(H.source .. "/README.md")
+    local names, seen = {}, {}
+    for block in readme:gmatch("```lua\n(.-)```") do
+      for name in block:gmatch("require%s*%(?%s*[\"']([%w%.]+)[\"']") do
+        if not seen[name] then names[#names + 1], seen[name] = name, true end
+      end
+    end
+    assert.truthy(seen["mirza.engine"], "the README's engine snippet requires mirza.engine")
+    for _, name in ipairs(names) do
+      local out, err, rc = stock(("io.write(type(require %q))"):format(name))
+      assert.equal(0, rc, name .. ": " .. err)
+      assert.equal("table", out, name)
+    end
+  end)
+
+  it("an engine made by require('mirza.engine') first says a turn from the simulator", function()
+    local sim = H.start_sim { "--tok-rate", "0", "--ttft-ms", "0" }
+    finally(sim.stop)
+    local out, err, rc = stock(([[
+local e = require("mirza.engine").new { base_url = %q, daemon = false, config_file = false }
+local parts = {}
+local stats = assert(e:say("hello", { mode = "whole", answer = function(t) parts[#parts + 1] = t end }))
+e:close()
+io.write(table.concat(parts), "|", stats.tokens > 0 and "tokens" or "none")]]):format(sim.base .. "/v1"))
+    assert.equal(0, rc, err)
+    assert.truthy(out:find("|tokens$"), out)
+  end)
+
+  it("the batch job runs under lua5.4 (its first line requires mirza.batch)", function()
+    local out, err, rc = stock(nil, nil, H.source .. "/scripts/batch.lua")
+    assert.is_not.equal(0, rc)
+    assert.equal("", out)
+    assert.truthy(err:find("usage: mirza scripts/batch.lua", 1, true), err)
+    assert.falsy(err:find("not found", 1, true), err)
+  end)
+
+  it("MIRZA_LUA_DIR: require 'mirza.engine' first reads the engine from that directory", function()
+    local dir = H.tmpname(".lua.d")
+    os.execute(("mkdir -p %s && cp -r %s/lua/mirza %s/"):format(q(dir), q(H.source), q(dir)))
+    finally(function() os.execute("rm -rf " .. q(dir)) end)
+    local path = dir .. "/mirza/engine.lua"
+    local text = H.read_file(path)
+    local f = assert(io.open(path, "w"))
+    f:write("_G.MIRZA_DEV_MARK = 'disk'\n", text)
+    f:close()
+    local out, err, rc = stock("require 'mirza.engine' io.write(tostring(_G.MIRZA_DEV_MARK))",
+      "MIRZA_LUA_DIR=" .. q(dir))
+    assert.equal(0, rc, err)
+    assert.equal("disk", out)
+  end)
+end)
