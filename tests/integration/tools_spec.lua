@@ -242,3 +242,75 @@ describe("mirza.tools.run over plain requests", function()
     assert.same({ "stop", "c3" }, { res.finish_reason, res.messages[6].tool_call_id })
   end)
 end)
+
+-- How calls come over the wire (issue 21): real daemons send a call's id,
+-- type and whole name in its first fragment; the simulator does the same
+-- by default, and splits the name only under the tool-name-split fault.
+-- mirza joins name pieces (as the OpenAI Python SDK does; the Node SDK
+-- keeps the last piece), so a server that splits names still works.
+describe("tool-call fragments on the wire", function()
+  local sim
+  setup(function() sim = H.start_sim(FAST) end)
+  teardown(function() sim.stop() end)
+  after_each(function() collectgarbage("collect") end)
+
+  local ONE = { { id = "w1", name = "get_weather", arguments = { city = "Lyon" } } }
+  local TOOLS = { { type = "function", ["function"] = { name = "get_weather", parameters = WEATHER } } }
+
+  -- The fragments of a streamed answer to a request with tools.
+  local function fragments(fault)
+    local s <close> = mirza.open { url = sim.url, body = H.chat_body("Quel temps ?",
+      { tools = TOOLS, mirza_sim = { tool_calls = ONE, fault = fault } }) }
+    local frags, acc, last = {}, tools.accumulator(), nil
+    for ev in s:events() do
+      if ev.type == "tool_call" then
+        for _, f in ipairs(ev.calls) do frags[#frags + 1] = f end
+        tools.add(acc, ev.calls)
+      end
+      last = ev
+    end
+    assert.same({ "done", "tool_calls" }, { last.type, last.finish_reason })
+    return frags, tools.finish(acc)
+  end
+
+  it("sends each call's id, type and whole name in its first fragment, then only arguments", function()
+    local frags, calls = fragments(nil)
+    assert.same({ index = 0, id = "w1", type = "function", ["function"] = { name = "get_weather", arguments = "" } },
+      frags[1])
+    for i = 2, #frags do
+      assert.is_nil(frags[i].id)
+      assert.is_nil(frags[i]["function"].name)
+    end
+    assert.is_true(#frags > 3) -- the arguments still come in pieces
+    assert.same({ "w1", "get_weather", '{"city":"Lyon"}' }, { calls[1].id, calls[1].name, calls[1].arguments })
+  end)
+
+  it("joins a name sent in pieces (fault tool-name-split)", function()
+    local frags, calls = fragments("tool-name-split")
+    assert.same({ "get_w", "eather" }, { frags[1]["function"].name, frags[2]["function"].name })
+    assert.is_nil(frags[2].id)
+    assert.same({ "w1", "get_weather", { city = "Lyon" } }, { calls[1].id, calls[1].name, calls[1].args })
+  end)
+
+  it("runs the engine's tool loop against split names", function()
+    local e = new_engine()
+    local cities = {}
+    local st, res = e:say("Quel temps ?", { tools = weather_tools(cities), answer = function() end,
+      body_extra = { mirza_sim = { tool_calls = SCRIPT, fault = "tool-name-split" } } })
+    e:unload()
+    assert(st, res)
+    assert.same({ "Lyon", "Saint-Étienne" }, cities)
+    assert.equal('tool results: [c1] ["Lyon: 4 °C"]; [c2] ["Saint-Étienne: 14 °C"]; [c3] 42', res.answer)
+  end)
+
+  it("answers a non-streamed request with message.tool_calls and content null", function()
+    local body = H.chat_body("Quel temps ?", { stream = false, tools = TOOLS, mirza_sim = { tool_calls = ONE } })
+    local text = assert(mirza.request { url = sim.url, body = body })
+    local r = json.decode(text)
+    assert.equal("tool_calls", r.choices[1].finish_reason)
+    assert.equal(json.null, r.choices[1].message.content)
+    assert.same({ { id = "w1", type = "function", ["function"] = { name = "get_weather", arguments = '{"city":"Lyon"}' } } },
+      r.choices[1].message.tool_calls)
+    assert.is_true(r.usage.completion_tokens > 0)
+  end)
+end)

@@ -154,6 +154,20 @@ await check('max_tokens: finish_reason "length" and that many tokens', async () 
   assert.equal(r.usage.completion_tokens, 3);
 });
 
+await check('abort() in the middle of a stream frees the slot: the next request is served at once', async () => {
+  const slow = ask('Bonjour !', { stream: true, mirza_sim: { tok_rate: 20, answer_tokens: 400 } });
+  const s = await sdk.chat.completions.create(slow);
+  let n = 0;
+  for await (const chunk of s) {
+    if (chunk.choices[0]?.delta?.content && ++n === 2) s.controller.abort();
+  }
+  assert.equal(n, 2);
+  const t0 = Date.now();
+  const r = await client({ timeout: 5_000 }).chat.completions.create(ask('Bonjour !'));
+  assert.equal(r.choices[0].message.content, plainText);
+  assert.ok(Date.now() - t0 < 3_000, `the next request waited ${Date.now() - t0} ms for the slot`);
+});
+
 // ---- reasoning -------------------------------------------------------------
 
 await check('reasoning_content: streamed before the answer, and in a non-streamed message', async () => {
