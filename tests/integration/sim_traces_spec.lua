@@ -267,7 +267,8 @@ describe("mirza-sim beside llama-server's traces", function()
   it("refuses like the err_*.txt traces: status, body, Connection: close", function()
     local cases = {
       { "llama-server.err_missing_messages_stream.txt", { model = "m", stream = true } },
-      { "llama-server.err_ctx_exceeded_stream.txt", body { messages = { { role = "user", content = ("x"):rep(1200) } } } },
+      { "llama-server.err_ctx_exceeded_stream.txt",
+        body { messages = { { role = "user", content = ("x"):rep(1200) } } } },
     }
     for _, c in ipairs(cases) do
       local ev = (function()
@@ -312,7 +313,7 @@ describe("mirza-sim beside MTPLX's reconstructed frames", function()
     return out
   end
 
-  it("streams thinking like thinking_stream.sse: heartbeat, progress, reasoning, text, usage and mtplx_stats", function()
+  it("streams thinking like thinking_stream.sse: heartbeat, progress, reasoning, text, usage, mtplx_stats", function()
     local t = trace("mtplx.reconstructed.thinking_stream.sse")
     local s = frames(raw(sim, H.chat_body("Bonjour", { enable_thinking = true }), HEADERS))
     local beats = { heartbeat = true, progress = true }
@@ -326,7 +327,8 @@ describe("mirza-sim beside MTPLX's reconstructed frames", function()
 
   it("ends a failing stream like midstream_error.sse: finish_reason error, the error beside it, then [DONE]", function()
     local t = trace("mtplx.reconstructed.midstream_error.sse")
-    local s = frames(raw(sim, H.chat_body("Bonjour", { mirza_sim = { fault = "error-after=2", ttft_ms = 0 } }), HEADERS))
+    local failing = H.chat_body("Bonjour", { mirza_sim = { fault = "error-after=2", ttft_ms = 0 } })
+    local s = frames(raw(sim, failing, HEADERS))
     assert.equal(kinds(t), kinds(s))
     same_shapes("mtplx", t, s)
   end)

@@ -309,8 +309,8 @@ describe("tool-call fragments on the wire", function()
     local r = json.decode(text)
     assert.equal("tool_calls", r.choices[1].finish_reason)
     assert.equal(json.null, r.choices[1].message.content)
-    assert.same({ { id = "w1", type = "function", ["function"] = { name = "get_weather", arguments = '{"city":"Lyon"}' } } },
-      r.choices[1].message.tool_calls)
+    local fn = { name = "get_weather", arguments = '{"city":"Lyon"}' }
+    assert.same({ { id = "w1", type = "function", ["function"] = fn } }, r.choices[1].message.tool_calls)
     assert.is_true(r.usage.completion_tokens > 0)
   end)
 end)
