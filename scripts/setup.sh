@@ -12,6 +12,10 @@ BUILD=${1:-build}
 
 PACKAGES="build-essential cmake pkg-config liblua5.4-dev lua5.4 libcurl4-openssl-dev libcjson-dev libcmocka-dev lua-busted procps curl jq python3 valgrind openssl ${MIRZA_EXTRA_PACKAGES:-}"
 PACKAGES="$PACKAGES libreadline-dev" # line editing in the interactive prompt
+# Node.js and npm for the OpenAI SDK conformance test (tests/sdk): only when
+# missing, so a Node.js that ships its own npm is left alone.
+command -v node >/dev/null 2>&1 || PACKAGES="$PACKAGES nodejs"
+command -v npm >/dev/null 2>&1 || PACKAGES="$PACKAGES npm"
 # scripts/setup.sh --packages P...: install just these (check tools), no build.
 [ "$BUILD" = "--packages" ] && PACKAGES="$*"
 missing=""
