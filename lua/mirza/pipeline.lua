@@ -20,7 +20,10 @@ local EMIT = setmetatable({}, { __name = "mirza.pipeline.emit" })
 ---@alias mirza.StageFn fun(upstream: mirza.EventIter, opts: table?): mirza.EventIter
 ---@class mirza.StageSpec
 ---@field name string       unique name in its list ("repetition", "route", ...)
----@field fn mirza.StageFn  the stage
+---@field fn? mirza.StageFn  the stage
+---@field module? string    instead of fn: a module (a stage function, or a table with `stage`), its
+---current version at each turn; watched (`e:watch`), a version that raises gives way to the last one
+---that worked (mirza.policy)
 ---@field opts? table       passed as the stage's second argument
 ---@field enabled? boolean  false skips the stage
 
@@ -63,27 +66,41 @@ function M.stage(fn)
   end
 end
 
+---The stage a module's value is: the value itself when it is a function,
+---else its `stage` field (nil when neither is a function).
+---@param v any
+---@return mirza.StageFn|nil
+function M.stage_of(v)
+  if type(v) == "function" then return v end
+  if type(v) == "table" and type(v.stage) == "function" then return v.stage end
+  return nil
+end
+
 ---Turn a stage list entry (a spec or a bare function) into (fn, opts).
+---A spec with `module` and no `fn` uses that module's current version.
 ---@param s mirza.StageSpec|mirza.StageFn
 ---@return mirza.StageFn|nil fn nil when the stage is disabled
 ---@return table? opts
 local function resolve(s)
   if type(s) == "function" then return s, nil end
-  if type(s) ~= "table" or type(s.fn) ~= "function" then
-    error("pipeline: a stage is a function or {name=, fn=function, opts=}", 3)
+  local fn = type(s) == "table" and (s.fn or type(s.module) == "string" and M.stage_of(require(s.module)))
+  if type(fn) ~= "function" then
+    error("pipeline: a stage is a function or {name=, fn=function (or module=name), opts=}", 3)
   end
   if s.enabled == false then return nil end
-  return s.fn, s.opts
+  return fn, s.opts
 end
 
 -- Closes every coroutine a composed pipeline created, so `break` out of a
 -- generic for (or a `<close>` variable) releases suspended stages and
 -- their own to-be-closed variables.
-local Closer = {
-  __close = function(self)
-    for i = #self, 1, -1 do coroutine.close(self[i]) end
-  end,
-}
+local Closer = {}
+Closer.__close = function(self)
+  for i = #self, 1, -1 do
+    local c = self[i]
+    if type(c) == "thread" then coroutine.close(c) else Closer.__close(c) end -- a guard's own closer
+  end
+end
 
 ---Compose a source iterator with stages, first stage first.
 ---Returns the generic-for quadruple: `for ev in pipeline.compose(src, st) do`.
@@ -100,10 +117,85 @@ function M.compose(source, stages)
     if fn then
       local co
       iter, co = fn(iter, opts)
-      if type(co) == "thread" then closer[#closer + 1] = co end
+      if type(co) == "thread" or getmetatable(co) == Closer then closer[#closer + 1] = co end
     end
   end
   return iter, nil, nil, closer
+end
+
+-- What the stage at fns[k] and the ones after it make of `up`: the first
+-- that builds, guarded; `up` itself past the last (see M.guard).
+local function guarded(up, fns, k, opts, on_error, on_end, closer)
+  for i = k, #fns do
+    local held, nh = {}, 0 -- pulled by this stage since it last passed an event on
+    local function tee()
+      local ev = up()
+      if ev ~= nil then
+        nh = nh + 1
+        held[nh] = ev
+      end
+      return ev
+    end
+    local ok, it, co = pcall(fns[i], tee, opts)
+    if ok and type(it) == "function" then
+      if type(co) == "thread" then closer[#closer + 1] = co end
+      local failed = false
+      return function()
+        if failed then return it() end
+        local okp, ev = pcall(it)
+        if okp then
+          for j = nh, 1, -1 do held[j] = nil end
+          nh = 0
+          if ev == nil and on_end then
+            on_end(i)
+            on_end = nil
+          end
+          return ev
+        end
+        if type(ev) ~= "string" then error(ev, 0) end -- a control-flow value (a task's own cancel)
+        on_error(i, ev)
+        failed = true
+        local r, n = 0, nh
+        it = guarded(function() -- the held events first, then the rest of the stream
+          if r < n then
+            r = r + 1
+            local h = held[r]
+            held[r] = nil
+            return h
+          end
+          return up()
+        end, fns, i + 1, opts, on_error, on_end, closer)
+        return it()
+      end
+    end
+    if ok then it = "the stage returned no iterator" end
+    if type(it) ~= "string" then error(it, 0) end
+    on_error(i, it)
+  end
+  return up
+end
+
+---A stage that never ends the stream by raising: `fns` are versions of
+---one stage, newest first. The first runs; when it raises (building its
+---iterator or on a pull) with a string error, `on_error(i, message)` is
+---called and the next version takes over the rest of the stream; past the
+---last one, events pass through unchanged (the stage is dropped). The
+---events the raising stage had pulled since it last passed one on are
+---handed to the next version first, in order: an event is never lost,
+---whatever the broken version emitted before stays emitted. A non-string
+---error (a control-flow value such as a task's own cancel) propagates.
+---`on_end(i)`, when given, is called once the version i ended the stream
+---without raising. The second result, like `pipeline.stage`'s, is closed
+---by `compose`.
+---@param fns mirza.StageFn[]
+---@param on_error fun(i: integer, message: string)
+---@param on_end? fun(i: integer)
+---@return mirza.StageFn
+function M.guard(fns, on_error, on_end)
+  return function(upstream, opts)
+    local closer = setmetatable({}, Closer)
+    return guarded(upstream, fns, 1, opts, on_error, on_end, closer), closer
+  end
 end
 
 ---Index and spec of the stage named `name`.

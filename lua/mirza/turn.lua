@@ -32,6 +32,7 @@
 --- partial answer; the error also went to the error sink, and `e.last` has
 --- the stats with `.error`).
 local mirza = require "mirza"
+local policy = require "mirza.policy"
 local stats = require "mirza.stats"
 
 local M = {}
@@ -244,7 +245,8 @@ local function stages_of(e, t, opts, plan)
   if tags == nil then tags = cfg.think_tags end
   local list = {
     { name = "tool_calls", fn = require("mirza.tools").stage, opts = { acc = t.tool_acc } },
-    { name = "think_tags", fn = require("mirza.thinktags").stage, opts = { mode = tags, hold = plan.budget > 0 } },
+    { name = "think_tags", fn = policy.policy_stage(e, "mirza.thinktags"),
+      opts = { mode = tags, hold = plan.budget > 0 } },
     { name = "stats", fn = tap_stage(e, t) },
   }
   if cfg.repetition ~= false then
@@ -252,10 +254,11 @@ local function stages_of(e, t, opts, plan)
       e:log("warning", ("degenerate reasoning cut on %q (%d repetitions)"):format(info.line, info.count))
       t.s:close()
     end }, type(cfg.repetition) == "table" and cfg.repetition or nil)
-    list[#list + 1] = { name = "repetition", fn = require("mirza.repetition").stage, opts = ropts }
+    list[#list + 1] = { name = "repetition", fn = policy.policy_stage(e, "mirza.repetition"), opts = ropts }
   end
-  for _, st in ipairs(e.stages) do list[#list + 1] = st end
-  for _, st in ipairs(opts.stages or {}) do list[#list + 1] = st end
+  -- the script's own: one that raises gives way to its last working version, or is dropped (mirza.policy)
+  for _, st in ipairs(e.stages) do list[#list + 1] = policy.stage(e, st) end
+  for _, st in ipairs(opts.stages or {}) do list[#list + 1] = policy.stage(e, st) end
   return list
 end
 
@@ -271,7 +274,8 @@ local function prepare(e, input, opts)
     if not ok then return nil, msg, code end
   end
   if e.cfg.auto_reload then e:reload() end -- between turns only
-  local prompt, thinking = require "mirza.prompt", require "mirza.thinking"
+  -- a reloaded version that raises gives way to the last one that worked (mirza.policy)
+  local prompt, thinking = policy.module(e, "mirza.prompt"), policy.module(e, "mirza.thinking")
   local user, err = prompt.messages(input)
   if not user then return nil, err, "prompt" end
   local plan = thinking.plan(e.thinking, prompt.last_user_text(user), e.cfg.dialect,
@@ -375,8 +379,8 @@ local function routed(e, input, topts, ropts)
   local result
   do
     local _ <close> = t
-    local r = require("mirza.route").router(ropts)
-    if builtin_only(e, topts) then t.router = r end
+    local r, guarded = policy.router(e, ropts)
+    if builtin_only(e, topts) and not guarded then t.router = r end
     for ev in it do r:feed(ev) end
     result = r:finish()
   end
