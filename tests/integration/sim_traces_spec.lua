@@ -129,7 +129,9 @@ local function kinds(fs)
 end
 
 -- Differences on purpose, per dialect: paths the simulator adds ("+path")
--- or leaves out ("-path"), each documented in man/mirza-sim.1.
+-- or leaves out ("-path"), each documented in man/mirza-sim.1. None at
+-- present: every frame compared here has the trace's members; what still
+-- differs is values (ids, fingerprint, counts) and what no trace shows.
 local ALLOWED = {
   llama = {},
   mtplx = {},
