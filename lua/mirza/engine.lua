@@ -221,9 +221,9 @@ function E.new(opts)
   -- Policies loaded from disk (--lua-dir / MIRZA_LUA_DIR) are watched too;
   -- embedded ones have no file to watch.
   for _, name in ipairs(E.policies) do
-    if not package.preload[name] then reload.watch(self.watcher, name) end
+    if not package.preload[name] then reload.watch(self.watcher, name, nil, { load = false }) end
   end
-  if type(cfg.tools) == "string" then reload.watch(self.watcher, cfg.tools) end
+  if type(cfg.tools) == "string" then reload.watch(self.watcher, cfg.tools, nil, { load = false }) end
   if cfg.pool or cfg.endpoints then self.pool = cfg.pool or require("mirza.pool").new(cfg.endpoints) end
   self:_set_base((self.pool and self.pool.endpoints[1].base) or cfg.base_url or (self.daemon and self.daemon.base_url)
       or ("http://%s:%d/v1"):format(cfg.host, cfg.port))
@@ -426,10 +426,19 @@ function Engine:reload()
   return reload.check(self.watcher)
 end
 
----Watch a module for hot reload (a policy `mirza.route`, when loaded from
----disk, or the script's own behaviour module).
+---Watch a module for hot reload (a policy such as `mirza.route`, a stage
+---module, the script's own behaviour module) and load its file now: it is
+---used from the next turn on. A file that does not load is reported and
+---the current version stays (`nil, message, "reload"`; still watched, so a
+---fix is picked up when the file changes). A policy version that raises
+---while a turn runs is reported once through `e:log` and replaced, for
+---that turn and until its file changes, by the last version that worked
+---(else the built-in one): see docs/engine.md, "Hot reload".
 ---@param name string
----@param path? string
+---@param path? string the file (default: found on package.path)
+---@return boolean|nil ok true: watched and loaded
+---@return string? message
+---@return string? code "io" (no such file) | "reload" (it does not load)
 function Engine:watch(name, path)
   return reload.watch(self.watcher, name, path)
 end
