@@ -133,7 +133,9 @@ end
 -- scheme, host, port of a base URL ("[::1]" kept bracketed for URLs).
 local function parse_url(url)
   local scheme, rest = url:match("^(https?)://(.*)$")
-  if not scheme then error(("mirza.engine: base_url must be http(s)://..., got %q"):format(url), 4) end
+  if not scheme then
+    error(("mirza.engine: base_url must be http(s)://..., got %q"):format(require("mirza.record").redact_text(url)), 4)
+  end
   local host, port = rest:match("^(%[[^%]]+%]):?(%d*)")
   if not host then host, port = rest:match("^([^/:]+):?(%d*)") end
   return scheme, host, tonumber(port) or (scheme == "https" and 443 or 80)
@@ -250,6 +252,7 @@ end
 ---@field served_model string|nil the id an unsupervised endpoint serves (from /v1/models)
 
 function Engine:log(level, msg)
+  if type(msg) == "string" then msg = require("mirza.record").redact_text(msg) end -- no URL credentials
   if self.cfg.log then return self.cfg.log(level, msg) end
   if level ~= "debug" and level ~= "info" then io.stderr:write("mirza: ", msg, "\n") end
 end

@@ -13,10 +13,13 @@
 ---                    de-chunks and decodes it), written by the C client
 ---
 --- Secrets never reach the files: `api_key` (the Authorization header) is
---- not written, a header whose name looks like a credential (authorization,
---- cookie, *key*, *token*, *secret*, *password*) has its value replaced by
---- `[redacted]`, and so do such query parameters of the URL. The body is
---- kept verbatim: replay matches requests by it.
+--- not written, a header whose name looks like a credential (*auth*, as in
+--- Authorization and Proxy-Authorization, *cookie*, *key*, *token*,
+--- *secret*, *password*, *passwd*) has its value replaced by `[redacted]`,
+--- and so do the URL's userinfo (`http://user:pass@host`) and its
+--- credential-like query parameters (`mirza.redact_url`, the rule of the C
+--- core's messages); runs.jsonl shows its endpoint and errors the same way.
+--- The body is kept verbatim: replay matches requests by it.
 ---
 --- An engine recording also appends one JSON line per turn to `runs.jsonl`
 --- (`log_turn`): time, endpoint, model, session, request number, a prompt
@@ -69,14 +72,21 @@ function M.is_secret(name)
   return false
 end
 
----A URL with credential-like query parameters redacted.
+---A URL as it may be written: userinfo and credential-like query
+---parameters as `[redacted]` (`mirza.redact_url`).
 ---@param url string
 ---@return string
 function M.scrub_url(url)
-  return (url:gsub("([?&])([^=&#]+)=([^&#]*)", function(sep, k, v)
-    if M.is_secret(k) then v = "[redacted]" end
-    return sep .. k .. "=" .. v
-  end))
+  return core.redact_url(url)
+end
+
+---Text (a message, a log line) with every URL in it as `mirza.redact_url`
+---shows it: what a Lua-side message puts around a URL cannot carry its
+---credentials out.
+---@param text string
+---@return string
+function M.redact_text(text)
+  return (text:gsub("%a[%w+.-]*://[^%s\"'<>]+", core.redact_url))
 end
 
 -- The script's headers as lines, secrets redacted.
@@ -173,13 +183,16 @@ local STATS = { "ttft_ms", "server_ttft_ms", "tok_s", "tokens", "prompt_tokens",
 function M.turn_line(e, t, answer)
   local fin = t.acc.final or {}
   local line = {
-    time = os.date("!%Y-%m-%dT%H:%M:%SZ"), endpoint = e.chat_url, model = e:model(), session = e.cfg.session_id,
+    time = os.date("!%Y-%m-%dT%H:%M:%SZ"), endpoint = M.scrub_url(e.chat_url), model = e:model(),
+    session = e.cfg.session_id,
     request = M.ids[t.s], prompt = M.summary(t.info.current), answer = answer, reasoning_bytes = t.think_bytes,
     finish_reason = fin.finish_reason, tool_calls = t.tool_calls and #t.tool_calls or 0,
     interrupted = t.cancelled or nil, stats = {},
   }
   for _, k in ipairs(STATS) do line.stats[k] = e.last and e.last[k] end
-  if fin.type == "error" then line.error = { message = fin.message, code = fin.code } end
+  if fin.type == "error" then
+    line.error = { message = fin.message and M.redact_text(fin.message), code = fin.code }
+  end
   return line
 end
 

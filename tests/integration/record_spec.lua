@@ -180,3 +180,74 @@ describe("an engine recording", function()
     assert.same(first, second)
   end)
 end)
+
+-- Issue 17: nothing a URL or a header carries as a credential is written in
+-- clear: the userinfo of the URL (http://user:pass@host), each header that
+-- can hold a secret, credential-like query parameters; in the request
+-- files and in runs.jsonl, its endpoint and its errors alike.
+describe("recordings redact credentials", function()
+  local PASS = "pw-" .. SECRET
+  local sim, dir
+  setup(function()
+    sim = H.start_sim(FAST)
+    dir = H.tmpname(".rec")
+  end)
+  teardown(function()
+    sim.stop()
+    os.execute("rm -rf " .. H.q(dir))
+  end)
+  after_each(function() collectgarbage("collect") end)
+
+  local function with_userinfo(url) return (url:gsub("^http://", "http://alice:" .. PASS .. "@")) end
+  local function hides_secret(d)
+    for _, f in ipairs(files(d)) do
+      local text = H.read_file(d .. "/" .. f)
+      assert.is_nil(text:find(SECRET, 1, true), f .. " shows the secret: " .. text:sub(1, 400))
+    end
+  end
+
+  it("the URL's userinfo and every header that can carry a secret", function()
+    local d = dir .. "/headers"
+    local secret_headers = { "Authorization", "Proxy-Authorization", "Cookie", "Set-Cookie", "X-Api-Key", "api-key",
+      "X-Auth-Token", "X-Client-Secret", "X-Password", "X-Session-Token" }
+    local headers = { ["X-MTPLX-Session-Id"] = "rec-redact" }
+    for _, h in ipairs(secret_headers) do headers[h] = "v-" .. SECRET end
+    local evs = events { url = with_userinfo(sim.url) .. "?token=" .. SECRET .. "&x=1", body = H.chat_body("x"),
+      headers = headers, record = d }
+    assert.equal("done", evs[#evs].type, evs[#evs].message)
+    local head = H.read_file(d .. "/000001.request"):match("^(.-)\n\n")
+    local lines = {}
+    for l in head:gmatch("[^\n]+") do lines[#lines + 1] = l end
+    assert.equal(("POST http://[redacted]@127.0.0.1:%d/v1/chat/completions?token=[redacted]&x=1"):format(sim.port),
+      lines[1])
+    local want = { "X-MTPLX-Session-Id: rec-redact" }
+    for _, h in ipairs(secret_headers) do want[#want + 1] = h .. ": [redacted]" end
+    table.sort(want)
+    assert.same(want, { table.unpack(lines, 2) })
+    hides_secret(d)
+  end)
+
+  it("runs.jsonl: the endpoint and the error of an engine turn", function()
+    local d, logged = dir .. "/runs", {}
+    local e = engine.new { base_url = with_userinfo(sim.base) .. "/v1", model = "mirza-sim", config_file = false,
+      record = d, daemon = false, log = function(_, msg) logged[#logged + 1] = msg end }
+    assert(e:say("bonjour", { answer = function() end }))
+    e:close()
+    local refused = engine.new { base_url = ("http://alice:%s@127.0.0.1:%d/v1"):format(PASS, H.free_port()),
+      model = "mirza-sim", config_file = false, record = d, daemon = false, connect_timeout = 2,
+      log = function(_, msg) logged[#logged + 1] = msg end }
+    local st, msg = refused:say("encore", { answer = function() end })
+    refused:close()
+    assert.is_nil(st)
+    assert.is_nil(msg:find(SECRET, 1, true), msg)
+    local lines = {}
+    for l in io.lines(d .. "/runs.jsonl") do lines[#lines + 1] = json.decode(l) end
+    assert.equal(2, #lines)
+    assert.equal(("http://[redacted]@127.0.0.1:%d/v1/chat/completions"):format(sim.port), lines[1].endpoint)
+    assert.truthy(lines[2].endpoint:find("^http://%[redacted%]@127%.0%.0%.1:%d+/v1/chat/completions$"),
+      lines[2].endpoint)
+    assert.is_table(lines[2].error)
+    hides_secret(d)
+    for _, m in ipairs(logged) do assert.is_nil(m:find(SECRET, 1, true), m) end
+  end)
+end)
