@@ -18,7 +18,7 @@
 set -u
 SIM=${1:?usage: run.sh MIRZA_SIM BUILD_DIR}
 BUILD=$(cd "${2:?usage: run.sh MIRZA_SIM BUILD_DIR}" && pwd) || exit 1
-HERE=$(cd "$(dirname "$0")" && pwd)
+HERE=$(cd "${0%/*}" && pwd)
 OPENAI_VERSION=6.49.0
 NPM_DIR=$BUILD/npm
 KEY=sdk-test-key
