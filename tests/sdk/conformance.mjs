@@ -265,6 +265,20 @@ await check('429 then 200: the SDK waits Retry-After and retries (--fail-first 1
   assert.ok(ms >= 900, `retried after ${ms} ms, not the 1 s of Retry-After`);
 });
 
+if (!LLAMA) {
+  await check('409 -> ConflictError for a second request on a busy MTPLX session', async () => {
+    const session = { headers: { 'X-MTPLX-Session-Id': 'sdk-busy' } };
+    const slow = ask('Bonjour !', { stream: true, mirza_sim: { tok_rate: 20, answer_tokens: 400 } });
+    const s = await sdk.chat.completions.create(slow, session);
+    try {
+      const e = await rejects(OpenAI.ConflictError, () => sdk.chat.completions.create(ask('x'), session));
+      assert.equal(e.status, 409);
+    } finally {
+      s.controller.abort();
+    }
+  });
+}
+
 await check('500 -> InternalServerError', async () => {
   const e = await rejects(OpenAI.InternalServerError, () => sdk.chat.completions.create(ask('x'), fault('http=500')));
   assert.equal(e.status, 500);
