@@ -151,6 +151,7 @@ static const char *call_id(const job *j, int index, const cJSON *call, char *buf
  * own), arguments empty. */
 static void head_fragments(job *j, int index, const char *id, const char *name) {
   size_t n = strlen(name), first = j->f.tool_name_split ? n / 2 : n;
+  while (first > 0 && first < n && ((unsigned char)name[first] & 0xC0) == 0x80) first--; /* whole characters */
   sbuf m = {0};
   sbuf_adds(&m, ",\"id\":");
   sbuf_json_str(&m, id);
