@@ -303,6 +303,30 @@ describe("tool-call fragments on the wire", function()
     assert.equal('tool results: [c1] ["Lyon: 4 °C"]; [c2] ["Saint-Étienne: 14 °C"]; [c3] 42', res.answer)
   end)
 
+  it("joins split names in batch output records too (mirza.batch)", function()
+    local input, output = H.tmpname(".jsonl"), H.tmpname(".jsonl")
+    local f = assert(io.open(input, "w"))
+    for _, fault in ipairs { "none", "tool-name-split" } do
+      f:write(json.encode { custom_id = fault, method = "POST", url = "/v1/chat/completions", body = {
+        messages = { { role = "user", content = "Quel temps ?" } }, tools = TOOLS,
+        mirza_sim = { tool_calls = ONE, fault = fault ~= "none" and fault or nil } } }, "\n")
+    end
+    f:close()
+    assert(require("mirza.batch").run { input = input, output = output, endpoints = { sim.base }, quiet = true,
+      progress = false })
+    local n = 0
+    for line in io.lines(output) do
+      local rec = json.decode(line)
+      local call = rec.response.body.choices[1].message.tool_calls[1]
+      assert.same({ "w1", "get_weather", '{"city":"Lyon"}' }, { call.id, call["function"].name,
+        call["function"].arguments }, rec.custom_id)
+      n = n + 1
+    end
+    os.remove(input)
+    os.remove(output)
+    assert.equal(2, n)
+  end)
+
   it("answers a non-streamed request with message.tool_calls and content null", function()
     local body = H.chat_body("Quel temps ?", { stream = false, tools = TOOLS, mirza_sim = { tool_calls = ONE } })
     local text = assert(mirza.request { url = sim.url, body = body })
