@@ -53,6 +53,25 @@ local function versions_of(e, name)
   return vs, base, vs[1] == base or not e.watcher.files[name]
 end
 
+-- A version ran without raising this turn: it becomes the one to fall
+-- back on once the turn ends (`turn_end`), not before — one function of a
+-- new version working does not make the version good.
+local function ran(e, name, v)
+  local r = e._policy_ran or {}
+  e._policy_ran = r
+  r[name] = v
+end
+
+---The turn ended: the policy versions that ran in it without raising (and
+---were not found raising later in it) are the ones to fall back on.
+---@param e mirza.Engine
+function M.turn_end(e)
+  local r = e._policy_ran
+  if not r then return end
+  e._policy_ran = nil
+  for name, v in pairs(r) do reload.worked(e.watcher, name, v) end
+end
+
 ---Call `name.fname(...)` with the first version that does not raise; the
 ---original version is called unguarded.
 ---@param e mirza.Engine
@@ -68,7 +87,7 @@ function M.call(e, name, fname, ...)
     local r = type(fn) == "function" and table.pack(pcall(fn, ...))
       or { false, ("%s has no function %s"):format(name, fname) }
     if r[1] then
-      reload.worked(e.watcher, name, v)
+      ran(e, name, v)
       return table.unpack(r, 2, r.n)
     end
     if type(r[2]) ~= "string" then error(r[2], 0) end
@@ -158,6 +177,10 @@ local function delivered(got, sent)
       repeat i = i + 1 until i > n or not is_space(got:byte(i))
       if i > n or got:byte(i) ~= b then return math.min(#sent, n) end
     end
+  end
+  local j = #sent -- white space the sink got last (a token sink) is had too
+  while j > 0 and is_space(sent:byte(j)) and i < n and is_space(got:byte(i + 1)) do
+    i, j = i + 1, j - 1
   end
   return i
 end

@@ -107,6 +107,7 @@ function Turn:finish()
       self.prompt.add_turn(e.history, self.info.current, answer, { tool_calls = calls, interrupted = true })
     end
   end
+  policy.turn_end(e) -- the policy versions that ran without raising: the next fallback
   if e.cfg.record then require("mirza.record").log_turn(e, self, answer) end
   if self.endpoint then -- the pool's slot back; a failure that blames the endpoint rests it
     local fin, pool = acc.final, require "mirza.pool"
@@ -331,6 +332,7 @@ local function turn(e, input, opts)
   local acc = stats.new_acc() -- TTFT counts from here: request sent → first delta
   local req = { url = e.chat_url, body = e:body(messages, plan, opts), headers = e:headers(),
     api_key = e.cfg.api_key, stall_timeout = e.cfg.stall_timeout, timeout = e.cfg.connect_timeout,
+    header_timeout = e.cfg.header_timeout,
     record = e.cfg.record, merge = merge_of(e, opts) }
   local function open()
     req.url = e.chat_url
