@@ -42,6 +42,8 @@ const HEADERS = { 'X-MTPLX-Allow-Client-Controls': '1' };
 const client = (opts = {}) =>
   new OpenAI({ baseURL: BASE, apiKey: KEY, maxRetries: 0, timeout: 15_000, defaultHeaders: HEADERS, ...opts });
 const sdk = client();
+// Per-request faults of the simulator (man mirza-sim, FAULTS).
+const fault = (spec) => ({ headers: { 'X-Mirza-Sim-Fault': spec } });
 
 // Thinking on or off, the way each dialect is asked (llama-server thinks
 // by default with a reasoning model; MTPLX does not).
@@ -148,6 +150,13 @@ await check('the stream helper: finalChatCompletion() has the text and usage', a
   checkUsage(c.usage);
 });
 
+await check('gzip bodies (fault gzip): the same answer, streamed and not', async () => {
+  const r = await sdk.chat.completions.create(ask('Bonjour !'), fault('gzip'));
+  assert.equal(r.choices[0].message.content, plainText);
+  const out = await collect(await sdk.chat.completions.create(ask('Bonjour !', { stream: true }), fault('gzip')));
+  assert.equal(out.text, plainText);
+});
+
 await check('max_tokens: finish_reason "length" and that many tokens', async () => {
   const r = await sdk.chat.completions.create(ask('Bonjour !', { max_tokens: 3 }));
   assert.equal(r.choices[0].finish_reason, 'length');
@@ -223,14 +232,14 @@ for (const stream of [true, false]) {
 
 // ---- HTTP errors: each class the SDK maps ----------------------------------
 
-const fault = (spec) => ({ headers: { 'X-Mirza-Sim-Fault': spec } });
-
 await check('400 -> BadRequestError with the server message', async () => {
   const e = await rejects(OpenAI.BadRequestError, () => sdk.chat.completions.create(ask('x'), fault('http=400:bad input')));
   assert.equal(e.status, 400);
   assert.match(e.message, /^400 bad input/);
   const e2 = await rejects(OpenAI.BadRequestError, () => sdk.chat.completions.create({ model: MODEL, messages: [] }));
   assert.match(e2.message, /messages/);
+  const streamed = ask('x', { stream: true });
+  await rejects(OpenAI.BadRequestError, () => sdk.chat.completions.create(streamed, fault('http=400:bad input')));
 });
 
 await check('401 -> AuthenticationError for a wrong API key (--api-key)', async () => {
