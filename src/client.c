@@ -75,12 +75,13 @@ struct mz_stream {
   int merge;             /* join queued deltas of one channel (mz_request.merge) */
   size_t skipped_frames; /* malformed frames skipped */
   cJSON *usage, *timings, *stats, *extra;
-  double last_rx, stall_s; /* last byte received (head or body) */
-  double retry_after;      /* of an HTTP error: seconds, or -1 */
-  double t_open, header_s; /* header_timeout: until the head is complete */
-  int got_rx, head_done;   /* a response byte came; the final head ended */
-  curl_socket_t sock;      /* the socket libcurl last watched for it (stall clock) */
-  mz_buf headers;          /* "name: value\n" lines, names in lowercase */
+  double last_rx, stall_s;      /* last byte received (head or body) */
+  double retry_after;           /* of an HTTP error: seconds, or -1 */
+  double t_open, header_s;      /* header_timeout: until the head is complete */
+  int got_rx, head_done;        /* a response byte came; the final head ended */
+  curl_socket_t sock;           /* the socket libcurl last watched for it (stall clock) */
+  long connect_ms, deadline_ms; /* to name the clock that fired (0: none) */
+  mz_buf headers;               /* "name: value\n" lines, names in lowercase */
   /* the terminal event */
   mz_evtype term; /* 0 while none */
   int term_popped;
@@ -634,11 +635,16 @@ static double retry_after(const mz_stream *s) {
 /* A 3xx: not followed (a redirect silently re-sending a chat request is
  * rarely what a local setup wants): a clear error naming the target. */
 static void finish_redirect(mz_stream *s) {
-  char *to = NULL;
+  char *to = NULL, *shown;
   curl_easy_getinfo(s->easy, CURLINFO_REDIRECT_URL, &to);
+  shown = to ? mz_redact_url(to) : NULL; /* a Location may carry credentials too */
   const char *reason = mz_http_reason(s->status);
   set_terminal(s, MZ_EV_ERROR, MZ_E_HTTP, "HTTP %ld%s%s to %s (redirects are not followed: use that url)", s->status,
-               *reason ? " " : "", reason, to ? to : "(no Location)");
+               *reason ? " " : "", reason,
+               shown ? shown
+               : to  ? "(a url)"
+                     : "(no Location)");
+  free(shown);
 }
 
 static void finish_http_error(mz_stream *s) {
@@ -667,6 +673,15 @@ static void finish_json_body(mz_stream *s) {
   mz_frame_free(&f);
 }
 
+/* Which of libcurl's two clocks ended the transfer, and what to change. */
+static const char *which_clock(const mz_stream *s) {
+  curl_off_t connected = 0;
+  curl_easy_getinfo(s->easy, CURLINFO_CONNECT_TIME_T, &connected);
+  if (!connected && s->connect_ms && (!s->deadline_ms || s->connect_ms <= s->deadline_ms))
+    return "connect timeout: no TCP connection in time; raise the `timeout` option, or check the address";
+  return "deadline: the whole request took longer than the `deadline` option; raise it, or false for none";
+}
+
 static void finish_transport_error(mz_stream *s, CURLcode rc) {
   const char *code = MZ_E_IO;
   int closed = 0;
@@ -686,6 +701,8 @@ static void finish_transport_error(mz_stream *s, CURLcode rc) {
   flush_carry(s);
   const char *why = s->errbuf[0] ? s->errbuf : curl_easy_strerror(rc);
   if (closed && s->status) set_terminal(s, MZ_EV_ERROR, code, "connection closed mid-stream (%s)", why);
+  else if (rc == CURLE_OPERATION_TIMEDOUT)
+    set_terminal(s, MZ_EV_ERROR, code, "%s: %s (%s)", s->url, why, which_clock(s));
   else set_terminal(s, MZ_EV_ERROR, code, "%s: %s", s->url, why);
 }
 
@@ -756,11 +773,14 @@ static void check_stalls(mz_client *c, double now) {
     }
     flush_carry(s);
     if (s->got_rx && s->stall_s > 0 && now >= s->last_rx + s->stall_s)
-      set_terminal(s, MZ_EV_ERROR, MZ_E_TIMEOUT, "no data from %s for %.1f s (stall timeout)", s->url,
-                   now - s->last_rx);
+      set_terminal(s, MZ_EV_ERROR, MZ_E_TIMEOUT,
+                   "no data from %s for %.1f s (stall timeout: raise the `stall_timeout` option, or false for none)",
+                   s->url, now - s->last_rx);
     else
-      set_terminal(s, MZ_EV_ERROR, MZ_E_TIMEOUT, "no response head from %s after %.1f s (header timeout)", s->url,
-                   now - s->t_open);
+      set_terminal(s, MZ_EV_ERROR, MZ_E_TIMEOUT,
+                   "no response head from %s after %.1f s (header timeout: the daemon may be busy or queueing; raise "
+                   "the `header_timeout` option, or false for none)",
+                   s->url, now - s->t_open);
     detach_easy(s); /* closes the connection: the daemon stops generating */
   }
 }
@@ -1138,7 +1158,8 @@ static int setup_easy(mz_stream *s, const mz_request *r) {
   /* libcurl decodes any Content-Encoding it supports (gzip, deflate, ...),
    * also when the script sent its own Accept-Encoding header */
   rc |= curl_easy_setopt(e, CURLOPT_ACCEPT_ENCODING, "");
-  rc |= curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, r->connect_timeout_ms > 0 ? r->connect_timeout_ms : 10000L);
+  long cto = r->connect_timeout_ms > 0 ? r->connect_timeout_ms : r->connect_timeout_ms < 0 ? 0L : 10000L;
+  rc |= curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, cto); /* 0: libcurl's own, 300 s */
   if (r->deadline_ms > 0) rc |= curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, r->deadline_ms);
   if (r->body) {
     rc |= curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)r->body_len);
@@ -1167,6 +1188,8 @@ mz_stream *mz_stream_open(mz_client *c, const mz_request *r, char *err, size_t e
   s->header_s = (double)r->header_timeout_ms / 1000.0;
   s->last_rx = s->t_open = mz_now();
   s->sock = CURL_SOCKET_BAD;
+  s->connect_ms = r->connect_timeout_ms > 0 ? r->connect_timeout_ms : r->connect_timeout_ms < 0 ? 0 : 10000;
+  s->deadline_ms = r->deadline_ms > 0 ? r->deadline_ms : 0;
   s->retry_after = -1;
   if (s->header_s > 0) note_deadline(c, s->t_open + s->header_s);
   mz_sse_init(&s->sse, r->max_event_bytes, on_sse_event, s);

@@ -105,15 +105,29 @@ static int l_now(lua_State *L) {
   return 1;
 }
 
-/* mirza.core.stat(path) -> mtime (seconds, ns precision), size | nil, msg, "io"
- * (hot reload watches files with it between turns). */
+/* What kind of file st describes, as mirza.stat names it. */
+static const char *file_kind(const struct stat *st) {
+  if (S_ISREG(st->st_mode)) return "file";
+  if (S_ISDIR(st->st_mode)) return "directory";
+  if (S_ISFIFO(st->st_mode)) return "fifo";
+  if (S_ISCHR(st->st_mode)) return "char";
+  if (S_ISSOCK(st->st_mode)) return "socket";
+  return "other";
+}
+
+/* mirza.core.stat(path) -> mtime (seconds, ns precision), size, kind, id
+ * | nil, msg, "io" (hot reload watches files with it between turns; batch
+ * jobs tell a pipe from a file and two names of one file apart: id is
+ * "device:inode"). */
 static int l_stat(lua_State *L) {
   const char *path = luaL_checkstring(L, 1);
   struct stat st;
   if (stat(path, &st) != 0) return mz_l_failf(L, MZ_E_IO, "%s: %s", path, strerror(errno));
   lua_pushnumber(L, (lua_Number)st.st_mtim.tv_sec + (lua_Number)st.st_mtim.tv_nsec * 1e-9);
   lua_pushinteger(L, (lua_Integer)st.st_size);
-  return 2;
+  lua_pushstring(L, file_kind(&st));
+  lua_pushfstring(L, "%I:%I", (lua_Integer)st.st_dev, (lua_Integer)st.st_ino);
+  return 4;
 }
 
 /* ---- ready streams ------------------------------------------------------
@@ -198,8 +212,9 @@ int luaopen_mirza_core(lua_State *L) {
       {"ready", l_ready}, {"redact_url", l_redact_url}, {NULL, NULL}};
   mz_l_ctx(L);
   luaL_newlib(L, funcs);   /* [core] */
-  luaopen_mirza_stream(L); /* [core, open] */
-  lua_setfield(L, -2, "open");
+  luaopen_mirza_stream(L); /* [core, defaults, open] */
+  lua_setfield(L, -3, "open");
+  lua_setfield(L, -2, "defaults");
   luaopen_mirza_proc(L); /* [core]: spawn, pid_stop, pidfile_*, file_tail... */
   luaopen_mirza_json(L);
   lua_setfield(L, -2, "json");

@@ -36,7 +36,7 @@ int mz_l_raise_interrupt(lua_State *L);
 void mz_l_stream_opened(lua_State *L, mz_stream *s, int idx);
 
 int luaopen_mirza_core(lua_State *L);
-int luaopen_mirza_stream(lua_State *L); /* registers the Stream metatable */
+int luaopen_mirza_stream(lua_State *L); /* registers the Stream metatable; pushes defaults, open */
 int luaopen_mirza_json(lua_State *L);
 int luaopen_mirza_proc(lua_State *L); /* adds spawn & co. to the table on top */
 

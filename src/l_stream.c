@@ -137,8 +137,11 @@ static void push_event(lua_State *L, const mz_ctx *ctx, const mz_event *e) {
     lua_setfield(L, -2, "calls");
     break;
   case MZ_EV_PROGRESS:
-  case MZ_EV_HEARTBEAT:
-  case MZ_EV_DONE: merge_fields(L, e->json); break;
+  case MZ_EV_HEARTBEAT: merge_fields(L, e->json); break;
+  case MZ_EV_DONE: /* the frames' fields, then the response headers (x-request-id) */
+    merge_fields(L, e->json);
+    if (e->headers_len) push_headers(L, e->headers, e->headers_len);
+    break;
   case MZ_EV_ERROR: push_error(L, e); break;
   case MZ_EV_RESPONSE:
     set_string(L, "body", e->text, e->len);
@@ -278,13 +281,36 @@ static void check_keys(lua_State *L, int idx) {
   }
 }
 
-static long field_ms(lua_State *L, int idx, const char *k) {
+/* The default clocks of mirza.open (and so of collect, request, the engine
+ * and batch), in seconds: nothing waits forever unless told to with
+ * `false`. They fill `mirza.defaults` (upvalue 1 of open), which a script
+ * may change for every later request. */
+static const struct {
+  const char *name;
+  lua_Integer s;
+} default_clocks[] = {
+    {"timeout", 10},         /* TCP connect */
+    {"header_timeout", 600}, /* until the whole head: long prefills, queued requests */
+    {"stall_timeout", 120},  /* silence once the response began */
+};
+
+/* A clock option in seconds -> ms: nil takes mirza.defaults[k] (nil there:
+ * 0, the C default), false `off`. */
+static long field_ms(lua_State *L, int idx, const char *k, long off) {
   long ms = 0;
-  if (lua_getfield(L, idx, k) != LUA_TNIL) {
-    lua_Number t = lua_tonumber(L, -1);
-    if (!lua_isnumber(L, -1) || t < 0) luaL_error(L, "mirza.open: '%s' must be a non-negative number of seconds", k);
-    ms = (long)(t * 1000.0 + 0.5);
-    if (t > 0 && ms == 0) ms = 1;
+  int t = lua_getfield(L, idx, k);
+  if (t == LUA_TNIL) {
+    lua_pop(L, 1);
+    t = lua_getfield(L, lua_upvalueindex(1), k);
+  }
+  if (t == LUA_TBOOLEAN && !lua_toboolean(L, -1)) {
+    ms = off;
+  } else if (t != LUA_TNIL) {
+    lua_Number v = lua_tonumber(L, -1);
+    if (!lua_isnumber(L, -1) || v < 0)
+      luaL_error(L, "mirza.open: '%s' must be a non-negative number of seconds, or false for none", k);
+    ms = v > 2e9 ? 2000000000L : (long)(v * 1000.0 + 0.5);
+    if (v > 0 && ms == 0) ms = 1;
   }
   lua_pop(L, 1);
   return ms;
@@ -359,10 +385,10 @@ static int l_open(lua_State *L) {
   r.api_key = field_str(L, 1, "api_key", NULL);
   if (r.api_key && strpbrk(r.api_key, "\r\n")) /* never echo the key */
     luaL_error(L, "mirza.open: 'api_key' contains a line break");
-  r.connect_timeout_ms = field_ms(L, 1, "timeout");
-  r.stall_timeout_ms = field_ms(L, 1, "stall_timeout");
-  r.deadline_ms = field_ms(L, 1, "deadline");
-  r.header_timeout_ms = field_ms(L, 1, "header_timeout");
+  r.connect_timeout_ms = field_ms(L, 1, "timeout", -1);
+  r.stall_timeout_ms = field_ms(L, 1, "stall_timeout", 0);
+  r.deadline_ms = field_ms(L, 1, "deadline", 0);
+  r.header_timeout_ms = field_ms(L, 1, "header_timeout", 0);
   const char *bad = field_str(L, 1, "on_bad_frame", NULL);
   if (bad && strcmp(bad, "skip") != 0 && strcmp(bad, "error") != 0)
     luaL_error(L, "mirza.open: 'on_bad_frame' must be \"error\" or \"skip\"");
@@ -397,6 +423,12 @@ int luaopen_mirza_stream(lua_State *L) {
     lua_setfield(L, -2, "__index");
   }
   lua_pop(L, 1);
-  lua_pushcfunction(L, l_open);
-  return 1;
+  lua_createtable(L, 0, 4); /* mirza.defaults */
+  for (size_t i = 0; i < sizeof default_clocks / sizeof *default_clocks; i++) {
+    lua_pushinteger(L, default_clocks[i].s);
+    lua_setfield(L, -2, default_clocks[i].name);
+  }
+  lua_pushvalue(L, -1);
+  lua_pushcclosure(L, l_open, 1);
+  return 2;
 }

@@ -8,16 +8,20 @@
 ---@field method? string             default: POST with a body, GET without
 ---@field headers? table<string,string>|string[]  extra headers: {["X-MTPLX-Session-Id"]="s1"} or {"Name: value"}
 ---@field api_key? string            sent as `Authorization: Bearer <key>` (never logged; a line break in it raises, without showing it)
----@field timeout? number            connect timeout in seconds (default 10): TCP connect only
----@field stall_timeout? number      seconds without any received byte (head or body; heartbeats count) before the stream fails with code "timeout"; runs from the first response byte on, so a request queued by the daemon (no head yet) never stalls; default none
----@field deadline? number           whole-request limit in seconds; default none
+---@field timeout? number|false      connect timeout in seconds, TCP connect only (default 10, `mirza.defaults.timeout`); false: libcurl's own limit (300 s)
+---@field stall_timeout? number|false  seconds without any received byte (head or body, even part of a header line; heartbeats count) before the stream fails with code "timeout"; runs from the first line of the response head on, so a request queued by the daemon (no head yet) never stalls; default 120 (`mirza.defaults.stall_timeout`); false or 0: none
+---@field deadline? number|false     whole-request limit in seconds; default none
 ---@field max_event_bytes? integer   cap on one SSE event (default 4 MiB); over it: error code "protocol"
 ---@field plain? boolean             not a stream: one {type="response"} event with the body
----@field header_timeout? number     seconds from the start until the whole response head arrived (a queued request waits that long), else code "timeout"; default none
+---@field header_timeout? number|false  seconds from the start until the whole response head arrived (a queued request or a long prefill waits that long), else code "timeout"; default 600 (`mirza.defaults.header_timeout`); false or 0: none
 ---@field on_bad_frame? "error"|"skip"  a frame that is not JSON: "error" (default) ends the stream with code "protocol", text before it kept; "skip" drops it and counts it in done.skipped_frames
 ---@field record_file? string        write the response as received into this file (created or truncated): the head (status line, headers) then the body as libcurl delivers it (de-chunked, decoded); closed when the transfer ends. Use `record = DIR` (mirza.record) for whole recordings
 ---@field merge? boolean            join what arrived together: a think or text delta comes with the deltas of the same channel already queued right behind it, as one event with `deltas` = how many (never waits for more; what a sink that only needs text wants: one event per read instead of per token). Default false: one event per delta
 ---@field record? string|false       (Lua `mirza.open`) record the request and its response into directory DIR (mirza.record); false: not even with MIRZA_RECORD
+--- Nothing waits forever by default: without a clock option the request
+--- takes `mirza.defaults` (connect 10 s, response head 600 s, stall 120 s,
+--- no deadline); each timeout's message names the clock that fired and the
+--- option to change.
 --- Redirects (3xx) are not followed: the stream ends with code "http" and a
 --- message naming the target (also in `ev.headers.location`). Compressed
 --- bodies (gzip, deflate...) are decoded, whatever Accept-Encoding was sent.
@@ -97,6 +101,14 @@ local mirza = {}
 
 ---@type string
 mirza.version = "0.1.0"
+
+---The clocks every request gets when it does not set them (seconds):
+---`timeout` 10 (connect), `header_timeout` 600 (until the whole response
+---head), `stall_timeout` 120 (silence once the response began). Change a
+---field for every later request of this Lua state (false: none); a
+---request's own option wins. Also `require("mirza.core").defaults`.
+---@type {timeout: number|false, header_timeout: number|false, stall_timeout: number|false}
+mirza.defaults = {}
 
 ---Start a request. Network and HTTP failures are not raised: they are the
 ---stream's final `{type="error"}` event, after everything received before.

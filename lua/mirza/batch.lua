@@ -35,7 +35,8 @@ B.defaults = {
   max_retries = 5,
   retry_base = 0.5,       -- first backoff, seconds (doubles, with jitter)
   retry_max = 30,         -- longest backoff
-  stall_timeout = 120,    -- seconds without a byte before an attempt fails
+  stall_timeout = 120,    -- seconds without a byte before an attempt fails; false: none
+  header_timeout = 600,   -- seconds until an attempt's response head (queued, long prefill); false: none
   deadline = nil,         -- per-request limit, seconds
   batch_deadline = nil,   -- whole-run limit: unfinished items stay for a rerun
   model = "default",
@@ -265,7 +266,7 @@ local function attempt(item, e, opts)
   r.model = body.model
   local s <close> = mirza.open { url = e.base .. "/chat/completions", body = body,
     headers = opts.headers, api_key = opts.api_key, stall_timeout = opts.stall_timeout,
-    deadline = opts.deadline, timeout = opts.connect_timeout,
+    deadline = opts.deadline, timeout = opts.connect_timeout, header_timeout = opts.header_timeout,
     merge = true } -- only the text is kept: what arrived together is one event
   read_stream(s, opts, r)
   local t1, fin = mirza.now(), r.final or {}

@@ -51,7 +51,8 @@ E.defaults = {
   repetition_penalty = 1.0,
   reasoning_budget = 0,
   keep_alive = false,          -- leave a started daemon running at exit
-  stall_timeout = 120,         -- seconds without a byte (heartbeats count)
+  stall_timeout = 120,         -- seconds without a byte (heartbeats count); false: none
+  header_timeout = 600,        -- seconds until the response head (long prefills, queued turns); false: none
   busy_wait = 5,               -- seconds a 409 "session busy" is waited out (the daemon
                                -- releasing this engine's previous request); 0: fail at once
   connect_timeout = 10,

@@ -15,6 +15,7 @@ local M = {
   streams = core.streams,
   ready = core.ready,
   redact_url = core.redact_url,
+  defaults = core.defaults,
 }
 
 -- MIRZA_RECORD=DIR records every request (mirza.record); read once.

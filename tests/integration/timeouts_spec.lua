@@ -60,3 +60,112 @@ describe("the stall clock against a slow head", function()
     assert.matches("header timeout", r.last.message, 1, true)
   end)
 end)
+
+describe("default timeouts", function()
+  local sim
+  setup(function() sim = H.start_sim { "--tok-rate", "0", "--ttft-ms", "0" } end)
+  teardown(function() sim.stop() end)
+
+  local function req(fault, extra)
+    local r = { url = sim.url, body = H.chat_body("d", { mirza_sim = { fault = fault, text = "Oui." } }) }
+    for k, v in pairs(extra or {}) do r[k] = v end
+    return r
+  end
+
+  -- Run fn with mirza.defaults[k] = v, restored whatever happens.
+  local function with_default(k, v, fn)
+    local old = mirza.defaults[k]
+    mirza.defaults[k] = v
+    local ok, err = pcall(fn)
+    mirza.defaults[k] = old
+    assert(ok, err)
+  end
+
+  it("are documented values: connect 10 s, response head 600 s, stall 120 s, no deadline", function()
+    assert.same({ timeout = 10, header_timeout = 600, stall_timeout = 120 }, mirza.defaults)
+    assert.equal(require("mirza.core").defaults, mirza.defaults)
+    assert.equal(600, require("mirza.engine").defaults.header_timeout)
+    assert.equal(120, require("mirza.engine").defaults.stall_timeout)
+    assert.equal(600, require("mirza.batch").defaults.header_timeout)
+    assert.equal(120, require("mirza.batch").defaults.stall_timeout)
+  end)
+
+  it("apply to open, collect and request without a clock option: a daemon that never answers is cut", function()
+    with_default("header_timeout", 0.3, function()
+      local t0 = mirza.now()
+      local res, msg, code = mirza.collect(req("head-delay=5000"))
+      assert.is_nil(res)
+      assert.equal("timeout", code)
+      assert.matches("(header timeout: the daemon may be busy or queueing; raise the `header_timeout` option, " ..
+        "or false for none)", msg, 1, true)
+      local body, msg2, code2 = mirza.request(req("head-delay=5000"))
+      assert.is_nil(body)
+      assert.equal("timeout", code2)
+      assert.matches("header timeout", msg2, 1, true)
+      assert.is_true(mirza.now() - t0 < 3, "the default clock did not run")
+    end)
+    with_default("stall_timeout", 0.3, function()
+      local res, msg, code = mirza.collect(req("stall-after=2"))
+      assert.is_nil(res)
+      assert.equal("timeout", code)
+      assert.matches("(stall timeout: raise the `stall_timeout` option, or false for none)", msg, 1, true)
+    end)
+  end)
+
+  it("are turned off per request with false (and an explicit value wins)", function()
+    with_default("header_timeout", 0.3, function()
+      local res, msg = mirza.collect(req("head-delay=800", { header_timeout = false }))
+      assert.truthy(res, msg)
+      assert.equal("Oui.", res.text)
+      res, msg = mirza.collect(req("head-delay=800", { header_timeout = 5 }))
+      assert.truthy(res, msg)
+    end)
+    with_default("stall_timeout", 0.2, function()
+      local res, msg = mirza.collect(req("stall-after=2:600", { stall_timeout = false }))
+      assert.truthy(res, msg)
+    end)
+    local ok, err = pcall(mirza.open, req(nil, { stall_timeout = true }))
+    assert.is_false(ok)
+    assert.matches("mirza.open: 'stall_timeout' must be a non-negative number of seconds, or false for none", err, 1,
+      true)
+  end)
+
+  it("name the clock that fired: the deadline", function()
+    local res, msg, code = mirza.collect(req("stall-after=2:3000", { deadline = 0.3 }))
+    assert.is_nil(res)
+    assert.equal("timeout", code)
+    assert.matches("(deadline: the whole request took longer than the `deadline` option; raise it, or false for none)",
+      msg, 1, true)
+  end)
+
+  it("reach the engine's turns: header_timeout, false-able", function()
+    local engine = require "mirza.engine"
+    local e = engine.new { base_url = sim.base .. "/v1", daemon = false, config_file = false, header_timeout = 0.3 }
+    local stats, msg, code = e:say("bonjour", { body_extra = { mirza_sim = { fault = "head-delay=5000" } } })
+    assert.is_nil(stats)
+    assert.equal("timeout", code)
+    assert.matches("header timeout", msg, 1, true)
+    e:close()
+    e = engine.new { base_url = sim.base .. "/v1", daemon = false, config_file = false, header_timeout = false,
+      stall_timeout = false }
+    stats, msg = e:say("bonjour", { body_extra = { mirza_sim = { fault = "head-delay=500", text = "Oui." } } })
+    assert.truthy(stats, msg)
+    e:close()
+  end)
+
+  it("reach batch attempts: header_timeout", function()
+    local input, output = H.tmpname(".jsonl"), H.tmpname(".jsonl")
+    local f = assert(io.open(input, "wb"))
+    f:write(mirza.json.encode { custom_id = "q", method = "POST", url = "/v1/chat/completions",
+      body = { messages = { { role = "user", content = "q" } }, mirza_sim = { fault = "head-delay=5000" } } }, "\n")
+    f:close()
+    local t0 = mirza.now()
+    local st = assert(require("mirza.batch").run { input = input, output = output, endpoints = { sim.base },
+      header_timeout = 0.3, max_retries = 0, quiet = true, progress = false })
+    assert.equal(1, st.errors)
+    assert.matches("header timeout", H.read_file(output), 1, true)
+    assert.is_true(mirza.now() - t0 < 4)
+    os.remove(input)
+    os.remove(output)
+  end)
+end)
