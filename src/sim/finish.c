@@ -138,13 +138,18 @@ static void llama_final(job *j, const char *finish, double t_end) {
   free(m);
 }
 
+/* The assistant message. llama-server (common_chat_msg::to_json_oaicompat)
+ * puts reasoning_content, when there is some, before content; MTPLX after
+ * it, even when empty. */
 static cJSON *message_obj(const job *j) {
   cJSON *m = cJSON_CreateObject();
+  const char *think = j->reasoning.p ? j->reasoning.p : "";
   cJSON_AddStringToObject(m, "role", "assistant");
+  if (llama(j) && *think) cJSON_AddStringToObject(m, "reasoning_content", think);
   cJSON *calls = tools_message_calls(j);
   if (calls) cJSON_AddNullToObject(m, "content"); /* as OpenAI and llama-server: calls, no text */
   else cJSON_AddStringToObject(m, "content", j->content.p ? j->content.p : "");
-  if (j->has_reasoning) cJSON_AddStringToObject(m, "reasoning_content", j->reasoning.p ? j->reasoning.p : "");
+  if (!llama(j) && j->has_reasoning) cJSON_AddStringToObject(m, "reasoning_content", think);
   if (calls) cJSON_AddItemToObject(m, "tool_calls", calls);
   return m;
 }

@@ -266,6 +266,23 @@ describe("mirza-sim beside llama-server's traces", function()
     assert.truthy(r.id:match(LLAMA_ID) and r.system_fingerprint:match(FINGERPRINT))
   end)
 
+  -- No capture: the order is llama.cpp's (common_chat_msg::to_json_oaicompat).
+  it("puts reasoning_content before content, and tool calls as type, function, id, in a non-streamed message",
+    function()
+      local b = raw(sim, body({ stream = false }, true))
+      local p = table.concat(paths(b), " ")
+      assert.truthy(p:find(".choices[].message.role:string .choices[].message.reasoning_content:string "
+        .. ".choices[].message.content:string", 1, true), p)
+      local calls = { { id = "t1", name = "get_weather", arguments = "{}" } }
+      b = raw(sim, body({ stream = false, tools = { { type = "function", ["function"] = { name = "get_weather" } } },
+        mirza_sim = { tool_calls = calls } }))
+      p = table.concat(paths(b), " ")
+      assert.truthy(p:find(".choices[].message.role:string .choices[].message.content:null "
+        .. ".choices[].message.tool_calls[].type:string .choices[].message.tool_calls[].function.name:string "
+        .. ".choices[].message.tool_calls[].function.arguments:string .choices[].message.tool_calls[].id:string",
+        1, true), p)
+    end)
+
   it("refuses like the err_*.txt traces: status, body, Connection: close", function()
     local cases = {
       { "llama-server.err_missing_messages_stream.txt", { model = "m", stream = true } },
