@@ -56,7 +56,10 @@ static int take_member(mz_frame *f, const cJSON *item) {
     if (strcmp(k, "error") != 0) return 1;
     f->error = cJSON_IsNull(item) ? NULL : item;
     return 0;
-  case 'i': return strcmp(k, "id") != 0;
+  case 'i':
+    if (strcmp(k, "id") != 0) return 1;
+    f->id = cJSON_IsString(item) ? item->valuestring : NULL;
+    return 0;
   case 'o': return strcmp(k, "object") != 0;
   case 's': return strcmp(k, "system_fingerprint") != 0;
   default: return 1;

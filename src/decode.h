@@ -24,6 +24,7 @@ typedef struct mz_frame {
   const cJSON *stats;    /* MTPLX mtplx_stats */
   const cJSON *progress; /* MTPLX mtplx_progress */
   const cJSON *error;    /* top-level "error" (object or string) */
+  const char *id;        /* top-level "id" (the completion id) if a string */
   int heartbeat;         /* mtplx_progress.heartbeat == true */
   int unknown;           /* count of top-level keys not listed below */
 } mz_frame;
