@@ -2,7 +2,11 @@
 ---
 --- A voice assistant speaks the answer and shows the thinking elsewhere, so
 --- the think channel and the answer channel go to different sinks. A sink is
---- a function `(text, ev)` or an object with `:write(text, ev)`. Each channel
+--- a Lua function, called `(text, ev)` (a function of the text alone just
+--- ignores the event); a C function such as `print` or `io.write`, called
+--- with the text only; a file handle (`io.stdout`, an opened file), written
+--- with `f:write(text)` (the error sink adds a line break); or an object with
+--- `:write(text, ev)` (`route.buffer()`). Each channel
 --- is delivered "token" (every delta), "sentence" (complete sentences, for a
 --- speech engine) or "whole" (once, when the channel ends). Errors go to the
 --- error sink and never into the answer; the partial answer is still
@@ -257,17 +261,43 @@ function M.split(text, opts)
   return out
 end
 
----A sink as a function `(text, ev)`: functions pass through, objects with
----`write` are wrapped, nil is a sink that drops everything.
----@param sink function|{write: function}|nil
+-- A file handle as a sink: a write that fails (disk full, a closed pipe)
+-- raises rather than losing the text silently.
+local function file_sink(f, line)
+  return function(text)
+    local ok, err = f:write(text, line and "\n" or "")
+    if not ok then error("route: cannot write to the sink: " .. tostring(err), 0) end
+  end
+end
+
+-- Whether a userdata has a write method (indexing some userdata raises).
+local function has_write(u)
+  local ok, w = pcall(function() return u.write end)
+  return ok and w ~= nil
+end
+
+---A sink as a function `(text, ev)`. A Lua function passes through (it
+---gets the text and the event); a C function (`print`, `io.write`) gets the
+---text only; a file handle is written with `f:write(text)` (and a line
+---break when `line`: the error sink); an object with `write` is called
+---`obj:write(text, ev)`; nil is a sink that drops everything.
+---@param sink function|file*|{write: function}|nil
+---@param line? boolean end each write to a file handle with a line break
 ---@return fun(text: string, ev: table?)
-function M.sink(sink)
+function M.sink(sink, line)
   if sink == nil then return function() end end
-  if type(sink) == "function" then return sink end
-  if type(sink) == "table" and sink.write then
+  local ty = type(sink)
+  if ty == "function" then
+    if debug.getinfo(sink, "S").what ~= "C" then return sink end
+    return function(text) return sink(text) end
+  end
+  local io_ty = io.type(sink)
+  if io_ty == "file" then return file_sink(sink, line) end
+  if io_ty == "closed file" then error("route: the sink is a closed file: open it again, or pass another sink", 2) end
+  if (ty == "table" and sink.write) or (ty == "userdata" and has_write(sink)) then
     return function(text, ev) return sink:write(text, ev) end
   end
-  error("route: a sink is a function or an object with a write method", 2)
+  error(("route: a sink is a function, a file handle or an object with a write method, not a %s"):format(ty), 2)
 end
 
 ---A sink that collects what it gets: `b.parts` (list), `b:text()`.
@@ -384,7 +414,7 @@ function M.router(opts)
     opts = opts,
     answer = channel(opts.answer, opts.mode or "sentence", sp),
     think = channel(opts.think, opts.think_mode or "token", sp),
-    error_sink = opts.error and M.sink(opts.error) or stderr_sink,
+    error_sink = opts.error and M.sink(opts.error, true) or stderr_sink,
     on_event = opts.on_event,
     result = { answer = "", think = "", ended = false },
   }, Router)
@@ -494,7 +524,7 @@ end
 ---@param opts? {error?: function|table}
 ---@return fun(): string|nil
 function M.inline(events, opts)
-  local error_sink = opts and opts.error and M.sink(opts.error) or stderr_sink
+  local error_sink = opts and opts.error and M.sink(opts.error, true) or stderr_sink
   local queue, thinking, ended = {}, false, false
   local function push(ev)
     if ev.type == "think" then

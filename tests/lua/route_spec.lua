@@ -182,9 +182,50 @@ describe("mirza.route", function()
       route.run(pipeline.from_list(STREAM), { answer = a, think = t, mode = "token" })
       assert.equal("Bonjour ! Je vais bien. Et vous ?", a:text())
       assert.equal("The user greets me.", t:text())
-      assert.has_error(function() route.sink(42) end, "route: a sink is a function or an object with a write method")
+      assert.has_error(function() route.sink(42) end,
+        "route: a sink is a function, a file handle or an object with a write method, not a number")
       assert.has_error(function() route.router({ mode = "paragraph" }) end,
         'route: unknown mode "paragraph" (token, sentence, whole)')
+    end)
+
+    -- What a file holds once `fn(f)` wrote to it.
+    local function written(fn)
+      local f = assert(io.tmpfile())
+      fn(f)
+      f:seek("set")
+      local s = f:read("a")
+      f:close()
+      return s
+    end
+
+    it("a C function (io.write, print) gets the text only", function()
+      local out = written(function(f)
+        local old = io.output()
+        io.output(f)
+        local ok, err = pcall(route.run, pipeline.from_list(STREAM),
+          { answer = io.write, think = io.write, mode = "token" })
+        io.output(old)
+        assert(ok, err)
+      end)
+      assert.equal("The user greets me.Bonjour ! Je vais bien. Et vous ?", out)
+    end)
+
+    it("a Lua function gets the text and its event", function()
+      local got = {}
+      route.run(pipeline.from_list(STREAM), { answer = function(t, ev) got[#got + 1] = { t, ev.type } end })
+      assert.same({ { "Bonjour !", "text" }, { "Je vais bien.", "text" }, { "Et vous ?", "done" } }, got)
+    end)
+
+    it("a file handle is written with :write, the error sink a line per error", function()
+      local err = { type = "error", code = "closed", message = "cut short" }
+      local out = written(function(f)
+        route.run(pipeline.from_list({ think("Hmm. "), text("Un. Deux"), err }), { answer = f, think = f, error = f })
+      end)
+      assert.equal("Hmm. Un.Deuxcut short\n", out)
+      local closed = assert(io.tmpfile())
+      closed:close()
+      assert.has_error(function() route.router({ answer = closed }) end,
+        "route: the sink is a closed file: open it again, or pass another sink")
     end)
 
     for _, mode in ipairs({ "token", "sentence", "whole" }) do
