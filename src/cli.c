@@ -90,18 +90,38 @@ const char *mz_cli_job(const char *name, char *buf, size_t size) {
   return name;
 }
 
-/* The job's one-line summary: its first line "--- name.lua - summary". */
+/* The job's summary: its first comment paragraph, "--- name.lua - summary"
+ * and the "--- " lines that continue it up to a bare "---", joined into one
+ * line (out is always terminated; a summary longer than size is cut). */
 static void job_summary(const char *path, char *out, size_t size) {
   char line[256];
+  size_t len = 0;
   out[0] = '\0';
   FILE *f = fopen(path, "r");
   if (!f) return;
-  if (fgets(line, sizeof line, f)) {
-    const char *dash = strstr(line, " - ");
-    if (dash) snprintf(out, size, "%s", dash + 3);
-    out[strcspn(out, "\r\n")] = '\0';
+  const char *text = fgets(line, sizeof line, f) ? strstr(line, " - ") : NULL;
+  if (text) text += 3;
+  while (text && *text && len + 1 < size) {
+    int n = snprintf(out + len, size - len, "%s%.*s", len ? " " : "", (int)strcspn(text, "\r\n"), text);
+    if (n < 0) break;
+    len = len + (size_t)n < size ? len + (size_t)n : size - 1;
+    text = fgets(line, sizeof line, f) && strncmp(line, "--- ", 4) == 0 ? line + 4 : NULL;
   }
   fclose(f);
+}
+
+/* Print "  name         summary", the summary wrapped at word boundaries to
+ * 79 columns, its continuation lines indented under its first word. */
+static void print_job(FILE *out, const char *name, int name_len, const char *summary) {
+  enum { INDENT = 14, WIDTH = 79 };
+  int col = fprintf(out, "  %-12.*s", name_len, name);
+  for (const char *w = summary + strspn(summary, " "); *w;) {
+    int n = (int)strcspn(w, " ");
+    if (col > INDENT && col + 1 + n > WIDTH) col = fprintf(out, "\n%*s", INDENT, "") - 1;
+    col += fprintf(out, " %.*s", n, w);
+    w += n + strspn(w + n, " ");
+  }
+  fputc('\n', out);
 }
 
 static int by_name(const struct dirent **a, const struct dirent **b) { return strcmp((*a)->d_name, (*b)->d_name); }
@@ -117,20 +137,20 @@ static void list_dir(FILE *out, char dirs[MAX_DIRS][PATH_MAX], int which) {
   struct dirent **ents;
   int n = scandir(dirs[which], &ents, is_job, by_name);
   for (int i = 0; i < n; i++) {
-    char path[PATH_MAX + 256], summary[200];
+    char path[PATH_MAX + 256], summary[1024];
     int shadowed = 0;
     for (int j = 0; j < which && !shadowed; j++)
       shadowed = join(path, sizeof path, dirs[j], ents[i]->d_name) && is_file(path);
     if (!join(path, sizeof path, dirs[which], ents[i]->d_name)) path[0] = '\0';
     job_summary(path, summary, sizeof summary);
-    if (!shadowed) fprintf(out, "  %-12.*s %s\n", (int)(strlen(ents[i]->d_name) - 4), ents[i]->d_name, summary);
+    if (!shadowed) print_job(out, ents[i]->d_name, (int)(strlen(ents[i]->d_name) - 4), summary);
     free(ents[i]);
   }
   if (n >= 0) free(ents);
 }
 
 static const char env_text[] = "Environment:\n"
-                               "  MIRZA_LUA_DIR         load the mirza.* modules from this directory (as --lua-dir)\n"
+                               "  MIRZA_LUA_DIR         load the mirza.* modules from there (as --lua-dir)\n"
                                "  MIRZA_SIM             the mirza-sim binary (default: next to mirza, then PATH)\n"
                                "  MIRZA_CONFIG          engine config file (default ~/.config/mirza/config.lua)\n"
                                "  MIRZA_BASE_URL, MIRZA_MODEL, MIRZA_MODEL_ID, MIRZA_API_KEY, MIRZA_HOST,\n"
