@@ -206,11 +206,11 @@ function B.record(item, r)
     rec.response = { status_code = 200, body = completion(item, r) }
   else
     if r.status then rec.response = { status_code = r.status, body = r.error or json.null } end
-    rec.error = { code = r.code or "error", message = r.message }
+    rec.error = { code = r.code or "error", message = r.message and require("mirza.record").redact_text(r.message) }
   end
   rec.mirza = {
-    attempts = r.attempts, endpoint = r.endpoint, ttft_ms = r1(r.ttft_ms), tokens = r.tokens,
-    tok_s = r1(r.tok_s), duration_s = r.duration_s and math.floor(r.duration_s * 1000 + 0.5) / 1000,
+    attempts = r.attempts, endpoint = r.endpoint and mirza.redact_url(r.endpoint), ttft_ms = r1(r.ttft_ms),
+    tokens = r.tokens, tok_s = r1(r.tok_s), duration_s = r.duration_s and math.floor(r.duration_s * 1000 + 0.5) / 1000,
     cut = r.cut and { reason = r.cut.reason, rule = r.cut.rule, line = r.cut.line, count = r.cut.count,
       channel = r.cut.channel } or nil,
   }

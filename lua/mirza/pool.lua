@@ -160,7 +160,8 @@ end
 function Pool:describe()
   local out, now = {}, mirza.now()
   for _, e in ipairs(self.endpoints) do
-    out[#out + 1] = ("%s %d/%d served %d failed %d%s"):format(e.base, e.inflight, e.limit, e.served, e.failed,
+    out[#out + 1] = ("%s %d/%d served %d failed %d%s"):format(mirza.redact_url(e.base), e.inflight, e.limit,
+      e.served, e.failed,
       e.rest_until > now and (" resting %.1fs"):format(e.rest_until - now) or "")
   end
   return table.concat(out, "\n")

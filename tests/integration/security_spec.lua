@@ -286,3 +286,90 @@ describe("binding loopback", function()
     d:stop()
   end)
 end)
+
+-- Issue 17: a URL's userinfo (http://user:pass@host) is a credential too:
+-- every place the Lua side writes a URL shows it as [redacted]@ (batch
+-- records, progress and summary lines, pool descriptions, engine errors
+-- and log lines; recordings are record_spec's).
+describe("credentials in a URL never leak", function()
+  local PASS = "pw-" .. KEY
+  local sim
+  setup(function() sim = H.start_sim(FAST) end)
+  teardown(function() sim.stop() end)
+  after_each(function() collectgarbage("collect") end)
+
+  local function userinfo_url(port) return ("http://alice:%s@127.0.0.1:%d/v1"):format(PASS, port) end
+
+  -- Run the batch job on lines against one endpoint: stdout+stderr, the
+  -- output file's text, the exit code.
+  local function batch(lines, endpoint, retries)
+    local input, output = H.tmpname(".jsonl"), H.tmpname(".out.jsonl")
+    local f = assert(io.open(input, "w"))
+    for _, l in ipairs(lines) do f:write(mirza.json.encode(l), "\n") end
+    f:close()
+    local p = assert(io.popen(("MIRZA_CONFIG=/nonexistent MIRZA_LUA_DIR= %s %s %s %s --endpoint %s --model m "
+      .. "--max-retries %d --retry-base 0.05 --progress-every 0.05 2>&1 </dev/null"):format(H.q(H.mirza_bin),
+      H.q(H.source .. "/scripts/batch.lua"), H.q(input), H.q(output), H.q(endpoint), retries or 0)))
+    local out = p:read("a")
+    local _, _, rc = p:close()
+    local text = io.open(output) and H.read_file(output) or ""
+    os.remove(input)
+    os.remove(output)
+    return out, text, rc
+  end
+
+  local function item(id, extra)
+    local body = { messages = { { role = "user", content = "hi " .. id } }, mirza_sim = extra }
+    return { custom_id = id, method = "POST", url = "/v1/chat/completions", body = body }
+  end
+
+  it("batch: the records' endpoint and errors, the progress and summary lines", function()
+    local out, text, rc = batch({ item("good"), item("bad", { fault = "http=400:no such thing" }) },
+      userinfo_url(sim.port))
+    assert.equal(1, rc, out)
+    hides_key(out, "the batch job's output")
+    hides_key(text, "the batch records")
+    local recs = {}
+    for l in text:gmatch("[^\n]+") do
+      local r = mirza.json.decode(l)
+      recs[r.custom_id] = r
+    end
+    assert.equal(("http://[redacted]@127.0.0.1:%d/v1"):format(sim.port), recs.good.mirza.endpoint)
+    assert.equal(("http://[redacted]@127.0.0.1:%d/v1"):format(sim.port), recs.bad.mirza.endpoint)
+    assert.equal(400, recs.bad.response.status_code)
+  end)
+
+  it("batch: an unreachable endpoint's message", function()
+    local out, text, rc = batch({ item("a") }, userinfo_url(H.free_port()), 100) -- retried until unreachable
+    assert.is_not.equal(0, rc)
+    hides_key(out, "the batch job's output")
+    hides_key(text, "the batch records")
+    assert.truthy(out:find("http://[redacted]@127.0.0.1:", 1, true), out)
+  end)
+
+  it("pool: describe and the why of unreachable()", function()
+    local pool = require("mirza.pool").new({ userinfo_url(H.free_port()) }, { unreachable_after = 0 })
+    local e = assert(pool:acquire(1))
+    pool:report(e, { ok = false, code = "refused", message = "refused" })
+    hides_key(pool:describe(), "pool:describe()")
+    assert.truthy(pool:describe():find("[redacted]@", 1, true), pool:describe())
+    local why = pool:unreachable()
+    hides_key(why, "pool:unreachable()")
+  end)
+
+  it("engine: a failed turn's message and log lines, a bad base_url's error", function()
+    local logged = {}
+    local e = require("mirza.engine").new { base_url = userinfo_url(H.free_port()), model = "m", daemon = false,
+      config_file = false, connect_timeout = 2, log = function(_, msg) logged[#logged + 1] = msg end }
+    local st, msg = e:say("hi", { answer = function() end })
+    e:close()
+    assert.is_nil(st)
+    hides_key(msg, "the failed turn's message")
+    for _, m in ipairs(logged) do hides_key(m, "a log line") end
+    local ok, err = pcall(require("mirza.engine").new, { base_url = "ftp://alice:" .. PASS .. "@example.invalid/v1",
+      config_file = false })
+    assert.is_false(ok)
+    hides_key(err, "the base_url error")
+    assert.truthy(err:find("[redacted]@", 1, true), err)
+  end)
+end)
