@@ -54,7 +54,8 @@ if not ok then
   os.exit(1)
 end
 local how = not e.daemon and "using" or e.daemon.adopted and "adopted" or "started"
-say_err(("chat: %s %s (session %s). /help for commands, /quit to leave."):format(how, e.base_url, e.cfg.session_id))
+say_err(("chat: %s %s (session %s). /help for commands, /quit to leave."):format(how,
+  require("mirza").redact_url(e.base_url), e.cfg.session_id))
 
 local function show_stats(st)
   if not st then return end
