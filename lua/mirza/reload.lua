@@ -78,7 +78,11 @@ function M.watch(w, name, path, opts)
     if base == nil and package.preload[name] then base = require(name) end
   end
   w.files[name] = { path = found, mtime = mtime, size = size, base = base, good = old and old.good }
-  if opts and opts.load == false then return true end
+  if opts and opts.load == false then
+    -- not loaded yet: the original is the version `require` loads first (see versions)
+    if base == nil then w.files[name].lazy = true end
+    return true
+  end
   return M.reload(w, name)
 end
 
@@ -122,6 +126,7 @@ function M.reload(w, name)
     return nil, err, "reload"
   end
   package.loaded[name] = value
+  f.lazy = nil -- a swap before the first require: there is no original
   if w.on_reload then w.on_reload(name, f.path) end
   return true
 end
@@ -136,6 +141,7 @@ end
 function M.versions(w, name)
   local f, cur = w.files[name], package.loaded[name]
   if not f then return { cur } end
+  if f.lazy and cur ~= nil then f.base, f.lazy = cur, nil end
   local out = {}
   local each = { cur, f.good, f.base }
   for i = 1, 3 do

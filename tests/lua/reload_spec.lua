@@ -127,6 +127,19 @@ describe("mirza.reload", function()
     assert.same({ package.loaded[name], v2, v1 }, (reload.versions(w, name)))
   end)
 
+  it("load = false: a module not loaded yet has as original the version require loads first", function()
+    package.loaded[name] = nil
+    local w = reload.new()
+    assert.is_true(reload.watch(w, name, path, { load = false }))
+    assert.is_nil(package.loaded[name]) -- not loaded by watch
+    package.path = dir .. "/?.lua;" .. package.path
+    finally(function() package.path = package.path:sub(#dir + 8) end)
+    local v = require(name)
+    local vs, base = reload.versions(w, name)
+    assert.equal(v, base)
+    assert.same({ v }, vs)
+  end)
+
   it("reports a missing file", function()
     local ok, err, code = reload.watch(reload.new(), "no.such.module.anywhere")
     assert.is_nil(ok)
