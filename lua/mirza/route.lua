@@ -378,9 +378,9 @@ local function channel_end(ch, ev)
 end
 
 ---@class mirza.RouteOptions
----@field answer? function|table  sink of the answer channel
----@field think? function|table   sink of the think channel
----@field error? function|table   sink of errors: (message, ev); default: stderr
+---@field answer? function|file*|table  sink of the answer channel (see `route.sink`)
+---@field think? function|file*|table   sink of the think channel
+---@field error? function|file*|table   sink of errors: (message, ev); default: stderr
 ---@field mode? "token"|"sentence"|"whole"  answer delivery (default "sentence")
 ---@field think_mode? "token"|"sentence"|"whole"  think delivery (default "token")
 ---@field on_event? fun(ev: table)  every other event (progress, heartbeat, tool_call, done, cut)

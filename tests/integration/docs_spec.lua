@@ -84,16 +84,17 @@ local function markdown_blocks(rel)
   for line in (H.read_file(H.source .. "/" .. rel) .. "\n"):gmatch("([^\n]*)\n") do
     n = n + 1
     if open then
-      if line:match("^%s*```%s*$") then
+      local ticks = line:match("^%s*(```+)%s*$")
+      if ticks and #ticks >= #open.ticks then
         open.code = table.concat(open.lines, "\n") .. "\n"
         blocks[#blocks + 1], open = open, nil
       else
         open.lines[#open.lines + 1] = line:sub(#open.indent + 1)
       end
     else
-      local indent, info = line:match("^(%s*)```%s*(.-)%s*$")
+      local indent, ticks, info = line:match("^( *)(```+)%s*([^`]-)%s*$") -- CommonMark: no ` in the info
       if indent then
-        open = { file = rel, line = n, lang = info:match("^%S*"), indent = indent, lines = {},
+        open = { file = rel, line = n, lang = info:match("^%S*"), indent = indent, ticks = ticks, lines = {},
           d = directives(prev) or {} }
       end
       if line:match("%S") then prev = line end
