@@ -307,7 +307,7 @@ describe("credentials in a URL never leak", function()
     local f = assert(io.open(input, "w"))
     for _, l in ipairs(lines) do f:write(mirza.json.encode(l), "\n") end
     f:close()
-    local p = assert(io.popen(("MIRZA_CONFIG=/nonexistent MIRZA_LUA_DIR= %s %s %s %s --endpoint %s --model m "
+    local p = assert(io.popen(("MIRZA_CONFIG=/dev/null MIRZA_LUA_DIR= %s %s %s %s --endpoint %s --model m "
       .. "--max-retries %d --retry-base 0.05 --progress-every 0.05 2>&1 </dev/null"):format(H.q(H.mirza_bin),
       H.q(H.source .. "/scripts/batch.lua"), H.q(input), H.q(output), H.q(endpoint), retries or 0)))
     local out = p:read("a")
@@ -355,6 +355,19 @@ describe("credentials in a URL never leak", function()
     assert.truthy(pool:describe():find("[redacted]@", 1, true), pool:describe())
     local why = pool:unreachable()
     hides_key(why, "pool:unreachable()")
+  end)
+
+  it("chat: the greeting names the base URL redacted", function()
+    local err = H.tmpname(".err")
+    local p = assert(io.popen(("printf '/quit\\n' | MIRZA_CONFIG=/dev/null MIRZA_LUA_DIR= MIRZA_BASE_URL=%s "
+      .. "MIRZA_MODEL=mirza-sim %s %s >/dev/null 2>%s"):format(H.q(userinfo_url(sim.port)), H.q(H.mirza_bin),
+      H.q(H.source .. "/scripts/chat.lua"), H.q(err))))
+    p:read("a")
+    p:close()
+    local text = H.read_file(err)
+    os.remove(err)
+    hides_key(text, "chat's stderr")
+    assert.truthy(text:find(("chat: [^\n]* http://%%[redacted%%]@127%%.0%%.0%%.1:%d/v1 "):format(sim.port)), text)
   end)
 
   it("engine: a failed turn's message and log lines, a bad base_url's error", function()
