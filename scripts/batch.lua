@@ -1,38 +1,71 @@
 --- batch.lua - run a JSONL (or plain text) file of prompts against one or
 --- more OpenAI-compatible daemons, writing OpenAI batch output records.
 ---
----   mirza scripts/batch.lua INPUT OUTPUT [options]
+---   mirza batch INPUT OUTPUT [options]     (or: mirza scripts/batch.lua ...)
 ---
 --- Options:
 ---   --endpoint URL       base URL, e.g. http://127.0.0.1:8080/v1 (repeat for a
 ---                        pool; URL@N sets that endpoint's limit). Default:
 ---                        $MIRZA_BASE_URL or http://127.0.0.1:8766/v1
 ---   --limit N            requests in flight per endpoint (default 4)
----   --model ID           model for lines without one (default $MIRZA_MODEL or "default")
+---   --model ID           model for lines without one (default $MIRZA_MODEL, else the
+---                        first model each endpoint lists in /v1/models)
 ---   --max-tokens N       max_tokens for lines without one
 ---   --max-retries N      retries of a retryable failure (default 5)
 ---   --retry-base S       first backoff in seconds (default 0.5)
 ---   --deadline S         per-request limit in seconds
 ---   --batch-deadline S   stop after S seconds (unfinished items stay for a rerun)
+---   --give-up-after S    stop once every endpoint has been down for S seconds
+---                        (default 300; unfinished items stay for a rerun)
 ---   --stall-timeout S    seconds without a byte before an attempt fails (default 120)
 ---   --no-repetition      no repetition guard
 ---   --progress-every S   seconds between progress lines when not a terminal (default 10)
 ---   --quiet              no progress and no summary
 ---
 --- Running it again with the same OUTPUT resumes: finished custom_ids are
---- skipped. Exit status: 0 all items ok, 1 some items failed or the batch
---- deadline stopped the run, 2 bad usage or unreadable input.
+--- skipped. An existing OUTPUT must be the output of an earlier run (never
+--- INPUT, never a file of prompts: refused, untouched). OUTPUT `-` (or a
+--- pipe, /dev/stdout) streams the records, without resume. Ctrl-C stops
+--- the run and says how many records were saved and how to resume. Exit
+--- status: 0 all items ok, 1 some items failed or the batch deadline
+--- stopped the run, 2 bad usage, unreadable or empty input, or a refused
+--- OUTPUT; 130 interrupted.
 local batch = require "mirza.batch"
+
+-- --help: this file's header, without the comment marks, on stdout.
+local function help()
+  local f = io.open(debug.getinfo(1, "S").source:match("^@(.*)") or "", "r")
+  for line in f and f:lines() or function() end do
+    if line:sub(1, 3) ~= "---" then break end
+    io.write(line:sub(5), "\n")
+  end
+  if f then f:close() end
+  os.exit(0)
+end
+
+local function shell_word(s)
+  return s:match("^[%w@%%+=:,./_-]+$") and s or "'" .. s:gsub("'", "'\\''") .. "'"
+end
+
+-- The command line that started us, as typed (to show how to resume):
+-- the host and its options (arg[-n..-1]), the job or script, its arguments.
+local function command_line()
+  local words, lo = {}, 0
+  while arg[lo - 1] do lo = lo - 1 end
+  for i = lo, #arg do words[#words + 1] = arg[i] and shell_word(tostring(arg[i])) end
+  return table.concat(words, " ")
+end
 
 local function usage(msg)
   io.stderr:write("batch: ", msg, "\nusage: mirza scripts/batch.lua INPUT OUTPUT [--endpoint URL[@N]]... ",
     "[--limit N] [--model ID] [--max-tokens N] [--max-retries N] [--retry-base S] [--deadline S] ",
-    "[--batch-deadline S] [--stall-timeout S] [--no-repetition] [--progress-every S] [--quiet]\n")
+    "[--batch-deadline S] [--give-up-after S] [--stall-timeout S] [--no-repetition] [--progress-every S] [--quiet]\n")
   os.exit(2)
 end
 
 local NUM = { ["--limit"] = "limit", ["--max-tokens"] = "max_tokens", ["--max-retries"] = "max_retries",
   ["--retry-base"] = "retry_base", ["--deadline"] = "deadline", ["--batch-deadline"] = "batch_deadline",
+  ["--give-up-after"] = "give_up_after",
   ["--stall-timeout"] = "stall_timeout", ["--progress-every"] = "progress_every" }
 
 -- "URL" or "URL@N" -> {url=, limit=}
@@ -56,6 +89,7 @@ local function parse(argv)
       i = i + 1
     elseif a == "--no-repetition" then opts.repetition = false
     elseif a == "--quiet" then opts.quiet, opts.progress = true, false
+    elseif a == "--help" or a == "-h" then help()
     elseif a:sub(1, 2) == "--" then usage("unknown option " .. a)
     else pos[#pos + 1] = a end
     i = i + 1
@@ -66,12 +100,13 @@ local function parse(argv)
   opts.endpoints = eps
   opts.model = opts.model or os.getenv("MIRZA_MODEL")
   if opts.max_tokens then opts.body.max_tokens, opts.max_tokens = opts.max_tokens, nil end
+  opts.resume_command = command_line()
   return opts
 end
 
 local stats, msg, code = batch.run(parse(arg))
 if not stats then
   io.stderr:write("batch: ", msg, "\n")
-  os.exit((code == "input" or code == "io") and 2 or 1)
+  os.exit((code == "input" or code == "io" or code == "output") and 2 or 1)
 end
 os.exit((stats.errors > 0 or stats.deadline) and 1 or 0)

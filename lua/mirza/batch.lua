@@ -26,6 +26,7 @@ local mirza = require "mirza"
 local loop = require "mirza.loop"
 local pool_mod = require "mirza.pool"
 local pipeline = require "mirza.pipeline"
+local core = require "mirza.core"
 local json = mirza.json
 
 local B = {}
@@ -39,7 +40,8 @@ B.defaults = {
   header_timeout = 600,   -- seconds until an attempt's response head (queued, long prefill); false: none
   deadline = nil,         -- per-request limit, seconds
   batch_deadline = nil,   -- whole-run limit: unfinished items stay for a rerun
-  model = "default",
+  give_up_after = 300,    -- seconds every endpoint may be down before the run stops (the rest stays for a rerun)
+  model = nil,            -- for lines without one; nil: what each endpoint lists first in /v1/models
   progress = "auto",      -- true, false, or "auto" (a line every progress_every s; live on a terminal)
   progress_every = 10,
   repetition = nil,       -- mirza.repetition options; false: no guard
@@ -64,12 +66,22 @@ local function prompt_body(obj)
   return body
 end
 
+-- The custom_id of a decoded line: a string as it is, a number as its
+-- string (1 -> "1"); nil and a message for anything else.
+local function read_id(v)
+  if v == nil or type(v) == "string" then return v end
+  if type(v) == "number" then return math.tointeger(v) and ("%d"):format(math.tointeger(v)) or tostring(v) end
+  return nil, "custom_id must be a string: write it in quotes"
+end
+
 ---Parse one input line. Returns the item, false for a blank line, or
----nil and a message (the caller records it under custom_id "line-N").
+---nil, a message and the line's custom_id when it could be read (the
+---caller records the line under that id, else under "line-N").
 ---@param line string
 ---@param n integer line number (1-based)
 ---@return table|false|nil item {custom_id, body, line}
 ---@return string? message
+---@return string? custom_id of a rejected line, when readable
 function B.parse_line(line, n)
   line = line:gsub("\r$", "")
   if line:match("^%s*$") then return false end
@@ -77,15 +89,18 @@ function B.parse_line(line, n)
     return { custom_id = "line-" .. n, body = { messages = { { role = "user", content = line } } }, line = n }
   end
   local obj, err = json.decode(line)
-  if type(obj) ~= "table" then return nil, "invalid JSON: " .. tostring(err) end
-  local id = obj.custom_id
-  if id ~= nil and type(id) ~= "string" then return nil, "custom_id must be a string" end
+  if type(obj) ~= "table" then return nil, "invalid JSON: " .. tostring(err) .. ": write one JSON object per line" end
+  local id, id_err = read_id(obj.custom_id)
+  if id_err then return nil, id_err end
+  local function reject(msg) return nil, msg, id end
   id = id or ("line-" .. n)
   if obj.body ~= nil then
-    if type(obj.body) ~= "table" then return nil, "body must be an object" end
-    if obj.method and obj.method ~= "POST" then return nil, "method must be POST, not " .. tostring(obj.method) end
+    if type(obj.body) ~= "table" then return reject("body must be an object: {\"messages\": [...]}") end
+    if obj.method and obj.method ~= "POST" then
+      return reject("method must be POST, not " .. tostring(obj.method) .. ": use \"method\": \"POST\"")
+    end
     if obj.url and not tostring(obj.url):find("/chat/completions$") then
-      return nil, "unsupported url " .. tostring(obj.url) .. " (only /v1/chat/completions)"
+      return reject("unsupported url " .. tostring(obj.url) .. ": only /v1/chat/completions is served")
     end
     return { custom_id = id, body = obj.body, line = n }
   end
@@ -95,71 +110,151 @@ function B.parse_line(line, n)
     body.custom_id = nil
     return { custom_id = id, body = body, line = n }
   end
-  return nil, "a line needs \"body\", \"prompt\" or \"messages\""
+  return reject("a line needs \"body\" (with \"method\" and \"url\"), \"prompt\" or \"messages\"")
 end
 
 ---Read an input file. Bad lines become items with an `invalid` message
----(recorded as errors, never dropped). Duplicate custom_ids are an error.
+---(recorded as errors under their custom_id when it can be read, never
+---dropped). Duplicate custom_ids, a directory and a file without a single
+---item are errors.
 ---@param path string
 ---@return table[]|nil items
 ---@return string? message
 ---@return string? code "io" or "input"
 function B.read_input(path)
+  local _, _, kind = core.stat(path)
+  if kind == "directory" then return nil, path .. " is a directory: give INPUT as a file of prompts", "input" end
   local f, err = io.open(path, "rb")
   if not f then return nil, err, "io" end
   local items, seen, n = {}, {}, 0
   for line in f:lines() do
     n = n + 1
-    local item, msg = B.parse_line(line, n)
-    if item == nil then item = { custom_id = "line-" .. n, line = n, invalid = msg } end
+    local item, msg, id = B.parse_line(line, n)
+    if item == nil then item = { custom_id = id or ("line-" .. n), line = n, invalid = msg } end
     if item then
       if seen[item.custom_id] then
         f:close()
-        return nil, ("%s:%d: duplicate custom_id %q (first on line %d)"):format(path, n, item.custom_id,
-          seen[item.custom_id]), "input"
+        return nil, ("%s:%d: duplicate custom_id %q (first on line %d): give each line its own custom_id"):format(path,
+          n, item.custom_id, seen[item.custom_id]), "input"
       end
       seen[item.custom_id] = n
       items[#items + 1] = item
     end
   end
   f:close()
+  if #items == 0 then
+    return nil, path .. " holds no prompt (empty, or only blank lines): nothing to do", "input"
+  end
   return items
 end
 
 -- ------------------------------------------------------------ output
 
----Prepare the output file for appending and list the custom_ids it
----already holds. A last line without its newline (a run killed mid-write)
----is cut off; lines that do not parse are dropped the same way.
+-- A line of batch output (ours, or OpenAI's): an object with a custom_id
+-- and both `response` and `error` (null or not). Input lines have no
+-- `response`, so a prompt file given as OUTPUT is never taken for one.
+local function is_record(rec)
+  return type(rec) == "table" and type(rec.custom_id) == "string" and rec.response ~= nil and rec.error ~= nil
+end
+
+-- A last line without its newline that a killed run of ours left. After
+-- whole records, any object begun. Alone, it must read as the start of
+-- one: records are encoded with their keys in order, custom_id then error.
+local function torn_record(tail, records)
+  if records > 0 then return tail:sub(1, 1) == "{" end
+  return ('{"custom_id":"'):sub(1, #tail) == tail or tail:find('^{"custom_id":"[^"]*$') ~= nil
+    or tail:find('^{"custom_id":".-","error":') ~= nil
+end
+
+-- Write data to path through a new file renamed over it (a crash leaves
+-- the old file or the new one, never half of one).
+local function replace_file(path, data)
+  local tmp, i = path .. ".tmp", 0
+  while io.open(tmp) do -- never overwrite a file of the user's
+    i = i + 1
+    tmp = ("%s.tmp%d"):format(path, i)
+  end
+  local w, err = io.open(tmp, "wb")
+  if not w then return nil, err end
+  local ok, werr = w:write(data)
+  w:close()
+  if ok then ok, werr = os.rename(tmp, path) end
+  if not ok then os.remove(tmp) end
+  return ok, werr
+end
+
+---Check an existing output file before appending to it, and list the
+---custom_ids it already holds. Every line must be a batch output record
+---(else nothing is touched: nil, message, "output"). A last line without
+---its newline is a record torn by a kill and is cut off (the only
+---change ever made), or a whole record that gets its newline back.
 ---@param path string
 ---@return table<string,boolean>|nil done
 ---@return integer|string count_or_message
+---@return boolean|string|nil newline_or_code true: write a newline before the next record
 function B.resume(path)
   local f = io.open(path, "rb")
   if not f then return {}, 0 end
-  local data = f:read("a")
+  local data, rerr = f:read("a")
   f:close()
-  local done, n, keep, good = {}, 0, {}, true
-  for line in data:gmatch("([^\n]*)\n") do
+  if not data then return nil, ("cannot read %s: %s"):format(path, rerr), "io" end
+  local done, n, lineno, rest = {}, 0, 0, 1
+  for line, after in data:gmatch("([^\n]*)\n()") do
+    lineno = lineno + 1
     local rec = json.decode(line)
-    if type(rec) == "table" and type(rec.custom_id) == "string" and not done[rec.custom_id] then
-      done[rec.custom_id] = true
-      n = n + 1
-      keep[#keep + 1] = line
-    else
-      good = false
+    if not is_record(rec) then
+      return nil, ("%s:%d is not a batch output record: OUTPUT must be a new file or the output of an earlier"
+        .. " run (nothing was changed; give another OUTPUT)"):format(path, lineno), "output"
     end
+    if not done[rec.custom_id] then n = n + 1 end
+    done[rec.custom_id] = true
+    rest = after
   end
-  if not good or data:sub(-1) ~= "\n" and data ~= "" then -- rewrite without the torn/bad lines
-    local tmp = path .. ".tmp"
-    local w, err = io.open(tmp, "wb")
-    if not w then return nil, err end
-    w:write(table.concat(keep, "\n"), #keep > 0 and "\n" or "")
-    w:close()
-    local ok, rerr = os.rename(tmp, path)
-    if not ok then return nil, rerr end
+  local tail = data:sub(rest)
+  if tail == "" then return done, n, false end
+  local rec = json.decode(tail)
+  if is_record(rec) then -- whole, only its newline missing
+    if not done[rec.custom_id] then n = n + 1 end
+    done[rec.custom_id] = true
+    return done, n, true
   end
-  return done, n
+  if rec ~= nil or not torn_record(tail, lineno) then
+    return nil, ("%s:%d is not a batch output record: OUTPUT must be a new file or the output of an earlier"
+      .. " run (nothing was changed; give another OUTPUT)"):format(path, lineno + 1), "output"
+  end
+  local ok, err = replace_file(path, data:sub(1, rest - 1))
+  if not ok then return nil, ("cannot cut the torn last line of %s: %s"):format(path, err), "io" end
+  return done, n, false
+end
+
+-- Where the records go: out (a file handle), the custom_ids already
+-- done, and whether out is a stream (stdout, a pipe, a terminal: no
+-- resume, not closed by us when it is stdout). nil, message, code when
+-- OUTPUT must not be written.
+local function open_output(o)
+  local path = o.output
+  if path == "-" then return io.stdout, {}, true end
+  local mtime, _, kind, id = core.stat(path)
+  if not mtime then kind, id = nil, nil end -- no such file yet (or unreadable: open says why)
+  if kind == "directory" then
+    return nil, ("%s is a directory: give OUTPUT as a file, e.g. %s/out.jsonl"):format(path, path:gsub("/+$", "")),
+      "output"
+  end
+  if id and o.input and select(4, core.stat(o.input)) == id then -- p.txt p.txt, or a link to it
+    return nil, ("INPUT and OUTPUT are the same file (%s): give another OUTPUT, e.g. %s.out.jsonl (nothing was"
+      .. " changed)"):format(path, (path:gsub("%.[^./]*$", ""))), "output"
+  end
+  local done, newline = {}, false
+  if kind == nil or kind == "file" then
+    local err, code
+    done, err, code = B.resume(path)
+    if not done then return nil, err, code end
+    newline = code
+  end
+  local out, err = io.open(path, "ab") -- a pipe or a terminal: written as it comes, no seek, no read
+  if not out then return nil, err, "io" end
+  if newline then out:write("\n") end
+  return out, done, kind ~= nil and kind ~= "file"
 end
 
 -- Tool call deltas merged by index into whole calls.
@@ -175,7 +270,8 @@ local function merge_calls(calls, deltas)
   end
 end
 
--- The chat.completion body of a finished attempt.
+-- The chat.completion body of a finished attempt: the server's completion
+-- id when it sent one.
 local function completion(item, r)
   local msg = { role = "assistant", content = r.text }
   if r.think ~= "" then msg.reasoning_content = r.think end
@@ -183,8 +279,8 @@ local function completion(item, r)
   local fin = r.final or {}
   local reason = r.cut and "repetition" or fin.finish_reason or json.null
   return {
-    id = "chatcmpl-" .. item.custom_id, object = "chat.completion", created = os.time(),
-    model = r.model,
+    id = type(fin.id) == "string" and fin.id or "chatcmpl-" .. item.custom_id, object = "chat.completion",
+    created = os.time(), model = r.model,
     choices = { { index = 0, message = msg, finish_reason = reason } },
     usage = fin.usage,
   }
@@ -195,17 +291,43 @@ local function r1(x)
   return x and math.floor(x * 10 + 0.5) / 10
 end
 
----The output record of an item (an attempt result, or an input error).
+-- The server's request id (x-request-id, as OpenAI sends it), else one
+-- made up in the same shape.
+local function request_id(fin)
+  local h = type(fin.headers) == "table" and fin.headers or {}
+  local id = h["x-request-id"] or h["request-id"]
+  if type(id) == "string" and id ~= "" then return id end
+  return ("req_%08x%08x%08x%08x"):format(math.random(0, 0xffffffff), math.random(0, 0xffffffff),
+    math.random(0, 0xffffffff), math.random(0, 0xffffffff))
+end
+
+-- The body of an HTTP error as the server sent it: its JSON (OpenAI's
+-- {"error": {...}}), else the text, else the error object mirza read.
+local function error_body(fin, r)
+  if type(fin.body) == "string" and fin.body ~= "" then
+    local v = json.decode(fin.body)
+    if v ~= nil then return v end
+    return fin.body
+  end
+  return r.error and { error = r.error } or json.null
+end
+
+---The output record of an item (an attempt result, or an input error):
+---`response` is null when no HTTP response came (refused, cut, timeout,
+---an input error), else {status_code, request_id, body}.
 ---@param item table
 ---@param r table attempt result {ok, text, think, final | code, message, status, error}
 ---@return table record
 function B.record(item, r)
   local rec = { id = ("batch_req_%06d"):format(item.line or 0), custom_id = item.custom_id,
     response = json.null, error = json.null }
+  local fin = type(r.final) == "table" and r.final or {}
   if r.ok then
-    rec.response = { status_code = 200, body = completion(item, r) }
+    rec.response = { status_code = 200, request_id = request_id(fin), body = completion(item, r) }
   else
-    if r.status then rec.response = { status_code = r.status, body = r.error or json.null } end
+    if r.status and r.status >= 300 then
+      rec.response = { status_code = r.status, request_id = request_id(fin), body = error_body(fin, r) }
+    end
     rec.error = { code = r.code or "error", message = r.message and require("mirza.record").redact_text(r.message) }
   end
   rec.mirza = {
@@ -259,10 +381,33 @@ local function read_stream(s, opts, r)
   r.text, r.think = table.concat(text), table.concat(think)
 end
 
+-- The model endpoint e serves: the first id its /v1/models lists, asked
+-- once. nil, message, code when it cannot be asked (code "model" when it
+-- answered without a model: no use retrying).
+local function served_model(e, opts)
+  if e.model then return e.model end
+  local url = e.base .. "/models"
+  local body, msg, code, status = mirza.request { url = url, method = "GET", headers = opts.headers,
+    api_key = opts.api_key, timeout = opts.connect_timeout, deadline = opts.deadline or 30 }
+  local list = body and json.decode(body)
+  local first = type(list) == "table" and type(list.data) == "table" and list.data[1]
+  if type(first) == "table" and type(first.id) == "string" then
+    e.model = first.id
+    return e.model
+  end
+  if not body and pool_mod.blame(code, status) then return nil, msg, code, status end
+  return nil, ("cannot learn the model from %s (%s): pass --model ID, or give each line a \"model\""):format(
+    mirza.redact_url(url), body and "no model listed" or msg), "model"
+end
+
 -- One HTTP attempt on endpoint e: the result table.
 local function attempt(item, e, opts)
   local r = { t0 = mirza.now(), deltas = 0, calls = {}, endpoint = e.base }
   local body = request_body(item, opts)
+  if body.model == nil then
+    body.model, r.message, r.code, r.status = served_model(e, opts)
+    if not body.model then return r end
+  end
   r.model = body.model
   local s <close> = mirza.open { url = e.base .. "/chat/completions", body = body,
     headers = opts.headers, api_key = opts.api_key, stall_timeout = opts.stall_timeout,
@@ -308,32 +453,7 @@ function B.backoff(n, opts, retry_after)
   return d * (0.5 + 0.5 * math.random())
 end
 
--- Run an item to its record: attempts on the pool's endpoints, retries.
-local function run_item(item, ctx)
-  local opts, stats = ctx.opts, ctx.stats
-  if item.invalid then return { code = "input", message = item.invalid, attempts = 0 } end
-  local r
-  for n = 1, opts.max_retries + 1 do
-    local e = ctx.pool:acquire()
-    -- the slot goes back even when the task is cancelled mid-attempt
-    local slot <close> = setmetatable({}, { __close = function(self)
-      if not self.released then ctx.pool:release(e, false, false) end
-    end })
-    local ok, res = pcall(attempt, item, e, opts)
-    if not ok then res = { code = "error", message = tostring(res), t0 = mirza.now() } end
-    slot.released = true
-    ctx.pool:release(e, res.ok, not res.ok and pool_mod.endpoint_failure(res.code, res.status))
-    r = res
-    r.attempts = n
-    if r.ok or not B.retryable(r.code, r.status) or n > opts.max_retries then break end
-    stats.retries = stats.retries + 1
-    mirza.sleep(B.backoff(n, opts, r.retry_after))
-  end
-  return r
-end
-
--- ------------------------------------------------------------ progress
-
+-- "42s", "6m25s", "1h05m", "?"
 local function fmt_time(s)
   if not s or s ~= s or s == math.huge then return "?" end
   s = math.floor(s + 0.5)
@@ -342,16 +462,86 @@ local function fmt_time(s)
   return s .. "s"
 end
 
----The progress line: done/total, errors, retries, aggregate tok/s, ETA.
+-- Whether the whole run stops (ctx.abort set, the other workers
+-- cancelled): no endpoint ever answered and all refuse; every endpoint
+-- down for `give_up_after` seconds; or the model cannot be learnt (r).
+local function give_up(ctx, r)
+  if ctx.abort then return true end
+  local pool, o = ctx.pool, ctx.opts
+  local why = pool:unreachable()
+  if why then
+    ctx.abort = { code = "unreachable", message = "no endpoint reachable: " .. why
+      .. "; start the daemon or correct the endpoint URL (--endpoint), then run again" }
+  elseif r.code == "model" then
+    ctx.abort = { code = "model", message = r.message }
+  else
+    local down, which = pool:down_for()
+    if down and o.give_up_after and down >= o.give_up_after then
+      ctx.abort = { code = "down", message = ("every endpoint down for %s (%s)"):format(fmt_time(down), which) }
+    end
+  end
+  if not ctx.abort then return false end
+  local me = loop.current()
+  for _, t in ipairs(ctx.workers) do
+    if t ~= me then t:cancel("batch stopped: " .. ctx.abort.message, "cancelled") end
+  end
+  return true
+end
+
+-- One attempt of `job` ({item, n, tried}) on the best endpoint for it
+-- (another than those it failed on, while one is healthy): its result.
+local function try(job, ctx)
+  local pool = ctx.pool
+  local e = pool:acquire(nil, nil, job.tried)
+  -- the slot goes back even when the task is cancelled mid-attempt
+  local slot <close> = setmetatable({}, { __close = function(self)
+    if not self.released then pool:abandon(e) end
+  end })
+  local ok, r = pcall(attempt, job.item, e, ctx.opts)
+  if not ok then r = { code = "error", message = tostring(r), t0 = mirza.now() } end
+  slot.released = true
+  pool:report(e, r, job.item.custom_id)
+  job.tried[e], job.n = true, job.n + 1
+  r.attempts = job.n
+  job.t0 = job.t0 or r.t0
+  r.duration_s = mirza.now() - job.t0 -- every attempt so far and the waits between them
+  return r
+end
+
+-- Run the job's next attempt: the item's result when it is over; nil and
+-- the time of its next attempt when it is to be retried (the worker takes
+-- other items meanwhile: a backoff holds no slot and no worker); nil
+-- alone when the run stops (give_up): the item stays for a rerun.
+local function step(job, ctx)
+  local item, opts = job.item, ctx.opts
+  if item.invalid then return { code = "input", message = item.invalid, attempts = 0 } end
+  local r = try(job, ctx)
+  if r.ok then return r end
+  if give_up(ctx, r) then return nil end
+  if not B.retryable(r.code, r.status) or job.n > opts.max_retries then return r end
+  ctx.stats.retries = ctx.stats.retries + 1
+  return nil, mirza.now() + B.backoff(job.n, opts, r.retry_after)
+end
+
+-- ------------------------------------------------------------ progress
+
+---The progress line: done/total, errors, retries, aggregate tok/s, ETA;
+---with the run's options `o`, also when every endpoint of its pool is
+---down and when the run gives up.
 ---@param st table batch stats
+---@param o? table the run's options (pool, give_up_after)
 ---@return string
-function B.progress_line(st)
+function B.progress_line(st, o)
   local dt = mirza.now() - st.t0
   local rate = dt > 0 and st.tokens / dt or 0
   local per_item = st.done_now > 0 and dt / st.done_now or nil
   local eta = per_item and per_item * (st.total - st.skipped - st.done_now)
-  return ("batch: %d/%d done, %d errors, %d retries, %d cut, %.0f tok/s, ETA %s"):format(st.skipped + st.done_now,
-    st.total, st.errors, st.retries, st.cut, rate, fmt_time(eta))
+  local line = ("batch: %d/%d done, %d errors, %d retries, %d cut, %.0f tok/s, ETA %s"):format(
+    st.skipped + st.done_now, st.total, st.errors, st.retries, st.cut, rate, fmt_time(eta))
+  local down = o and o.pool and o.pool:down_for()
+  if not down then return line end
+  local quit = o.give_up_after and (", giving up in %s"):format(fmt_time(math.max(0, o.give_up_after - down))) or ""
+  return ("%s; every endpoint down for %s%s"):format(line, fmt_time(down), quit)
 end
 
 local function is_terminal()
@@ -369,7 +559,7 @@ local function progress_task(stats, opts)
     local _ <close> = setmetatable({}, { __close = function() if live then log("", true) end end })
     while true do
       mirza.sleep(every)
-      log(B.progress_line(stats), live)
+      log(B.progress_line(stats, opts), live)
     end
   end)
 end
@@ -385,20 +575,53 @@ local function resolve(opts)
   return o
 end
 
--- The workers: each takes the next pending item until none is left.
-local function work(ctx, queue)
-  while queue.next <= #queue do
-    local item = queue[queue.next]
-    queue.next = queue.next + 1
-    local r = run_item(item, ctx)
-    ctx.write(B.record(item, r), r)
+-- The next job: a retry whose time has come, else the next pending item,
+-- else (after waiting for it) the earliest retry; nil when none is left
+-- or the run stops.
+local function next_job(ctx, queue)
+  local waiting = queue.waiting
+  while not ctx.abort do
+    local now, first = mirza.now(), nil
+    for i, j in ipairs(waiting) do
+      if not first or j.at < waiting[first].at then first = i end
+    end
+    if first and waiting[first].at <= now then return table.remove(waiting, first) end
+    if queue.next <= #queue then
+      queue.next = queue.next + 1
+      return { item = queue[queue.next - 1], n = 0, tried = {} }
+    end
+    if not first then return nil end
+    mirza.sleep(waiting[first].at - now)
   end
 end
 
-local function make_writer(out, stats)
+-- The workers: each runs one attempt at a time, of the next job, until
+-- none is left (or the run stops: the item it was on is not recorded).
+local function work(ctx, queue)
+  while true do
+    local job = next_job(ctx, queue)
+    if not job then return end
+    local r, at = step(job, ctx)
+    if r then ctx.write(B.record(job.item, r), r)
+    elseif not at then return
+    else
+      job.at = at
+      queue.waiting[#queue.waiting + 1] = job
+    end
+  end
+end
+
+local function make_writer(run, stats)
+  run.stats = stats
   return function(rec, r)
-    out:write(json.encode(rec), "\n")
-    out:flush()
+    if run.write_error then error(run.write_error, 0) end
+    local ok, err = run.out:write(json.encode(rec), "\n")
+    if ok then ok, err = run.out:flush() end
+    if not ok then
+      run.write_error = ("cannot write %s: %s (the records before are kept; free space or choose another OUTPUT,"
+        .. " then run the same command again)"):format(run.name, err)
+      error(run.write_error, 0)
+    end
     stats.done_now = stats.done_now + 1
     if not r.ok then stats.errors = stats.errors + 1 end
     if r.cut then stats.cut = stats.cut + 1 end
@@ -409,12 +632,12 @@ end
 local function drive(o, items, done, out)
   local stats = { t0 = mirza.now(), total = #items, skipped = 0, done_now = 0, errors = 0, retries = 0, cut = 0,
     tokens = 0 }
-  local queue = { next = 1 }
+  local queue = { next = 1, waiting = {} } -- pending items, then jobs waiting to be retried
   for _, it in ipairs(items) do
     if done[it.custom_id] then stats.skipped = stats.skipped + 1 else queue[#queue + 1] = it end
   end
-  local ctx = { opts = o, stats = stats, pool = o.pool, write = make_writer(out, stats) }
   local workers, progress = {}, nil
+  local ctx = { opts = o, stats = stats, pool = o.pool, write = make_writer(out, stats), workers = workers }
   -- Cancelling the task running the batch cancels its workers too.
   local _ <close> = setmetatable({}, { __close = function()
     for _, t in ipairs(workers) do t:cancel() end
@@ -427,20 +650,67 @@ local function drive(o, items, done, out)
   end
   for t in loop.as_completed(workers) do
     local ok, msg, code = t:join()
-    if not ok and code ~= "timeout" then error(msg, 0) end
-    if not ok then stats.deadline = true end
+    if not ok and code ~= "timeout" and not (ctx.abort and code == "cancelled") then error(msg, 0) end
+    if not ok and code == "timeout" then stats.deadline = true end
   end
   stats.elapsed = mirza.now() - stats.t0
   stats.left = #queue - stats.done_now
+  if ctx.abort then -- the message names what is left and what to do
+    stats.abort = ctx.abort
+    if ctx.abort.code == "down" then
+      stats.abort.message = ("%s; %d of %d items left for a rerun: run the same command again once a daemon answers")
+        :format(ctx.abort.message, stats.left, stats.total)
+    end
+  end
   return stats
+end
+
+-- Run drive to its end: true, stats or false, error. Ctrl-C raises in the
+-- scheduler's wait, then once more at the next Lua instruction (the
+-- host's hook); both are taken here, then the batch's task is cancelled
+-- so that its workers and the progress line unwind (their <close>)
+-- before B.run reports what was saved.
+local function run_guarded(o, items, done, run)
+  if loop.current() then return pcall(drive, o, items, done, run) end
+  local l, t = loop.default(), nil
+  local ok, err = pcall(function()
+    t = l:spawn(drive, o, items, done, run)
+    t.watched = true
+    local rok, rerr = pcall(l.run, l)
+    if not rok then error(rerr, 0) end
+  end)
+  if ok then
+    local tok, res = t:join()
+    return tok == true, res
+  end
+  if t and not t:done() then pcall(t.cancel, t, "interrupted", "interrupted") end
+  return false, err
+end
+
+-- What a run stopped by an error (Ctrl-C) saved, and how to go on.
+local function stopped_line(run, o, items, err)
+  local st = run.stats or { skipped = 0, done_now = 0 }
+  local why = tostring(err):find("interrupted", 1, true) and "interrupted" or "stopped by an error"
+  local saved = st.skipped + st.done_now
+  if run.stream then
+    return ("batch: %s: %d of %d records written to %s (no resume from a stream: give OUTPUT as a file to resume)")
+      :format(why, st.done_now, #items, run.name)
+  end
+  return ("batch: %s: %d of %d items saved in %s, %d left; to resume, run: %s"):format(why, saved, #items, run.name,
+    #items - saved, o.resume_command or "the same command again")
 end
 
 ---Run a batch. Returns the summary (also written to stderr unless
 ---`quiet`): total, skipped (already in the output), done_now, errors,
 ---retries, cut, tokens, elapsed, left (unfinished: deadline), deadline.
----Options: `B.defaults`, plus input (path) or items (parsed), output,
----endpoints (base URLs or {url=, limit=}) or base_url or pool, body
----(fields merged into every request), headers, api_key, quiet, log.
+---Options: `B.defaults`, plus input (path) or items (parsed), output (a
+---path; "-" is standard output), endpoints (base URLs or {url=, limit=})
+---or base_url or pool, body (fields merged into every request), headers,
+---api_key, quiet, log, resume_command (shown when Ctrl-C stops the run).
+---An existing OUTPUT file must hold batch records (it is resumed: its
+---custom_ids are skipped) and must not be INPUT; a pipe or a terminal
+---is written as it comes, without resume. Codes: "input", "io",
+---"output" (OUTPUT refused, nothing written), "write" (writing failed).
 ---@param opts table
 ---@return table|nil summary
 ---@return string? message
@@ -453,17 +723,18 @@ function B.run(opts)
     items, err, code = B.read_input(o.input)
     if not items then return nil, err, code end
   end
-  local done, n = B.resume(o.output)
-  if not done then return nil, n, "io" end
-  local out, oerr = io.open(o.output, "ab")
-  if not out then return nil, oerr, "io" end
-  local ok, stats = pcall(function()
-    if loop.current() then return drive(o, items, done, out) end
-    return loop.run(drive, o, items, done, out)
-  end)
-  out:close()
-  if not ok then error(stats, 0) end
-  if not o.quiet then io.stderr:write(B.summary(stats, o.output), "\n") end
+  local out, done, stream = open_output(o)
+  if not out then return nil, done, stream end
+  local run = { out = out, stream = stream, name = o.output == "-" and "standard output" or o.output }
+  local ok, stats = run_guarded(o, items, done, run)
+  if out == io.stdout then out:flush() else out:close() end
+  if run.write_error then return nil, run.write_error, "write" end
+  if not ok then
+    if not o.quiet then io.stderr:write(stopped_line(run, o, items, stats), "\n") end
+    error(stats, 0)
+  end
+  if stats.abort then return nil, stats.abort.message, stats.abort.code end
+  if not o.quiet then io.stderr:write(B.summary(stats, run.name), "\n") end
   return stats
 end
 
