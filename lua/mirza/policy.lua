@@ -185,6 +185,26 @@ local function delivered(got, sent)
   return i
 end
 
+-- Texts kept as runs of KEEP_RUN deltas joined (`list.p`: the current
+-- run's deltas): a long answer costs about its bytes, not a slot and a
+-- string per delta.
+local KEEP_RUN = 1024
+local function texts()
+  return { p = {} }
+end
+local function keep(list, text)
+  local p = list.p
+  local n = #p + 1
+  p[n] = text
+  if n == KEEP_RUN then
+    list[#list + 1] = table.concat(p)
+    list.p = {}
+  end
+end
+local function whole(list)
+  return table.concat(list) .. table.concat(list.p)
+end
+
 local function stderr_sink(message, ev)
   io.stderr:write(("mirza: %s error: %s\n"):format(ev and ev.code or "?", message))
 end
@@ -199,7 +219,7 @@ function GR:_sink(ch, sink)
   if sink == nil then return nil end
   local sent = self.sent[ch]
   return function(text, ev)
-    sent[#sent + 1] = text
+    keep(sent, text)
     self.in_sink = true
     sink(text, ev)
     self.in_sink = false
@@ -262,8 +282,8 @@ function GR:_recover(err, ev)
     self:_start(self.i + 1)
     local evs = {}
     for _, ch in ipairs { "think", "answer" } do
-      local got = table.concat(self.got[ch])
-      local cut = delivered(got, table.concat(self.sent[ch]))
+      local got = whole(self.got[ch])
+      local cut = delivered(got, whole(self.sent[ch]))
       self.prefix[ch] = got:sub(1, cut)
       if cut < #got then evs[#evs + 1] = { type = ch == "answer" and "text" or "think", text = got:sub(cut + 1) } end
     end
@@ -282,11 +302,9 @@ end
 function GR:feed(ev)
   local ty = ev.type
   if ty == "text" then
-    local a = self.got.answer
-    a[#a + 1] = ev.text
+    keep(self.got.answer, ev.text)
   elseif ty == "think" then
-    local t = self.got.think
-    t[#t + 1] = ev.text
+    keep(self.got.think, ev.text)
   elseif ty == "done" or ty == "error" or ty == "cut" then
     self.terminal = ev
   end
@@ -315,7 +333,7 @@ end
 ---@param name "answer"|"think"
 ---@return string
 function GR:text(name)
-  return table.concat(self.got[name])
+  return whole(self.got[name])
 end
 
 ---The router of a say turn: `route.router(ropts)` of the route in use,
@@ -329,8 +347,8 @@ end
 function M.router(e, ropts)
   local vs, base, plain = versions_of(e, "mirza.route")
   if plain then return vs[1].router(ropts), false end
-  local self = setmetatable({ e = e, vs = vs, base = base, got = { answer = {}, think = {} },
-    sent = { answer = {}, think = {} }, prefix = { answer = "", think = "" }, in_sink = false }, GR)
+  local self = setmetatable({ e = e, vs = vs, base = base, got = { answer = texts(), think = texts() },
+    sent = { answer = texts(), think = texts() }, prefix = { answer = "", think = "" }, in_sink = false }, GR)
   local norm = (base or require "mirza.route").sink
   local opts = {}
   for k, v in pairs(ropts) do opts[k] = v end
