@@ -126,3 +126,67 @@ io.write(table.concat(parts), "|", stats.tokens > 0 and "tokens" or "none")]]):f
     assert.equal("disk", out)
   end)
 end)
+
+-- `cmake --install` of this build into a throw-away prefix (a copy of
+-- files: quick): the Lua sources a user copies for --lua-dir, and the docs
+-- laid out as in the tree so the README's links resolve.
+describe("cmake --install", function()
+  local prefix
+  setup(function()
+    prefix = H.tmpname(".prefix")
+    local p = assert(io.popen(("cmake --install %s --prefix %s 2>&1"):format(q(H.build), q(prefix))))
+    local out = p:read("a")
+    assert(p:close(), out)
+  end)
+  teardown(function() os.execute("rm -rf " .. q(prefix)) end)
+
+  it("puts the Lua sources in share/mirza/lua/mirza/, the same files as lua/mirza/", function()
+    local p = assert(io.popen("ls " .. q(H.source .. "/lua/mirza")))
+    local n = 0
+    for file in p:lines() do
+      local installed = io.open(prefix .. "/share/mirza/lua/mirza/" .. file)
+      assert.is_not_nil(installed, "share/mirza/lua/mirza/" .. file .. " is not installed")
+      local text = installed:read("a")
+      installed:close()
+      assert.is_true(text == H.read_file(H.source .. "/lua/mirza/" .. file), file .. " differs")
+      n = n + 1
+    end
+    p:close()
+    assert.is_true(n > 10)
+  end)
+
+  it("a copy of share/mirza/lua runs with the installed mirza --lua-dir", function()
+    local copy = H.tmpname(".lua.d")
+    os.execute(("cp -r %s %s"):format(q(prefix .. "/share/mirza/lua"), q(copy)))
+    finally(function() os.execute("rm -rf " .. q(copy)) end)
+    local path = copy .. "/mirza/engine.lua"
+    local text = H.read_file(path)
+    local f = assert(io.open(path, "w"))
+    f:write("_G.MIRZA_DEV_MARK = 'copy'\n", text)
+    f:close()
+    local p = assert(io.popen(("MIRZA_LUA_DIR= %s --lua-dir %s -e %s 2>&1"):format(q(prefix .. "/bin/mirza"), q(copy),
+      q("require 'mirza.engine' io.write(tostring(_G.MIRZA_DEV_MARK))"))))
+    local out = p:read("a")
+    p:close()
+    assert.equal("copy", out)
+  end)
+
+  it("the installed README and docs link only to installed files", function()
+    local docdir = prefix .. "/share/doc/mirza"
+    local p = assert(io.popen("cd " .. q(docdir) .. " && find . -name '*.md'"))
+    local checked = 0
+    for md in p:lines() do
+      local dir = md:match("^(.*)/[^/]*$")
+      for target in H.read_file(docdir .. "/" .. md):gmatch("%]%(([^)#]+)[^)]*%)") do
+        if not target:find("^%a+:") then
+          local f = io.open(docdir .. "/" .. dir .. "/" .. target)
+          assert.is_not_nil(f, md .. " links " .. target .. ", which is not installed")
+          f:close()
+          checked = checked + 1
+        end
+      end
+    end
+    p:close()
+    assert.is_true(checked > 3, "links checked: " .. checked)
+  end)
+end)
