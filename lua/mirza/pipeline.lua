@@ -153,6 +153,8 @@ local function guarded(up, fns, k, opts, on_error, on_end, closer)
           return ev
         end
         if type(ev) ~= "string" then error(ev, 0) end -- a control-flow value (a task's own cancel)
+        -- a coroutine that raised keeps its to-be-closed variables open until closed
+        if type(co) == "thread" then coroutine.close(co) end
         on_error(i, ev)
         failed = true
         local r, n = 0, nh

@@ -228,4 +228,101 @@ describe("mirza.pipeline", function()
     assert.same(list, pipeline.collect(pipeline.compose(pipeline.from_list(list), { t })))
     assert.same({ "think", "text", "done" }, seen)
   end)
+
+  describe("guard", function()
+    local function list(...)
+      local out = {}
+      for i, t in ipairs { ... } do out[i] = ev("text", t) end
+      out[#out + 1] = { type = "done" }
+      return out
+    end
+    -- A coroutine stage that buffers two events and emits them joined,
+    -- raising on the pull of `bad`.
+    local function pairs_stage(bad)
+      return pipeline.stage(function(up, emit)
+        local held = {}
+        for e in up do
+          if e.text == bad then error("pairs broke on " .. bad) end
+          if e.type ~= "text" then
+            for _, h in ipairs(held) do emit(h) end
+            emit(e)
+            held = {}
+          else
+            held[#held + 1] = e
+            if #held == 2 then
+              emit(ev("text", held[1].text .. held[2].text))
+              held = {}
+            end
+          end
+        end
+      end)
+    end
+    local tag = function(name)
+      return pipeline.map(function(e)
+        if e.text then return ev("text", e.text .. "/" .. name) end
+        return e
+      end)
+    end
+
+    it("hands the events the broken version pulled and did not pass on to the next, in order", function()
+      local errors, ended = {}, {}
+      local g = pipeline.guard({ pairs_stage("d"), tag("v1") }, function(i, msg) errors[#errors + 1] = { i, msg } end,
+        function(i) ended[#ended + 1] = i end)
+      local out = pipeline.collect(pipeline.compose(pipeline.from_list(list("a", "b", "c", "d", "e")), { g }))
+      -- "ab" passed on; "c" and "d" were pulled by the broken one: the next version gets them first
+      assert.same({ "ab", "c/v1", "d/v1", "e/v1", "done" }, texts(out))
+      assert.equal(1, #errors)
+      assert.equal(1, errors[1][1])
+      assert.matches("pipeline_spec%.lua:%d+: pairs broke on d$", errors[1][2])
+      assert.same({ 2 }, ended)
+    end)
+
+    it("past the last version the events pass through unchanged; a version that does not build is skipped", function()
+      local errors = {}
+      local g = pipeline.guard({ function() error("no build") end, function() return 42 end, pairs_stage("b") },
+        function(i, msg) errors[#errors + 1] = i .. ":" .. msg:gsub("^.-:%d+: ", "") end)
+      local out = pipeline.collect(pipeline.compose(pipeline.from_list(list("a", "b", "c")), { g }))
+      assert.same({ "a", "b", "c", "done" }, texts(out))
+      assert.same({ "1:no build", "2:the stage returned no iterator", "3:pairs broke on b" }, errors)
+    end)
+
+    it("a non-string error is no stage error: it propagates", function()
+      local marker = setmetatable({}, { __name = "marker" })
+      local g = pipeline.guard({ function(up) return function() up() error(marker) end end, tag("v1") },
+        function() error("on_error must not be called") end)
+      local it = pipeline.compose(pipeline.from_list(list("a")), { g })
+      local ok, err = pcall(it)
+      assert.is_false(ok)
+      assert.equal(marker, err)
+    end)
+
+    it("closing the pipeline closes the coroutines of the versions it started", function()
+      local closed = 0
+      local function closing(bad)
+        return pipeline.stage(function(up, emit)
+          local _ <close> = setmetatable({}, { __close = function() closed = closed + 1 end })
+          for e in up do
+            if e.text == bad then error("broke") end
+            emit(e)
+          end
+        end)
+      end
+      local g = pipeline.guard({ closing("b"), closing("none") }, function() end)
+      do
+        local it, _, _, _ <close> = pipeline.compose(pipeline.from_list(list("a", "b", "c")), { g })
+        assert.equal("a", it().text)
+        assert.equal("b", it().text) -- the second version took over
+        assert.equal(1, closed)      -- the first one's <close> ran when it raised
+      end
+      assert.equal(2, closed)
+    end)
+
+    it("a spec with module and no fn uses that module's stage", function()
+      package.loaded.spec_guard_mod = { stage = tag("m") }
+      finally(function() package.loaded.spec_guard_mod = nil end)
+      local out = pipeline.collect(pipeline.compose(pipeline.from_list(list("a")),
+        { { name = "m", module = "spec_guard_mod" } }))
+      assert.same({ "a/m", "done" }, texts(out))
+    end)
+  end)
 end)
