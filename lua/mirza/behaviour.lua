@@ -6,7 +6,7 @@
 --- iterator`) and `on_turn(text, engine) -> text`. It is watched through
 --- `mirza.watch` (validate, then swap: a file that does not load keeps the
 --- previous version). A version that loads but raises at run time is
---- caught here: the error is reported (with file:line) and, for that turn,
+--- caught here: the error is reported (one line, file:line) and, for that turn,
 --- the previous version's hook or stage runs — or the built-in default
 --- (no stage, the text unchanged) when there is no previous version or it
 --- fails too. `refresh()` notices a swapped version between turns.
@@ -31,7 +31,8 @@ function M.new(name, path, report)
   if not mod then return nil, err end
   if type(mod) ~= "table" then return nil, path .. ": a behaviour file returns a table" end
   package.loaded[name] = mod
-  require("mirza").watch(name, path)
+  -- loaded just above: watched without a second load
+  require("mirza.reload").watch(require("mirza").watcher(), name, path, { load = false })
   return setmetatable({ name = name, cur = mod, prev = nil,
     report = report or function(m) io.stderr:write("behaviour: ", m, "\n") end }, B)
 end
@@ -72,64 +73,29 @@ function B:on_turn(text, engine)
   for _, v in ipairs(self:_versions()) do
     local hook = v and v.on_turn
     if hook then
-      local ok, out = xpcall(hook, debug.traceback, text, engine)
+      local ok, out = pcall(hook, text, engine)
       if ok and type(out) == "string" then return out end
-      self.report(ok and "on_turn must return a string" or out)
+      self.report(ok and "on_turn must return a string" or require("mirza.reload").message(out))
     end
   end
   return text
 end
 
--- A stage iterator over `up` that survives errors: when the version's
--- stage raises (building it or pulling from it), the next version's
--- stage takes over the rest of the stream; past the last, events pass
--- through unchanged. The event the broken stage had pulled and not passed
--- on is handed to the next one: received text is never dropped.
-local function guarded(self, up, versions, i)
-  for k = i, 2 do
-    local v = versions[k]
-    if v and v.stage then
-      local held -- pulled by this stage, not yet passed on
-      local tee = function()
-        held = up()
-        return held
-      end
-      local ok, it = xpcall(v.stage, debug.traceback, tee)
-      if ok and type(it) == "function" then
-        local failed = false
-        return function()
-          if failed then return it() end
-          local okp, ev = xpcall(it, debug.traceback)
-          if okp then
-            held = nil
-            return ev
-          end
-          self.report(ev)
-          failed = true
-          local replay = held
-          held = nil
-          it = guarded(self, function()
-            if replay ~= nil then
-              local r = replay
-              replay = nil
-              return r
-            end
-            return up()
-          end, versions, k + 1)
-          return it()
-        end
-      end
-      self.report(ok and "stage must return an iterator" or it)
-    end
-  end
-  return up
-end
-
 ---The behaviour's stage as a pipeline stage spec (`e.stages`).
 ---@return mirza.StageSpec
+-- The stage survives errors (mirza.pipeline's guard): when the version's
+-- stage raises (building it or pulling from it), the previous version's
+-- stage takes over the rest of the stream, the events the broken one had
+-- pulled and not passed on first; past the last, events pass through
+-- unchanged. Received text is never dropped.
 function B:stage_spec()
-  return { name = "behaviour", fn = function(up)
-    return guarded(self, up, self:_versions(), 1)
+  return { name = "behaviour", fn = function(up, opts)
+    local fns, vs = {}, self:_versions()
+    for i = 1, 2 do
+      local v = vs[i]
+      if v and v.stage ~= nil then fns[#fns + 1] = v.stage end
+    end
+    return require("mirza.pipeline").guard(fns, function(_, msg) self.report(msg) end)(up, opts)
   end }
 end
 
