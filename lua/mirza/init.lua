@@ -83,18 +83,21 @@ local watcher -- the shared hot-reload watcher (mirza.reload)
 function M.watcher()
   watcher = watcher or require("mirza.reload").new {
     on_error = function(name, msg)
-      io.stderr:write("mirza: reload of ", name, " failed, keeping the old version:\n", msg, "\n")
+      io.stderr:write("mirza: reload of ", name, " failed, the previous version stays (fix the file: it is ",
+        "reloaded when it changes): ", msg, "\n")
     end,
   }
   return watcher
 end
 
----Watch a module (by name, or with its file) for hot reload.
+---Watch a module (by name, or with its file) for hot reload, and load the
+---file now (validate, then swap): a file that does not load is reported
+---and the current version stays (`nil, message, "reload"`; still watched).
 ---@param name string
 ---@param path? string
----@return boolean|nil ok
+---@return boolean|nil ok true: watched and loaded
 ---@return string? message
----@return string? code
+---@return string? code "io" (no such file) | "reload" (it does not load)
 function M.watch(name, path)
   return require("mirza.reload").watch(M.watcher(), name, path)
 end
