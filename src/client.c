@@ -119,6 +119,7 @@ struct mz_client {
   size_t nfd_rx;
   double next_check; /* no stall or header deadline before this */
   int wake[2];       /* the wake pipe (mz_client_wakeup), non-blocking */
+  int eintr;         /* a signal cut the last wait short (MZ_NEXT_SIGNAL) */
 };
 
 double mz_now(void) {
@@ -819,6 +820,7 @@ static int watch_set(mz_client *c, curl_socket_t fd, int what) {
 static size_t watch_wait(mz_client *c, int ms, fired *out, int *woken) {
   struct epoll_event evs[FIRED_MAX];
   int n = epoll_wait(c->epfd, evs, FIRED_MAX, ms);
+  if (n < 0 && errno == EINTR) c->eintr = 1;
   size_t k = 0;
   for (int i = 0; i < n; i++) {
     uint32_t r = evs[i].events;
@@ -866,6 +868,7 @@ static int watch_set(mz_client *c, curl_socket_t fd, int what) {
 
 static size_t watch_wait(mz_client *c, int ms, fired *out, int *woken) {
   int n = poll(c->pfd, (nfds_t)c->npfd, ms);
+  if (n < 0 && errno == EINTR) c->eintr = 1;
   size_t k = 0;
   if (n > 0 && c->pfd[0].revents) *woken = 1, n--;
   for (size_t i = 1; n > 0 && i < c->npfd && k < FIRED_MAX; i++) {
@@ -970,17 +973,28 @@ static int any_running(const mz_client *c) {
   return 0;
 }
 
+/* Why a wait must return early: the interrupt flag (the mirza host's
+ * handler), or a signal that cut the wait short (EINTR: stock lua5.4's
+ * SIGINT handler, which raises from a hook once Lua runs again); 0: none. */
+static int interrupted(mz_client *c) {
+  if (c->intr && *c->intr) return MZ_NEXT_INTERRUPTED;
+  if (!c->eintr) return 0;
+  c->eintr = 0;
+  return MZ_NEXT_SIGNAL;
+}
+
 /*
  * The one wait loop. Returns when `target` (or, with target NULL, any
  * stream) has something to pop, at the deadline `end`, on interrupt, or
  * when no transfer could make progress any more.
  */
 static int wait_loop(mz_client *c, mz_stream *target, double end) {
+  c->eintr = 0;
   for (int ms = 0;;) { /* first what is ready now, then wait */
     drive(c, ms);
     int n = target ? ready(target) : count_ready(c);
     if (n) return n;
-    if (c->intr && *c->intr) return MZ_NEXT_INTERRUPTED;
+    if ((n = interrupted(c))) return n;
     if (target ? (!target->easy && target->term) : !any_running(c)) return 0;
     double now = mz_now(), left = end - now;
     if (left <= 0) return 0;
@@ -997,9 +1011,10 @@ int mz_client_wait(mz_client *c, long timeout_ms) { return wait_loop(c, NULL, de
 
 int mz_client_sleep(mz_client *c, long timeout_ms) {
   double end = mz_now() + (double)timeout_ms / 1000.0;
-  for (int ms = 0;;) {
+  c->eintr = 0;
+  for (int ms = 0, rc;;) {
     drive(c, ms);
-    if (c->intr && *c->intr) return MZ_NEXT_INTERRUPTED;
+    if ((rc = interrupted(c))) return rc;
     double now = mz_now(), left = end - now;
     if (left <= 0) return 0;
     left = next_stall(c, now, left);
@@ -1010,11 +1025,12 @@ int mz_client_sleep(mz_client *c, long timeout_ms) {
 /* Wait for the ready list to be non-empty (see mz_client_wait_ready). */
 int mz_client_wait_ready(mz_client *c, long timeout_ms) {
   double end = deadline_from(timeout_ms);
-  for (int ms = 0;;) {
+  c->eintr = 0;
+  for (int ms = 0, rc;;) {
     drive(c, ms);
     while (c->rhead && !ready(c->rhead)) unmark_ready(c->rhead); /* drained meanwhile */
     if (c->rhead) return 1;
-    if (c->intr && *c->intr) return MZ_NEXT_INTERRUPTED;
+    if ((rc = interrupted(c))) return rc;
     double now = mz_now(), left = end - now;
     if (left <= 0 || (isinf(end) && !any_running(c))) return 0;
     left = next_stall(c, now, left < 3600 ? left : 3600);
@@ -1099,7 +1115,7 @@ int mz_stream_next(mz_stream *s, long timeout_ms, const mz_event **ev) {
   if (!ready(s)) {
     int rc = wait_loop(s->c, s, deadline_from(timeout_ms));
     if (rc == MZ_NEXT_INTERRUPTED) return rc;
-    if (!ready(s)) return MZ_NEXT_TIMEOUT;
+    if (!ready(s)) return rc == MZ_NEXT_SIGNAL ? rc : MZ_NEXT_TIMEOUT;
   }
   *ev = pop(s);
   return MZ_NEXT_EVENT;

@@ -86,7 +86,10 @@ typedef struct mz_request {
                                   never waits for more */
 } mz_request;
 
-enum { MZ_NEXT_EVENT = 1, MZ_NEXT_TIMEOUT = 0, MZ_NEXT_END = -1, MZ_NEXT_INTERRUPTED = -2 };
+/* MZ_NEXT_SIGNAL: a signal handler ran during the wait (EINTR) and the
+ * interrupt flag is not set (stock lua5.4's SIGINT handler, which only
+ * sets a hook): the caller runs its own handling, then may wait again. */
+enum { MZ_NEXT_EVENT = 1, MZ_NEXT_TIMEOUT = 0, MZ_NEXT_END = -1, MZ_NEXT_INTERRUPTED = -2, MZ_NEXT_SIGNAL = -3 };
 
 /* One client per Lua state (or test). NULL on failure. `interrupt`, when
  * set non-zero (from a signal handler) makes waits return early. */
@@ -102,7 +105,8 @@ void mz_client_wakeup(mz_client *c);
 mz_stream *mz_stream_open(mz_client *c, const mz_request *r, char *err, size_t errlen);
 /* Pop the next event, waiting up to timeout_ms (<0: forever, 0: poll).
  * Returns MZ_NEXT_EVENT (*ev set), MZ_NEXT_TIMEOUT, MZ_NEXT_END (the
- * terminal event was already popped) or MZ_NEXT_INTERRUPTED. */
+ * terminal event was already popped), MZ_NEXT_INTERRUPTED or
+ * MZ_NEXT_SIGNAL (as do the waits below). */
 int mz_stream_next(mz_stream *s, long timeout_ms, const mz_event **ev);
 /* Events queued and not yet popped. */
 size_t mz_stream_pending(const mz_stream *s);

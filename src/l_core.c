@@ -9,6 +9,7 @@
 #include "l_core.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <lauxlib.h>
 #include <string.h>
@@ -35,6 +36,35 @@ int mz_l_raise_interrupt(lua_State *L) {
   interrupt_pending = 0;
   return luaL_error(L, "interrupted");
 }
+
+/* A signal cut a wait short without the host's flag: under stock lua5.4
+ * its SIGINT handler has set a hook on the main thread that raises
+ * "interrupted!" at the next Lua instruction. One call of an empty Lua
+ * chunk makes that hook run here (on a coroutine, with the main thread's
+ * hook copied to it first), so the error unwinds through the wait and the
+ * script's <close> variables and for loops close their streams. Returns
+ * when no hook raised (another signal): the caller waits again. */
+void mz_l_after_signal(lua_State *L) {
+  lua_Hook h = lua_gethook(L);
+  if (!h) {
+    lua_rawgeti(L, LUA_REGISTRYINDEX, LUA_RIDX_MAINTHREAD);
+    lua_State *main = lua_tothread(L, -1);
+    lua_pop(L, 1);
+    if (!main || main == L || !(h = lua_gethook(main))) return;
+    lua_sethook(L, h, lua_gethookmask(main), lua_gethookcount(main));
+  }
+  if (luaL_loadbuffer(L, "return", 6, "=(mirza: a signal during a wait)") == LUA_OK) lua_call(L, 0, 0);
+  else lua_pop(L, 1);
+}
+
+/* Milliseconds left until `end` (mz_now() seconds; INFINITY: -1). */
+long mz_l_left_ms(double end) {
+  if (isinf(end)) return -1;
+  double left = (end - mz_now()) * 1000.0;
+  return left > 0 ? (long)ceil(left) : 0;
+}
+
+double mz_l_end_of(long ms) { return ms < 0 ? INFINITY : mz_now() + (double)ms / 1000.0; }
 
 static int ctx_gc(lua_State *L) {
   mz_ctx *ctx = lua_touserdata(L, 1);
@@ -85,7 +115,9 @@ static long opt_ms(lua_State *L, int idx) {
  * timeout). Drives every open transfer; never yields. */
 static int l_wait(lua_State *L) {
   mz_ctx *ctx = mz_l_ctx(L);
-  int n = mz_client_wait(ctx->client, opt_ms(L, 1));
+  double end = mz_l_end_of(opt_ms(L, 1));
+  int n;
+  while ((n = mz_client_wait(ctx->client, mz_l_left_ms(end))) == MZ_NEXT_SIGNAL) mz_l_after_signal(L);
   if (n == MZ_NEXT_INTERRUPTED) return mz_l_raise_interrupt(L);
   lua_pushinteger(L, n);
   return 1;
@@ -96,7 +128,10 @@ static int l_sleep(lua_State *L) {
   mz_ctx *ctx = mz_l_ctx(L);
   long ms = opt_ms(L, 1);
   luaL_argcheck(L, ms >= 0, 1, "number expected");
-  if (mz_client_sleep(ctx->client, ms) == MZ_NEXT_INTERRUPTED) return mz_l_raise_interrupt(L);
+  double end = mz_l_end_of(ms);
+  int rc;
+  while ((rc = mz_client_sleep(ctx->client, mz_l_left_ms(end))) == MZ_NEXT_SIGNAL) mz_l_after_signal(L);
+  if (rc == MZ_NEXT_INTERRUPTED) return mz_l_raise_interrupt(L);
   return 0;
 }
 
@@ -170,8 +205,10 @@ static int l_ready(lua_State *L) {
     luaL_checktype(L, 2, LUA_TTABLE);
     lua_pushvalue(L, 2);
   }
-  int out = lua_gettop(L);
-  if (mz_client_wait_ready(ctx->client, ms) == MZ_NEXT_INTERRUPTED) return mz_l_raise_interrupt(L);
+  int out = lua_gettop(L), rc;
+  double end = mz_l_end_of(ms);
+  while ((rc = mz_client_wait_ready(ctx->client, mz_l_left_ms(end))) == MZ_NEXT_SIGNAL) mz_l_after_signal(L);
+  if (rc == MZ_NEXT_INTERRUPTED) return mz_l_raise_interrupt(L);
   push_stream_map(L); /* [list, map] */
   mz_stream *batch[64];
   lua_Integer n = 0;

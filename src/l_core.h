@@ -31,6 +31,13 @@ void mz_l_signal(void);
 int mz_l_was_interrupted(void);
 /* Raise the "interrupted" error (clears the pending flag first). */
 int mz_l_raise_interrupt(lua_State *L);
+/* After a wait returned MZ_NEXT_SIGNAL: let the interpreter's own signal
+ * hook run (stock lua5.4 raises "interrupted!"); returns if none raised. */
+void mz_l_after_signal(lua_State *L);
+/* Deadlines of waits that restart after a signal: the end (mz_now()
+ * seconds, INFINITY for ms < 0) and the milliseconds left (-1: forever). */
+double mz_l_end_of(long ms);
+long mz_l_left_ms(double end);
 
 /* Register the Stream userdata at idx as the Lua face of s (mirza.ready). */
 void mz_l_stream_opened(lua_State *L, mz_stream *s, int idx);

@@ -171,7 +171,14 @@ static long timeout_ms(lua_State *L, int idx) {
  * results. */
 static int pull(lua_State *L, lstream *u, long ms) {
   const mz_event *e;
-  switch (mz_stream_next(u->s, ms, &e)) {
+  int rc;
+  double end = ms > 0 ? mz_l_end_of(ms) : 0;
+  while ((rc = mz_stream_next(u->s, ms, &e)) == MZ_NEXT_SIGNAL) {
+    mz_l_after_signal(L); /* stock lua5.4's Ctrl-C raises here */
+    if (!u->s) return luaL_error(L, "attempt to use a closed stream");
+    if (ms > 0) ms = mz_l_left_ms(end);
+  }
+  switch (rc) {
   case MZ_NEXT_EVENT: push_event(L, u->ctx, e); return 1;
   case MZ_NEXT_TIMEOUT: return mz_l_fail(L, "timeout", MZ_E_TIMEOUT);
   case MZ_NEXT_INTERRUPTED: return mz_l_raise_interrupt(L);

@@ -93,3 +93,76 @@ describe("a script blocked in io.read", function()
     end)
   end
 end)
+
+-- Stock lua5.4 with mirza.so: its own SIGINT handler only sets a hook that
+-- raises "interrupted!" at the next Lua instruction; a wait inside mirza
+-- must return to Lua for it (before, Ctrl-C was ignored until the wait
+-- ended: never, on a stalled stream).
+describe("stock lua5.4, Ctrl-C while mirza waits", function()
+  local LUA = os.getenv("MIRZA_LUA") or "lua5.4"
+  local sim
+  setup(function() sim = H.start_sim { "--tok-rate", "0", "--ttft-ms", "0", "--verbose" } end)
+  teardown(function() sim.stop() end)
+
+  local WAITS = {
+    events = [[
+local s <close> = mirza.open { url = URL, body = BODY }
+for ev in s:events() do
+  if ev.type == "text" then io.stdout:write("ready\n"); io.stdout:flush() end
+end
+io.stdout:write("loop ended\n")
+]],
+    next_in_coroutine = [[
+local s <close> = mirza.open { url = URL, body = BODY }
+local co = coroutine.wrap(function()
+  while true do
+    local ev = s:next()
+    if ev and ev.type == "text" then io.stdout:write("ready\n"); io.stdout:flush() end
+  end
+end)
+co()
+]],
+    sleep = [[
+io.stdout:write("ready\n"); io.stdout:flush()
+mirza.sleep(600)
+io.stdout:write("slept\n")
+]],
+  }
+
+  for name, body in pairs(WAITS) do
+    it(("exits promptly with 'interrupted!' from a wait in %s, closing the stream"):format(name), function()
+      local script, out, err, rcf = H.tmpname(".lua"), H.tmpname(".out"), H.tmpname(".err"), H.tmpname(".rc")
+      local f = assert(io.open(script, "w"))
+      f:write(("local mirza = require 'mirza'\nlocal URL = %q\nlocal BODY = %s\n"):format(sim.url,
+        ("{ model = 'm', stream = true, messages = { { role = 'user', content = 'sig' } }, "
+          .. "mirza_sim = { fault = 'stall-after=2', text = 'un deux trois quatre' } }")), body)
+      f:close()
+      local cmd = ("LUA_CPATH=%s %s %s >%s 2>%s & echo $!; wait $!; echo $? >%s"):format(
+        H.q(H.build .. "/lua/?.so;;"), H.q(LUA), H.q(script), H.q(out), H.q(err), H.q(rcf))
+      local sh = assert(io.popen(cmd))
+      local pid = tonumber(sh:read("l"))
+      local function slurp(p) return io.open(p) and H.read_file(p) or "" end
+      local ok, e = pcall(function()
+        assert(H.wait_for(function() return slurp(out):find("ready", 1, true) end, 20, 0.02),
+          "the script did not get ready: " .. slurp(err))
+        local closes = select(2, H.read_file(sim.log):gsub(" 499 ", ""))
+        os.execute(("kill -INT %d"):format(pid))
+        local rc = H.wait_for(function() return tonumber(slurp(rcf)) end, 5, 0.02)
+        assert(rc, "lua5.4 did not exit after SIGINT: " .. slurp(err))
+        assert.equal(1, rc)
+        assert.matches("interrupted!", slurp(err), 1, true)
+        assert.is_nil(slurp(out):find("loop ended", 1, true))
+        if name ~= "sleep" then -- the simulator saw the client go (its log: status 499)
+          assert.truthy(H.wait_for(function()
+            return select(2, H.read_file(sim.log):gsub(" 499 ", "")) > closes
+          end, 5, 0.02), "the stream was not closed")
+        end
+      end)
+      if not ok then os.execute(("kill -KILL %d 2>/dev/null"):format(pid)) end
+      H.wait_for(function() return tonumber(slurp(rcf)) end, 5, 0.02)
+      sh:close()
+      for _, p in ipairs { script, out, err, rcf } do os.remove(p) end
+      if not ok then error(e, 0) end
+    end)
+  end
+end)
