@@ -1,6 +1,7 @@
 --- chat.lua - an assistant loop over stdin lines (or a FIFO, or a file).
 ---
----   build/mirza scripts/chat.lua [behaviour.lua] [--sim] [--port N] [--fifo PATH]
+---   build/mirza scripts/chat.lua [behaviour.lua] [--sim] [--port N] [--fifo PATH] [--verbose]
+---   mirza chat ...          (the same, installed)
 ---
 --- Each input line is one user turn; the thinking goes to stderr, the
 --- answer to stdout sentence by sentence, stats after each turn. Commands:
@@ -18,15 +19,19 @@
 --- pipeline stage in every turn), on_turn(text, engine) -> text.
 --- Engine settings come from the environment (MIRZA_BASE_URL, MIRZA_MODEL,
 --- MIRZA_PRESET, ...) or ~/.config/mirza/config.lua; --sim runs against
---- mirza-sim (port 18767, or --port). At the end the chat stops a daemon it
---- started and leaves an adopted one running.
+--- mirza-sim (port 18767, or --port). Without a preset, what answers at the
+--- URL (llama-server, Ollama, vLLM, MTPLX, any /v1/models) is used as it is
+--- and named on the first line; --verbose (MIRZA_VERBOSE=1) adds the
+--- engine's one line about it. At the end the chat stops a daemon it
+--- started and leaves an adopted or detected one running.
 local engine = require "mirza.engine"
 local behaviour_mod = require "mirza.behaviour"
 
-local behaviour_path, use_sim, fifo, port
+local behaviour_path, use_sim, fifo, port, verbose
 local i = 1
 while arg[i] do
   if arg[i] == "--sim" then use_sim = true
+  elseif arg[i] == "--verbose" or arg[i] == "-v" then verbose = true
   elseif arg[i] == "--fifo" then i = i + 1; fifo = arg[i]
   elseif arg[i] == "--port" then i = i + 1; port = tonumber(arg[i])
   else behaviour_path = arg[i] end
@@ -45,15 +50,22 @@ if behaviour_path then
   end
 end
 
-local e = engine.new(use_sim and { preset = "mirza-sim", port = port or 18767,
-  daemon = { args = { "--tok-rate", "60" } } } or (port and { port = port }) or {})
+local opts = use_sim and { preset = "mirza-sim", port = port or 18767, daemon = { args = { "--tok-rate", "60" } } }
+    or (port and { port = port }) or {}
+opts.verbose = verbose
+local made, e = pcall(engine.new, opts) -- a broken config file: its message, no traceback
+if not made then
+  say_err("chat: ", tostring(e))
+  os.exit(1)
+end
 e.stages = { b:stage_spec() }
 local ok, msg = e:load(b:system())
 if not ok then
   say_err("chat: ", msg)
   os.exit(1)
 end
-local how = not e.daemon and "using" or e.daemon.adopted and "adopted" or "started"
+local how = e.detected and ("using " .. require("mirza.detect").describe(e.detected) .. " at")
+    or not e.daemon and "using" or e.daemon.adopted and "adopted" or "started"
 say_err(("chat: %s %s (session %s). /help for commands, /quit to leave."):format(how,
   require("mirza").redact_url(e.base_url), e.cfg.session_id))
 

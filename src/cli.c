@@ -156,7 +156,7 @@ static const char env_text[] = "Environment:\n"
                                "  MIRZA_BASE_URL, MIRZA_MODEL, MIRZA_MODEL_ID, MIRZA_API_KEY, MIRZA_HOST,\n"
                                "  MIRZA_PORT, MIRZA_PRESET, MIRZA_SESSION_ID, MIRZA_DIALECT,\n"
                                "  MIRZA_CONTEXT_WINDOW, MIRZA_MAX_TOKENS, MIRZA_TEMPERATURE, MIRZA_AUTOSTART,\n"
-                               "  MIRZA_DAEMON, MIRZA_THINK_TAGS\n"
+                               "  MIRZA_DAEMON, MIRZA_THINK_TAGS, MIRZA_VERBOSE\n"
                                "                        engine settings (over the config file and the code)\n"
                                "  MIRZA_DEMO_PORT       the demo job's simulator port (default 18766)\n"
                                "  MIRZA_RECORD          record every request and turn into this directory\n";

@@ -15,30 +15,35 @@
 --- plausibly the daemon's: a loopback host, and the pid holds the port's
 --- listening socket or is named by our pid file.
 ---
---- Presets build the command line from the seed's settings; `custom`
---- takes an argv (with `{host}`, `{port}`, `{model}`, `{model_id}`
---- placeholders) and a health path.
+--- Presets build the command line (and environment: Ollama is set up by
+--- OLLAMA_* variables) from the seed's settings; `custom` takes an argv
+--- (with `{host}`, `{port}`, `{model}`, `{model_id}` placeholders) and a
+--- health path. A preset's port expects that daemon: when something else
+--- answers there, start() names it (mirza.detect) instead of taking it.
 local core = require "mirza.core"
 local json = core.json
 
 local M = {}
 
 ---@class mirza.DaemonOptions
----@field preset? "mtplx"|"llama-server"|"mirza-sim"|"custom"  default "mtplx"
+---@field preset? "mtplx"|"llama-server"|"ollama"|"vllm"|"mirza-sim"|"custom" default "mtplx"
 ---@field host? string            default "127.0.0.1"
----@field port? integer           default 8766
----@field model? string           model directory/repo (mtplx) or .gguf file (llama-server); required by those presets
----@field model_id? string        id served, checked on adoption (default: model's base name; mirza-sim: "mirza-sim")
+---@field port? integer           default 8766 (ollama 11434, vllm 8000)
+---@field model? string           model directory/repo (mtplx, vllm), .gguf file (llama-server): required by those;
+---                               ollama: a model name (optional)
+---@field model_id? string        id served, checked on adoption (default: model's base name; ollama: the model as
+---                               given; mirza-sim: "mirza-sim")
 ---@field context_window? integer default 16384 (llama-server: per slot, `-c` = context_window * parallel)
 ---@field kv_bits? integer        KV cache quantization: 8, 4, else none (default: mtplx 8; llama-server none, its f16)
 ---@field depth? integer          MTPLX MTP draft depth (default 3)
----@field parallel? integer       llama-server slots `-np` (default 1)
+---@field parallel? integer       concurrent requests: llama-server `-np` (default 1); ollama OLLAMA_NUM_PARALLEL,
+---                               vllm `--max-num-seqs` (those two only when given)
 ---@field jinja? boolean          llama-server `--jinja` (default true)
 ---@field dialect? "mtplx"|"llama" mirza-sim dialect (default "mtplx")
 ---@field bin? string             program to run (default "mtplx", "llama-server", the mirza-sim next to mirza)
 ---@field args? string[]          extra arguments appended to the preset's
 ---@field argv? string[]          custom: the whole command line
----@field health? string          health path (default "/health")
+---@field health? string          health path (default "/health"; ollama "/api/version")
 ---@field env? table<string,string> extra environment for the daemon
 ---@field cwd? string
 ---@field log? string             log file (default <runtime dir>/daemon-<port>.log; the previous one is kept as .1)
@@ -64,6 +69,13 @@ local defaults = {
   preset = "mtplx", host = "127.0.0.1", port = 8766, context_window = 16384, kv_bits = 8,
   depth = 3, parallel = 1, jinja = true, dialect = "mtplx", health = "/health",
   autostart = true, keep_alive = false, deadline = 300, grace = 5, poll_interval = 0.25,
+}
+
+-- What differs by preset when not given: the daemon's usual port, its
+-- readiness route.
+local preset_defaults = {
+  ollama = { port = 11434, health = "/api/version" },
+  vllm = { port = 8000 },
 }
 
 local function argerror(fmt, ...)
@@ -143,6 +155,36 @@ M.presets["llama-server"] = function(o)
   return append(append(argv, { "--alias", o.model_id }), o.args)
 end
 
+-- "host:port" as a daemon's own setting wants it ("[::1]:11434").
+local function host_port(o)
+  return ("%s:%d"):format(o.host:find(":", 1, true) and "[" .. o.host .. "]" or o.host, o.port)
+end
+
+-- `ollama serve` takes its settings from the environment: the address,
+-- the context per request (Ollama multiplies it by the parallel slots
+-- itself), and, only when asked, the slots and the KV quantization (which
+-- needs flash attention).
+M.presets.ollama = function(o)
+  local env = { OLLAMA_HOST = host_port(o), OLLAMA_CONTEXT_LENGTH = tostring(o.context_window) }
+  if o.parallel_explicit then env.OLLAMA_NUM_PARALLEL = tostring(o.parallel) end
+  local kv = o.kv_explicit and kv_type[o.kv_bits]
+  if kv then env.OLLAMA_KV_CACHE_TYPE, env.OLLAMA_FLASH_ATTENTION = kv, "1" end
+  return append({ o.bin or "ollama", "serve" }, o.args), env
+end
+
+-- `vllm serve MODEL`: the context is per sequence; --max-num-seqs only
+-- when asked (vLLM batches 256 by default, a cap of 1 would cripple it);
+-- an 8-bit KV cache is fp8 (vLLM has no 4-bit one).
+M.presets.vllm = function(o)
+  local argv = {
+    o.bin or "vllm", "serve", need_model(o), "--host", o.host, "--port", tostring(o.port),
+    "--served-model-name", o.model_id, "--max-model-len", tostring(o.context_window),
+  }
+  if o.parallel_explicit then append(argv, { "--max-num-seqs", tostring(o.parallel) }) end
+  if o.kv_explicit and o.kv_bits == 8 then append(argv, { "--kv-cache-dtype", "fp8" }) end
+  return append(argv, o.args)
+end
+
 M.presets["mirza-sim"] = function(o)
   return append({
     o.bin or M.find_sim(), "--host", o.host, "--port", tostring(o.port), "--model-id", o.model_id,
@@ -189,10 +231,21 @@ local function check_values(o)
   if o.health:sub(1, 1) ~= "/" then argerror("'health' must be a path starting with '/'") end
 end
 
+-- Presets that cannot start a daemon without `model`.
+local needs_model = { mtplx = true, ["llama-server"] = true, vllm = true }
+
+local function merge_env(env, extra)
+  for k, v in pairs(extra or {}) do env[k] = v end
+  return env
+end
+
 ---Validate options, fill defaults and build the command line (pure: no
----process, no I/O). Raises on unknown keys, wrong types, missing model.
+---process, no I/O). Raises on unknown keys and wrong types. Without
+---`model`, the mtplx, llama-server and vllm presets have no command line
+---(`o.argv` nil): they can adopt a daemon, and start() says what is missing.
 ---@param opts mirza.DaemonOptions
----@return table o resolved options, with `o.argv` the command line
+---@return table o resolved options, with `o.argv` the command line (nil: see above) and
+---`o.env` the daemon's extra environment (the preset's, then `env`)
 function M.resolve(opts)
   if type(opts) ~= "table" then argerror("options table expected, got %s", type(opts)) end
   local o = {}
@@ -200,18 +253,27 @@ function M.resolve(opts)
     check_type(k, v)
     o[k] = v
   end
-  o.kv_explicit = opts.kv_bits ~= nil
+  o.kv_explicit, o.parallel_explicit = opts.kv_bits ~= nil, opts.parallel ~= nil
+  for k, v in pairs(preset_defaults[o.preset or defaults.preset] or {}) do
+    if o[k] == nil then o[k] = v end
+  end
   for k, v in pairs(defaults) do
     if o[k] == nil then o[k] = v end
   end
   check_values(o)
   o.port = math.tointeger(o.port)
   if not o.model_id then
-    o.model_id = o.model and basename(o.model) or (o.preset == "mirza-sim" and "mirza-sim" or nil)
+    local id = o.model and (o.preset == "ollama" and o.model or basename(o.model))
+    o.model_id = id or (o.preset == "mirza-sim" and "mirza-sim" or nil)
   end
-  o.argv = M.presets[o.preset](o)
+  -- without a model such a preset can only adopt: start() says what is missing
+  if o.model or not needs_model[o.preset] then
+    local argv, env = M.presets[o.preset](o)
+    o.argv, o.env = argv, env and merge_env(env, opts.env) or o.env
+  end
   return o
 end
+
 
 
 -- ------------------------------------------------------------ the daemon
@@ -291,15 +353,45 @@ function Daemon:_served(info)
 end
 
 -- true, or nil, message, "foreign" when the port serves another model.
+-- Ollama serves every model it has pulled ("qwen3" is "qwen3:latest").
 function Daemon:_check_model(info)
-  if not self.model_id then return true end
+  local want = self.model_id
+  if not want then return true end
   local served = self:_served(info)
-  if served == nil or served == self.model_id then return true end
+  if served == nil or served == want then return true end
   if type(served) == "table" then
-    for _, id in ipairs(served) do if id == self.model_id then return true end end
+    for _, id in ipairs(served) do
+      if id == want or self.preset == "ollama" and id == want .. ":latest" then return true end
+    end
     served = table.concat(served, ", ")
   end
-  return nil, ("%s serves model '%s', expected '%s'"):format(self.url, served, self.model_id), "foreign"
+  if self.preset == "ollama" then
+    return nil, ("ollama at %s has no model '%s' (it has %s): run `ollama pull %s`, or pick one of those"):format(
+      self.url, want, served, want), "foreign"
+  end
+  return nil, ("%s serves model '%s', expected '%s': give model_id = '%s' (or the model that serves it), or use "
+    .. "another port for yours"):format(self.url, served, want, served), "foreign"
+end
+
+-- The /health answer of each preset's daemon, when it has a telling one.
+local health_shape = {
+  mtplx = function(i) return i.model ~= nil or i.startup ~= nil or i.ok ~= nil end,
+  ["llama-server"] = function(i) return i.status == "ok" end,
+  ollama = function(i) return type(i.version) == "string" end,
+}
+
+-- When what answers is not the preset's daemon: a message naming what it
+-- is (mirza.detect), else nil. `info` is the health answer (a table), or
+-- nil when the health route did not answer 200.
+function Daemon:_other_kind(info)
+  local shape = health_shape[self.preset]
+  if info and (not shape or shape(info)) then return nil end
+  if self.preset == "mirza-sim" or self.preset == "custom" then return nil end
+  local found = require("mirza.detect").detect(self.base_url, { api_key = self._o.api_key, wait = 0 })
+  if not found or found.kind == self.preset then return nil end
+  return ("%s is %s, not %s: leave preset unset to use it as it is, or point mirza at your %s daemon "
+    .. "(another base_url or port)"):format(self.url, require("mirza.detect").describe(found), self.preset,
+    self.preset)
 end
 
 ---Whether a host is this machine's loopback (127.0.0.0/8, ::1,
@@ -333,6 +425,8 @@ function Daemon:_adopted_pid(info)
 end
 
 function Daemon:_adopt(info)
+  local other = self:_other_kind(info)
+  if other then return nil, other, "foreign" end
   local ok, msg, code = self:_check_model(info)
   if not ok then return nil, msg, code end
   self.adopted = true
@@ -365,6 +459,10 @@ local function end_progress(d)
   if d._shown and stderr_tty then io.stderr:write("\n") end
   d._shown = nil
 end
+
+---The default progress line while waiting, for other waits (mirza.detect):
+---`w.preset` names what is waited for, `w.url` where; `w._shown` is its state.
+M.show_progress, M.end_progress = show_progress, end_progress
 
 ---The last n lines of the daemon's log (started daemons; "" otherwise).
 ---@param n? integer default 20
@@ -470,10 +568,17 @@ function Daemon:start()
     if not w then return nil, msg, c end
     return self:_adopt(select(2, self:healthy()))
   elseif code ~= "refused" then
-    return nil, ("%s answers but is not a healthy daemon (%s)"):format(self.health_url, info), "foreign"
+    local other = self:_other_kind(nil)
+    if other then return nil, other, "foreign" end
+    return nil, ("%s answers but is not a healthy %s daemon (%s): check what runs on port %d"):format(
+      self.health_url, self.preset, info, self.port), "foreign"
   end
   if not self._o.autostart then
     return nil, ("no daemon at %s and autostart is off: %s"):format(self.url, info), "refused"
+  end
+  if not self.argv then
+    return nil, ("nothing answers at %s, and preset '%s' needs 'model' to start one: give model = ... "
+      .. "(MIRZA_MODEL), or start the daemon yourself"):format(self.url, self.preset), "spawn"
   end
   return self:_spawn()
 end

@@ -8,9 +8,14 @@
 --- the config file sets a user's defaults, a script's explicit options beat
 --- it, and a user can still redirect any script without editing it.
 ---
---- Endpoints: a loopback `http://` daemon is supervised (`mirza.daemon`:
---- adopted when healthy, else started). `daemon = false` — the default for
---- an `https://` or non-loopback `base_url` — uses the endpoint as it is:
+--- Endpoints: with a preset asked for (`preset`, `MIRZA_PRESET`, the config
+--- file, `daemon = {preset=}`), a loopback `http://` daemon is supervised
+--- (`mirza.daemon`: adopted when healthy, else started). Without one, `load`
+--- first asks what answers (mirza.detect: MTPLX, llama-server, Ollama, vLLM,
+--- any /v1/models) and uses it as it is in its dialect, its model the one
+--- it reports (`e.detected`); only when nothing answers is the default
+--- preset started (autostart). `daemon = false` — the default for an
+--- `https://` or non-loopback `base_url` — uses the endpoint as it is:
 --- no spawn, no pid, health optional, API key sent, TLS verified.
 ---
 --- A turn is a pipeline over the stream's events: source (the C stream,
@@ -37,7 +42,8 @@ E.preset_models = { mtplx = "pooyakn73/Qwen3.8-9B-Distill-MTPLX-Q6G64" }
 
 ---@class mirza.EngineConfig
 E.defaults = {
-  preset = "mtplx",            -- daemon preset: mtplx | llama-server | mirza-sim | custom
+  preset = "mtplx",            -- daemon preset: mtplx | llama-server | ollama | vllm | mirza-sim | custom
+                               -- (not given: what answers is detected, see Engine:load)
   host = "127.0.0.1",
   port = 8766,
   autostart = true,
@@ -67,6 +73,7 @@ local OPTIONAL = { dialect = "string", base_url = "string", model = "string", mo
   kv_bits = "number", session_id = "string", api_key = "string", daemon = "table|boolean", restart = "table",
   repetition = "table|boolean", log = "function", body_extra = "table", system_prompt = "string",
   config_file = "string|boolean",
+  verbose = "boolean", -- one line on stderr saying what load() found (detected, adopted, started)
   -- tools (mirza.tools): a table of tools, or a module name (hot-reloaded)
   tools = "table|string", tool_choice = "string|table", parallel_tool_calls = "boolean", run_calls = "function",
   record = "string", -- record every request and turn into this directory (mirza.record)
@@ -85,7 +92,7 @@ E.ENV = {
   MIRZA_CONTEXT_WINDOW = { "context_window", "number" }, MIRZA_MAX_TOKENS = { "max_tokens", "number" },
   MIRZA_TEMPERATURE = { "temperature", "number" }, MIRZA_AUTOSTART = { "autostart", "boolean" },
   MIRZA_DAEMON = { "daemon", "boolean" }, MIRZA_THINK_TAGS = { "think_tags", "tags" },
-  MIRZA_RECORD = { "record", "string" },
+  MIRZA_RECORD = { "record", "string" }, MIRZA_VERBOSE = { "verbose", "boolean" },
 }
 
 local function coerce(v, ty)
@@ -103,29 +110,70 @@ local function merge(into, from)
   return into
 end
 
----Load the user config file: nil when absent, raises on a broken file
----(a config error must not be silently ignored).
+-- The line of a config file's text that sets key (for an error message), or nil.
+local function line_of(text, key)
+  local n = 0
+  for line in text:gmatch("[^\n]*") do
+    n = n + 1
+    local at = line:find(key, 1, true)
+    if at and line:sub(at - 1, at - 1):find("^[^%w_]?$") and line:sub(at + #key):find("^[%s%]\"']*=") then return n end
+  end
+end
+
+local function is_option(k)
+  return E.defaults[k] ~= nil or OPTIONAL[k] ~= nil
+end
+
+---Load the user config file: nil when there is none at the default place;
+---raises on a broken file, and on a file named by `path` or
+---`$MIRZA_CONFIG` that cannot be read (a config error must not be silently
+---ignored; `MIRZA_CONFIG=/dev/null`, an empty file, means no settings).
+---The file runs sandboxed: an empty environment (no `os`, `io`,
+---`require`...), so it can only return plain values. Its keys are checked
+---here, an unknown one reported with the file and line.
 ---@param path? string
 ---@return table|nil
 function E.config_file(path)
-  path = path or os.getenv("MIRZA_CONFIG")
+  local named = path and "config_file" or (os.getenv("MIRZA_CONFIG") or "") ~= "" and "$MIRZA_CONFIG"
+  path = path or named and os.getenv("MIRZA_CONFIG")
   if not path then
     local home = os.getenv("HOME")
     path = home and (os.getenv("XDG_CONFIG_HOME") or home .. "/.config") .. "/mirza/config.lua"
   end
-  local f = path and io.open(path)
-  if not f then return nil end
+  local f, why
+  if path then f, why = io.open(path) end
+  if not f then
+    if not named then return nil end
+    error(("mirza config: %s names a file that cannot be read (%s): fix the path, or unset it to use no config file")
+      :format(named, why), 0)
+  end
+  local text = f:read("a") or ""
   f:close()
-  local chunk, err = loadfile(path, "t", {})
+  if not text:find("%S") then return {} end
+  local chunk, err = load(text, "@" .. path, "t", {})
   if not chunk then error("mirza config: " .. err, 0) end
   local ok, t = pcall(chunk)
-  if not ok or type(t) ~= "table" then error("mirza config " .. path .. ": " .. tostring(t), 0) end
+  if not ok then
+    local hint = tostring(t):find("global '", 1, true) and " (the config file runs sandboxed: no globals such as "
+        .. "os, io or require; return plain values)" or ""
+    error(("mirza config %s: %s%s"):format(path, tostring(t), hint), 0)
+  end
+  if type(t) ~= "table" then
+    error(("mirza config %s: must return a table of options, got %s"):format(path, type(t)), 0)
+  end
+  for k in pairs(t) do
+    if not is_option(k) then
+      local line = type(k) == "string" and line_of(text, k)
+      error(("mirza config %s%s: unknown option %q: fix or remove it (the options: docs/engine.md)"):format(path,
+        line and (":" .. line) or "", tostring(k)), 0)
+    end
+  end
   return t
 end
 
 local function check_keys(t, level)
   for k in pairs(t or {}) do
-    if E.defaults[k] == nil and not OPTIONAL[k] then
+    if not is_option(k) then
       error(("mirza.engine: unknown option %q"):format(tostring(k)), level)
     end
   end
@@ -169,22 +217,28 @@ function E.config(opts, env)
   env = env or os.getenv
   check_keys(opts, 4)
   local cfg = merge({}, E.defaults)
+  local given = {} -- what the user set: file, code or environment (not a default)
   local path = opts and opts.config_file
-  if path ~= false then
-    local file = E.config_file(type(path) == "string" and path or nil)
-    check_keys(file, 4)
-    merge(cfg, file)
-  end
-  merge(cfg, opts)
+  if path ~= false then merge(given, merge({}, E.config_file(type(path) == "string" and path or nil))) end
+  merge(given, opts)
+  merge(cfg, given)
   for name, spec in pairs(E.ENV) do
     local v = env(name)
-    if v and v ~= "" then cfg[spec[1]] = coerce(v, spec[2]) end
+    if v and v ~= "" then cfg[spec[1]], given[spec[1]] = coerce(v, spec[2]), true end
   end
   resolve_endpoint(cfg)
+  -- No preset asked for: what answers is detected (Engine:load).
+  cfg._detect = given.preset == nil and given.daemon ~= true and not (type(cfg.daemon) == "table" and cfg.daemon.preset)
+      or nil
+  cfg._given_port = (given.port ~= nil or given.base_url ~= nil) or nil
+  cfg._given_dialect = given.dialect ~= nil or nil
   -- a preset's default model only for a daemon we supervise: an endpoint
   -- used as is serves what it serves (see Engine:model)
-  if cfg.model == nil and cfg.daemon ~= false then cfg.model = E.preset_models[cfg.preset] end
-  cfg.dialect = cfg.dialect or ((cfg.preset == "llama-server") and "llama") or
+  if cfg.model == nil and cfg.daemon ~= false then
+    cfg.model = E.preset_models[cfg.preset]
+    cfg._default_model = cfg.model ~= nil or nil
+  end
+  cfg.dialect = cfg.dialect or ((cfg.preset == "llama-server" or cfg.preset == "vllm") and "llama") or
       (type(cfg.daemon) == "table" and cfg.daemon.dialect) or "mtplx"
   cfg.session_id = cfg.session_id or E.new_session_id()
   return cfg
@@ -196,10 +250,15 @@ function E.new_session_id()
   return ("mirza-%08x%04x"):format(math.random(0, 0x7fffffff), math.random(0, 0xffff))
 end
 
+-- Presets whose daemon has a port of its own (Ollama's 11434, vLLM's
+-- 8000), used unless a port or base URL was given.
+local own_port = { ollama = true, vllm = true }
+
 -- The supervisor of a supervised endpoint.
 local function new_daemon(cfg)
+  local port = (cfg._given_port or not own_port[cfg.preset]) and cfg.port or nil
   return mirza.daemon(merge({
-    preset = cfg.preset, host = cfg.host, port = cfg.port, model = cfg.model, model_id = cfg.model_id,
+    preset = cfg.preset, host = cfg.host, port = port, model = cfg.model, model_id = cfg.model_id,
     context_window = cfg.context_window, kv_bits = cfg.kv_bits, depth = cfg.depth, api_key = cfg.api_key,
     autostart = cfg.autostart, keep_alive = cfg.keep_alive, restart = cfg.restart,
   }, cfg.daemon))
@@ -251,6 +310,8 @@ end
 ---@field last table|nil stats of the last turn
 ---@field loaded boolean
 ---@field served_model string|nil the id an unsupervised endpoint serves (from /v1/models)
+---@field detected mirza.Detected|nil what load() found answering (no preset asked for, or an endpoint used as is
+---without a model): `{kind = "llama-server", model = "qwen3", via = "/props", dialect = "llama", ...}`
 
 function Engine:log(level, msg)
   if type(msg) == "string" then msg = require("mirza.record").redact_text(msg) end -- no URL credentials
@@ -268,44 +329,103 @@ function Engine:headers()
 end
 
 ---The `model` sent: `model_id`, else the id the supervised daemon serves
----the model as, else what an unsupervised endpoint lists first in
----/v1/models, else `model`.
+---the model as, else what an endpoint used as is reports (`e.detected`:
+---MTPLX /health, the first id of /v1/models, llama-server /props), else
+---`model`.
 ---@return string|nil
 function Engine:model()
   local cfg = self.cfg
   return cfg.model_id or (self.daemon and self.daemon.model_id) or self.served_model or cfg.model
 end
 
--- An unsupervised endpoint: learn the served model id when none is set.
--- Optional: a server without /v1/models is used all the same.
-function Engine:_probe()
-  if self.cfg.model_id or self.cfg.model then return end
-  local body = mirza.request { url = self.base_url .. "/models", method = "GET", api_key = self.cfg.api_key,
-    timeout = self.cfg.connect_timeout, deadline = 10, record = self.cfg.record }
-  local list = body and mirza.json.decode(body)
-  local first = type(list) == "table" and type(list.data) == "table" and list.data[1]
-  if type(first) == "table" and type(first.id) == "string" then self.served_model = first.id end
+-- What answers at the base URL (mirza.detect), waiting while it loads
+-- within the daemon settings' deadline, with their progress.
+function Engine:_probe(remote)
+  local d = type(self.cfg.daemon) == "table" and self.cfg.daemon or {}
+  return require("mirza.detect").detect(self.base_url, { api_key = self.cfg.api_key, wait = d.deadline,
+    poll_interval = d.poll_interval, progress = d.progress, timeout = remote and self.cfg.connect_timeout or nil,
+    deadline = remote and 10 or nil })
 end
 
----Make sure the endpoint serves: a supervised daemon is adopted when
----healthy, waited for while loading (503), else started (when autostart)
----or reported; an unsupervised endpoint is used as is. Then the system
----prompt, if given, is set and prefilled.
+-- Use what was found as it is: its model (unless one was given), its
+-- dialect (unless given); a preset's default model does not apply.
+function Engine:_use(found)
+  local cfg = self.cfg
+  self.detected = found
+  if cfg._default_model then cfg.model, cfg._default_model = nil, nil end
+  if not cfg.model_id and not cfg.model then self.served_model = found.model end
+  if not cfg._given_dialect then cfg.dialect = found.dialect end
+end
+
+-- No preset asked for: use what answers, unsupervised; when nothing does,
+-- start the default preset (autostart) or say what to do.
+function Engine:_detect_or_start()
+  local found, msg, code = self:_probe(false)
+  if found then
+    self.daemon = nil -- nothing started, nothing to stop on close
+    self:_use(found)
+    return true
+  end
+  if code ~= "refused" then return nil, msg, code end
+  local todo = ("nothing answers at %s: start your daemon, or set preset = \"mtplx\" (or \"llama-server\", "
+    .. "\"ollama\", \"vllm\"; MIRZA_PRESET) to let mirza start one"):format(self.base_url)
+  if not self.cfg.autostart then return nil, todo, "refused" end
+  local ok, err, ecode = self.daemon:start()
+  if not ok and ecode == "spawn" then return nil, ("%s (%s)"):format(todo, err), ecode end
+  return ok, err, ecode
+end
+
+-- Reach the endpoint: detect, adopt or start; an endpoint used as is is
+-- probed only when its model is unknown (a server that tells nothing is
+-- used all the same).
+function Engine:_connect()
+  if self.daemon and self.cfg._detect then return self:_detect_or_start() end
+  if self.daemon then return self.daemon:start() end
+  if not self.cfg.model_id and not self.cfg.model then
+    local found = self:_probe(true)
+    if found then self:_use(found) end
+  end
+  return true
+end
+
+---One line saying what the engine talks to, e.g. `http://127.0.0.1:8080/v1:
+---llama-server (model 'qwen3', via /props), used as is (llama dialect)`.
+---Printed on stderr by load() with `verbose = true` (`MIRZA_VERBOSE=1`).
+---@return string
+function Engine:describe()
+  local what, model = "used as is", self:model()
+  if self.detected then
+    what = require("mirza.detect").describe(self.detected) .. ", used as is"
+    if model == self.detected.model then model = nil end
+  elseif self.daemon then
+    local d = self.daemon
+    what = ("%s daemon %s%s"):format(d.preset, d.adopted and "adopted" or d._proc and "started" or "not started",
+      d.pid and (" (pid %d)"):format(d.pid) or "")
+  end
+  return ("%s: %s (%s dialect%s)"):format(self.base_url, what, self.cfg.dialect,
+    model and (", model sent: " .. model) or "")
+end
+
+---Make sure the endpoint serves: with no preset asked for, what answers is
+---detected and used as is (`e.detected`; a server loading its model, 503,
+---is waited for), and only when nothing answers is the default preset
+---started (autostart; off: `nil, "nothing answers at URL: ...", "refused"`).
+---A supervised daemon is adopted when healthy, waited for while loading,
+---else started (when autostart) or reported; an unsupervised endpoint is
+---used as is. With `verbose`, one line (`e:describe()`) goes to stderr.
+---Then the system prompt, if given, is set and prefilled.
 ---@param system_prompt? string
 ---@return boolean|nil ok
 ---@return string? message
 ---@return string? code
 function Engine:load(system_prompt)
   if not self.loaded then
-    if self.daemon then
-      local ok, msg, code = self.daemon:start()
-      if not ok then return nil, msg, code end
-    else
-      self:_probe()
-    end
+    local ok, msg, code = self:_connect()
+    if not ok then return nil, msg, code end
     self.loaded = true
     local how = not self.daemon and "used as is" or self.daemon.adopted and "adopted" or "started"
     self:log("info", ("daemon ready on %s (%s)"):format(self.base_url, how))
+    if self.cfg.verbose then self:log("notice", self:describe()) end
   end
   if system_prompt then
     self.system_prompt = system_prompt

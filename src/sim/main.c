@@ -58,6 +58,8 @@ static const struct option long_opts[] = {{"host", 1, 0, 'H'},
                                           {"replay-dir", 1, 0, 0x102},
                                           {"replay-match", 1, 0, 0x103},
                                           {"frames-per-chunk", 1, 0, 0x104},
+                                          {"route", 1, 0, 0x105},
+                                          {"no-route", 1, 0, 0x106},
                                           {0, 0, 0, 0}};
 
 static void usage(FILE *out) {
@@ -103,7 +105,14 @@ static void usage(FILE *out) {
         "  --replay-match order|body  which recording answers: the next in order (default)\n"
         "                          or the next with a byte-identical body\n"
         "  --frames-per-chunk N    with --tok-rate 0: one HTTP chunk every N token frames;\n"
-        "                          0 = up to 32 KiB per chunk (default 0)\n\n"
+        "                          0 = up to 32 KiB per chunk (default 0)\n"
+        "  --route PATH=JSON       GET PATH answers 200 with that JSON body, to pose as another\n"
+        "                          server (e.g. --route '/api/version={\"version\":\"0.12.6\"}' for\n"
+        "                          Ollama, --route '/version={\"version\":\"0.11.0\"}' for vLLM);\n"
+        "                          repeatable, up to 16\n"
+        "  --no-route PATH         PATH answers 404 as if the server had no such route\n"
+        "                          (e.g. --no-route /health: a server without a health check);\n"
+        "                          repeatable, up to 16\n\n"
         "Fault SPEC: comma-separated items, also per request with header\n"
         "'X-Mirza-Sim-Fault: SPEC' or body {\"mirza_sim\":{\"fault\":\"SPEC\"}}:\n"
         "  http=STATUS[:MSG]  http-text=STATUS  error-after=N  cut-after=N\n"
@@ -210,6 +219,17 @@ static void parse_args(server *s, int argc, char **argv) {
       c->replay_by_body = optarg[0] == 'b';
       break;
     case 0x104: c->frames_per_chunk = num(nm, optarg, 0, BIG); break;
+    case 0x105:
+      if (optarg[0] != '/' || !strchr(optarg, '='))
+        die("--route must be PATH=JSON with PATH starting with /, not '%s'", optarg);
+      if (c->n_routes == SIM_MAX_ROUTES) die("too many --route options (at most 16): '%s'", optarg);
+      c->routes[c->n_routes++] = optarg;
+      break;
+    case 0x106:
+      if (optarg[0] != '/') die("--no-route must be a path starting with /, not '%s'", optarg);
+      if (c->n_no_routes == SIM_MAX_ROUTES) die("too many --no-route options (at most 16): '%s'", optarg);
+      c->no_routes[c->n_no_routes++] = optarg;
+      break;
     default: usage(stderr); exit(2);
     }
   }

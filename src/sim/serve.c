@@ -170,6 +170,39 @@ static int route_models(conn *c) {
   return send_json(c, 200, r, NULL);
 }
 
+/* llama-server's GET /props (llama dialect): what a client reads to know
+ * it talks to llama-server, its slots and its model. */
+static int route_props(conn *c) {
+  server *s = c->srv;
+  cJSON *r = cJSON_CreateObject();
+  cJSON *g = cJSON_AddObjectToObject(r, "default_generation_settings");
+  cJSON_AddNumberToObject(g, "n_ctx", (double)s->cfg.context_window);
+  cJSON_AddNumberToObject(r, "total_slots", (double)s->cfg.parallel);
+  char path[300];
+  snprintf(path, sizeof path, "/models/%s.gguf", s->cfg.model_id);
+  cJSON_AddStringToObject(r, "model_path", path);
+  cJSON_AddStringToObject(r, "model_alias", s->cfg.model_id);
+  cJSON_AddStringToObject(r, "build_info", "mirza-sim");
+  return send_json(c, 200, r, NULL);
+}
+
+/* --route / --no-route: a path posed as another server's, or removed; -1
+ * when the path is not one of them. */
+static int custom_route(conn *c, const http_request *r) {
+  const sim_config *cfg = &c->srv->cfg;
+  for (int i = 0; i < cfg->n_no_routes; i++)
+    if (strcmp(r->path, cfg->no_routes[i]) == 0) return send_error(c, 404, "Not Found", "not_found_error", NULL);
+  size_t n = strlen(r->path);
+  for (int i = 0; i < cfg->n_routes; i++) {
+    const char *rt = cfg->routes[i], *body = strchr(rt, '=');
+    if ((size_t)(body - rt) != n || strncmp(rt, r->path, n) != 0) continue;
+    if (strcmp(r->method, "GET") != 0) return send_error(c, 405, "Method Not Allowed", "invalid_request_error", NULL);
+    http_send(c, 200, "application/json", NULL, body + 1, strlen(body + 1));
+    return 200;
+  }
+  return -1;
+}
+
 static int route_clear(conn *c, const char *id) {
   long n = sessions_clear(c->srv, id);
   cJSON *r = cJSON_CreateObject();
@@ -453,7 +486,10 @@ static int route(conn *c, const http_request *r) {
   int replayed = s->recorded ? recorded_route(c, r) : -1;
   if (replayed >= 0) return replayed;
   if ((sim_now() - s->t_start) * 1000.0 < (double)s->cfg.health_delay_ms) return send_loading(c);
+  int custom = s->cfg.n_routes || s->cfg.n_no_routes ? custom_route(c, r) : -1;
+  if (custom >= 0) return custom;
   if (strcmp(p, "/health") == 0 && get) return route_health(c);
+  if (is_llama(s) && strcmp(p, "/props") == 0 && get) return route_props(c);
   if (strcmp(p, "/v1/models") == 0 && get) return route_models(c);
   if (strcmp(p, "/v1/chat/completions") == 0 && post) return route_chat(c, r);
   if (!is_llama(s) && post && strcmp(p, "/admin/cache/clear") == 0) return route_clear(c, NULL);

@@ -73,7 +73,7 @@ print(e.cfg.port, e.cfg.session_id, e.cfg.max_tokens, evs[#evs].stats.session_id
 e:unload()
 ]])
     finally(function() os.remove(script) end)
-    local p = assert(io.popen(("MIRZA_CONFIG=/nonexistent MIRZA_LUA_DIR= MIRZA_SIM=%s MIRZA_PORT=%d "
+    local p = assert(io.popen(("MIRZA_CONFIG=/dev/null MIRZA_LUA_DIR= MIRZA_SIM=%s MIRZA_PORT=%d "
       .. "MIRZA_SESSION_ID=env-s2 MIRZA_MAX_TOKENS=7 %s %s 2>&1")
       :format(q(H.sim_bin), port, q(H.mirza_bin), q(script))))
     local out = p:read("a")

@@ -27,7 +27,7 @@ end
 
 -- Environment that keeps a developer's own settings out of the run.
 local function clean_env(port)
-  return ("MIRZA_CONFIG=/nonexistent/mirza.lua MIRZA_LUA_DIR= MIRZA_SIM=%s MIRZA_PORT=%d MIRZA_DEMO_PORT=%d")
+  return ("MIRZA_CONFIG=/dev/null MIRZA_LUA_DIR= MIRZA_SIM=%s MIRZA_PORT=%d MIRZA_DEMO_PORT=%d")
     :format(q(H.sim_bin), port, port)
 end
 

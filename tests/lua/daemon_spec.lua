@@ -45,6 +45,40 @@ describe("mirza.daemon presets", function()
     for _, x in ipairs(a) do assert.is_nil(x:match("^%-ct[kv]$")) end
   end)
 
+  it("builds the Ollama command line and environment (address, context, slots and KV only when asked)", function()
+    local o = daemon.resolve { preset = "ollama" }
+    assert.same({ "ollama", "serve" }, o.argv)
+    assert.same({ OLLAMA_HOST = "127.0.0.1:11434", OLLAMA_CONTEXT_LENGTH = "16384" }, o.env)
+    assert.equal(11434, o.port)                -- Ollama's own port
+    assert.equal("/api/version", o.health)     -- Ollama has no /health
+    assert.is_nil(o.model_id)                  -- no model: any it serves
+    o = daemon.resolve { preset = "ollama", model = "hf.co/org/Qwen3-GGUF:Q4_K_M", host = "::1", port = 9000,
+      context_window = 8192, parallel = 4, kv_bits = 8, env = { OLLAMA_MODELS = "/m", OLLAMA_HOST = "[::1]:9001" },
+      bin = "/opt/ollama", args = { "--verbose" } }
+    assert.same({ "/opt/ollama", "serve", "--verbose" }, o.argv)
+    assert.same({ OLLAMA_HOST = "[::1]:9001", OLLAMA_CONTEXT_LENGTH = "8192", OLLAMA_NUM_PARALLEL = "4",
+      OLLAMA_KV_CACHE_TYPE = "q8_0", OLLAMA_FLASH_ATTENTION = "1", OLLAMA_MODELS = "/m" }, o.env) -- env wins
+    assert.equal("hf.co/org/Qwen3-GGUF:Q4_K_M", o.model_id) -- an Ollama name is kept whole
+    assert.equal("q4_0", daemon.resolve({ preset = "ollama", kv_bits = 4 }).env.OLLAMA_KV_CACHE_TYPE)
+    assert.equal("http://127.0.0.1:11434/api/version", daemon.new({ preset = "ollama" }).health_url)
+  end)
+
+  it("builds the vLLM command line (per-sequence context, --max-num-seqs and fp8 KV only when asked)", function()
+    local o = daemon.resolve { preset = "vllm", model = "Qwen/Qwen3-8B" }
+    assert.same({ "vllm", "serve", "Qwen/Qwen3-8B", "--host", "127.0.0.1", "--port", "8000",
+      "--served-model-name", "Qwen3-8B", "--max-model-len", "16384" }, o.argv)
+    assert.equal("/health", o.health)
+    assert.is_nil(o.env)
+    assert.same({ "/v/bin/vllm", "serve", "/m/qwen", "--host", "127.0.0.1", "--port", "8100",
+      "--served-model-name", "q", "--max-model-len", "4096", "--max-num-seqs", "8", "--kv-cache-dtype", "fp8",
+      "--tensor-parallel-size", "2" },
+      argv { preset = "vllm", model = "/m/qwen", model_id = "q", port = 8100, context_window = 4096, parallel = 8,
+        kv_bits = 8, bin = "/v/bin/vllm", args = { "--tensor-parallel-size", 2 } })
+    for _, x in ipairs(argv { preset = "vllm", model = "m", kv_bits = 4 }) do
+      assert.is_nil(x:match("^%-%-kv%-cache"), "vLLM has no 4-bit KV cache")
+    end
+  end)
+
   it("builds the mirza-sim command line", function()
     assert.same({ "/x/mirza-sim", "--host", "127.0.0.1", "--port", "5555", "--model-id", "mirza-sim",
       "--dialect", "llama", "--context-window", "16384", "--load-delay-ms", "100" },
@@ -106,7 +140,7 @@ describe("mirza.daemon option validation", function()
   end)
 
   it("raises on bad values", function()
-    fails({ preset = "vllm" }, "unknown preset 'vllm'")
+    fails({ preset = "sglang" }, "unknown preset 'sglang'")
     fails({ model = "m", port = 70000 }, "'port' must be an integer 0..65535")
     fails({ model = "m", port = 1.5 }, "'port' must be an integer")
     fails({ model = "m", port = 0 }, "'port' 0 cannot be supervised")
@@ -115,9 +149,13 @@ describe("mirza.daemon option validation", function()
     fails({ preset = "custom", argv = { "x" }, health = "health" }, "'health' must be a path")
   end)
 
-  it("requires a model for mtplx and llama-server, an argv for custom", function()
-    fails({}, "preset 'mtplx' needs 'model'")
-    fails({ preset = "llama-server" }, "preset 'llama-server' needs 'model'")
+  it("without a model mtplx, llama-server and vllm can only adopt (no command line); custom needs an argv", function()
+    for _, preset in ipairs { "mtplx", "llama-server", "vllm" } do
+      local o = daemon.resolve { preset = preset }
+      assert.is_nil(o.argv, preset)
+      assert.is_nil(o.model_id, preset) -- and no model to insist on
+    end
+    assert.same({ "ollama", "serve" }, daemon.resolve({ preset = "ollama" }).argv) -- Ollama needs none
     fails({ preset = "custom" }, "preset 'custom' needs 'argv'")
   end)
 end)

@@ -40,13 +40,89 @@ describe("mirza.engine configuration", function()
     os.getenv = saved -- luacheck: ignore
     assert(ok, cfg)
     assert.equal(4096, cfg.context_window)
-    local bad = config_file("return { tempreature = 1 }")
-    finally(function() os.remove(bad) end)
-    assert.has_error(function() engine.config({ config_file = bad }, env_of {}) end,
-      'mirza.engine: unknown option "tempreature"')
     assert.has_error(function() engine.config({ config_file = false, nope = 1 }, env_of {}) end,
       'mirza.engine: unknown option "nope"')
   end)
+
+  it("an unknown key in the config file is reported with the file and its line, not the caller's", function()
+    local bad = config_file("-- my settings\nreturn {\n  temperature = 0.2,\n  tempreature = 1,\n}\n")
+    finally(function() os.remove(bad) end)
+    local ok, err = pcall(engine.config, { config_file = bad }, env_of {})
+    assert.is_false(ok)
+    assert.equal(("mirza config %s:4: unknown option \"tempreature\": fix or remove it (the options: docs/engine.md)")
+      :format(bad), err)
+    local quoted = config_file('return { ["max_tokns"] = 1 }')
+    finally(function() os.remove(quoted) end)
+    ok, err = pcall(engine.config, { config_file = quoted }, env_of {})
+    assert.is_false(ok)
+    assert.truthy(err:find(quoted .. ':1: unknown option "max_tokns"', 1, true), err)
+  end)
+
+  it("a config file named by $MIRZA_CONFIG or config_file must exist; /dev/null or an empty one: none", function()
+    local saved = os.getenv
+    local env = {}
+    os.getenv = function(n) if env[n] ~= nil then return env[n] end return saved(n) end -- luacheck: ignore
+    finally(function() os.getenv = saved end) -- luacheck: ignore
+    env.MIRZA_CONFIG = "/nonexistent/mirza/confg.lua"
+    local ok, err = pcall(engine.config, {}, env_of {})
+    assert.is_false(ok)
+    assert.equal("mirza config: $MIRZA_CONFIG names a file that cannot be read (/nonexistent/mirza/confg.lua: No such "
+      .. "file or directory): fix the path, or unset it to use no config file", err)
+    ok, err = pcall(engine.config, { config_file = "/nonexistent/c.lua" }, env_of {})
+    assert.is_false(ok)
+    assert.truthy(err:find("config_file names a file that cannot be read (/nonexistent/c.lua", 1, true), err)
+    env.MIRZA_CONFIG = "/dev/null"
+    assert.equal(engine.defaults.temperature, engine.config({}, env_of {}).temperature)
+    local empty = config_file("\n")
+    finally(function() os.remove(empty) end)
+    env.MIRZA_CONFIG = empty
+    assert.equal(engine.defaults.max_tokens, engine.config({}, env_of {}).max_tokens)
+    -- no MIRZA_CONFIG and nothing at the default place: no settings, no error
+    env.MIRZA_CONFIG, env.XDG_CONFIG_HOME = "", "/nonexistent/xdg"
+    assert.equal(engine.defaults.top_p, engine.config({}, env_of {}).top_p)
+  end)
+
+  it("the config file runs sandboxed: using a global says so; it must return a table", function()
+    local path = config_file("return { port = tonumber(os.getenv('P')) }")
+    finally(function() os.remove(path) end)
+    local ok, err = pcall(engine.config, { config_file = path }, env_of {})
+    assert.is_false(ok)
+    assert.truthy(err:find(path .. ":1: attempt to index a nil value (global 'os')", 1, true), err)
+    assert.truthy(err:find("runs sandboxed: no globals such as os, io or require", 1, true), err)
+    local nothing = config_file("local t = { port = 1 }")
+    finally(function() os.remove(nothing) end)
+    ok, err = pcall(engine.config, { config_file = nothing }, env_of {})
+    assert.is_false(ok)
+    assert.truthy(err:find("must return a table of options, got nil", 1, true), err)
+  end)
+
+  it("no preset asked for: load() detects what answers; a preset from code, file, env or daemon = {} supervises",
+    function()
+      local function detects(opts, env)
+        opts.config_file = opts.config_file or false
+        return engine.config(opts, env_of(env or {}))._detect == true
+      end
+      assert.is_true(detects {})
+      assert.is_true(detects { base_url = "http://127.0.0.1:8080/v1" })
+      assert.is_true(detects({}, { MIRZA_BASE_URL = "http://127.0.0.1:8080/v1" }))
+      assert.is_false(detects { preset = "mtplx" })
+      assert.is_false(detects({}, { MIRZA_PRESET = "llama-server" }))
+      assert.is_false(detects { daemon = { preset = "mirza-sim" } })
+      assert.is_false(detects { daemon = true })
+      local path = config_file('return { preset = "ollama" }')
+      finally(function() os.remove(path) end)
+      assert.is_false(detects { config_file = path })
+      -- the default model applies only to the default preset's daemon, and is dropped for what is detected
+      local cfg = engine.config({ config_file = false }, env_of {})
+      assert.is_true(cfg._default_model)
+      assert.is_nil(engine.config({ config_file = false, model = "/m/x" }, env_of {})._default_model)
+      -- presets' dialects and ports
+      assert.equal("llama", engine.config({ config_file = false, preset = "vllm", model = "m" }, env_of {}).dialect)
+      assert.equal(11434, engine.new({ config_file = false, preset = "ollama" }).daemon.port)
+      assert.equal(8000, engine.new({ config_file = false, preset = "vllm", model = "m" }).daemon.port)
+      assert.equal(9000, engine.new({ config_file = false, preset = "vllm", model = "m", port = 9000 }).daemon.port)
+      assert.equal("http://127.0.0.1:11434/v1", engine.new({ config_file = false, preset = "ollama" }).base_url)
+    end)
 
   it("honours every MIRZA_* variable", function()
     local env = {
@@ -54,7 +130,7 @@ describe("mirza.engine configuration", function()
       MIRZA_API_KEY = "key", MIRZA_HOST = "127.0.0.2", MIRZA_PORT = "9200", MIRZA_PRESET = "llama-server",
       MIRZA_SESSION_ID = "sess", MIRZA_DIALECT = "llama", MIRZA_CONTEXT_WINDOW = "2048", MIRZA_MAX_TOKENS = "77",
       MIRZA_TEMPERATURE = "0.3", MIRZA_AUTOSTART = "0", MIRZA_DAEMON = "0", MIRZA_THINK_TAGS = "open",
-      MIRZA_RECORD = "/tmp/rec",
+      MIRZA_RECORD = "/tmp/rec", MIRZA_VERBOSE = "1",
     }
     local cfg = engine.config({ config_file = false }, env_of(env))
     local got = {}
@@ -64,7 +140,7 @@ describe("mirza.engine configuration", function()
       MIRZA_API_KEY = "key", MIRZA_HOST = "127.0.0.1", -- the base URL's host wins over MIRZA_HOST
       MIRZA_PORT = 9100, MIRZA_PRESET = "llama-server", MIRZA_SESSION_ID = "sess", MIRZA_DIALECT = "llama",
       MIRZA_CONTEXT_WINDOW = 2048, MIRZA_MAX_TOKENS = 77, MIRZA_TEMPERATURE = 0.3, MIRZA_AUTOSTART = false,
-      MIRZA_DAEMON = false, MIRZA_THINK_TAGS = "open", MIRZA_RECORD = "/tmp/rec",
+      MIRZA_DAEMON = false, MIRZA_THINK_TAGS = "open", MIRZA_RECORD = "/tmp/rec", MIRZA_VERBOSE = true,
     }, got)
     -- without a base URL, host and port come through; booleans and tags parse
     cfg = engine.config({ config_file = false, autostart = false }, env_of { MIRZA_HOST = "127.0.0.2",
@@ -72,7 +148,7 @@ describe("mirza.engine configuration", function()
     assert.same({ "127.0.0.2", 9300, true, false }, { cfg.host, cfg.port, cfg.autostart, cfg.think_tags })
     local e = engine.new { config_file = false, port = 9400 }
     assert.is_table(e.daemon)
-    assert.equal(16, #(function() local n = {} for k in pairs(engine.ENV) do n[#n + 1] = k end return n end)())
+    assert.equal(17, #(function() local n = {} for k in pairs(engine.ENV) do n[#n + 1] = k end return n end)())
   end)
 
   it("empty variables are ignored", function()
