@@ -35,6 +35,7 @@
 ---@field call? table         tool_call_done (mirza.tools stage, engine turns): one whole call {index, id, name, arguments, args, error}
 ---@field tool_calls? table[] done (mirza.tools stage, engine turns): the whole calls, when there were any
 ---@field finish_reason? string  done: "stop", "length", "tool_calls", ...
+---@field id? string         done: the completion id the server sent ("chatcmpl-..."), when it sent one
 ---@field usage? table        done: prompt_tokens, completion_tokens, total_tokens, prompt_tokens_details.cached_tokens
 ---@field stats? table        done: MTPLX mtplx_stats (ttft_s, decode_tok_s, accepted_by_depth, ...)
 ---@field timings? table      done: llama.cpp timings (prompt_ms, predicted_per_second, cache_n, ...)
@@ -46,7 +47,7 @@
 ---@field code? string        error: "refused", "timeout", "http", "closed", "protocol", "server", "io"
 ---@field status? integer     error/response: HTTP status
 ---@field error? table        error: the server's error object (mid-stream error frames; for HTTP errors the body's `error` object, e.g. llama-server's {code, message, type, n_prompt_tokens, n_ctx}, `{message=s}` for a string, or the whole JSON body)
----@field headers? table<string,string>  error/response: the response headers, names in lowercase (repeated ones joined with ", ")
+---@field headers? table<string,string>  done/error/response: the response headers, names in lowercase (repeated ones joined with ", ")
 ---@field retry_after? integer  error: seconds to wait, from a Retry-After header (delta-seconds or HTTP-date)
 ---@field body? string        response: the body; http error: the raw body (the message is "HTTP <status> <reason>: <server message, page title or first line>")
 --- progress/heartbeat events carry the fields of `mtplx_progress`
@@ -145,11 +146,14 @@ function mirza.now() end
 ---@return integer n open streams of this Lua state
 function mirza.streams() end
 
----File modification time and size (hot reload watches files with it).
+---File modification time, size, kind and identity (hot reload watches files
+---with it; batch jobs tell a pipe from a file, and INPUT from OUTPUT).
 ---Available as `require("mirza.core").stat`.
 ---@param path string
 ---@return number|nil mtime seconds since the epoch (nanosecond precision)
 ---@return integer|string size_or_message size in bytes, or the error message
+---@return string? kind "file", "directory", "fifo", "char", "socket" or "other" (of the file a link points to)
+---@return string? id "device:inode": two paths naming one file have the same
 ---@return string? code "io"
 function mirza.stat(path) end
 
