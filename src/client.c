@@ -10,6 +10,7 @@
  */
 #include "client.h"
 
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <curl/curl.h>
 #include <errno.h>
@@ -218,6 +219,36 @@ static size_t redact_into(const char *url, char *out, size_t cap) {
 #undef PUT
   if (cap) out[n < cap ? n : cap - 1] = '\0';
   return n;
+}
+
+/* A host name or address literal (len bytes) that means this machine. */
+static int loopback_host(const char *h, size_t len) {
+  char buf[256];
+  struct in_addr a4;
+  struct in6_addr a6;
+  if (len && h[len - 1] == '.') len--; /* "localhost." */
+  if (!len || len >= sizeof buf) return 0;
+  memcpy(buf, h, len);
+  buf[len] = '\0';
+  if (buf[0] == '[') { /* [::1], [::ffff:127.0.0.1], a zone after % */
+    buf[strcspn(buf, "]%")] = '\0';
+    if (inet_pton(AF_INET6, buf + 1, &a6) != 1) return 0;
+    if (IN6_IS_ADDR_LOOPBACK(&a6)) return 1;
+    return IN6_IS_ADDR_V4MAPPED(&a6) && a6.s6_addr[12] == 127;
+  }
+  if (inet_aton(buf, &a4)) return (ntohl(a4.s_addr) >> 24) == 127; /* also 127.1, as libcurl reads it */
+  if (strcasecmp(buf, "localhost") == 0) return 1;
+  return len > 10 && strcasecmp(buf + len - 10, ".localhost") == 0;
+}
+
+int mz_url_plain_remote(const char *url) {
+  const char *a, *at = userinfo_end(url, &a), *sep = strstr(url, "://");
+  if (a != url && !(sep + 3 == a && sep - url == 4 && strncasecmp(url, "http", 4) == 0)) return 0; /* https, ... */
+  const char *h = at ? at + 1 : a, *end = h + strcspn(h, "/?#");
+  const char *colon = *h == '[' ? memchr(h, ']', (size_t)(end - h)) : h;
+  colon = colon ? memchr(colon, ':', (size_t)(end - colon)) : NULL;
+  size_t len = (size_t)((colon ? colon : end) - h);
+  return len > 0 && !loopback_host(h, len);
 }
 
 char *mz_redact_url(const char *url) {

@@ -146,6 +146,10 @@ size_t mz_client_streams(const mz_client *c);
 char *mz_redact_url(const char *url);
 /* 1 when a name (header or query parameter) looks like a credential. */
 int mz_is_secret(const char *name, size_t len);
+/* 1 when url goes in clear (http://, or no scheme) to a host that is not
+ * loopback (127.0.0.0/8, ::1, localhost, *.localhost): a credential sent
+ * there can be read on the way. Decided from the text alone (no DNS). */
+int mz_url_plain_remote(const char *url);
 
 /* Monotonic clock in seconds. */
 double mz_now(void);

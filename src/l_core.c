@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <lauxlib.h>
 #include <string.h>
@@ -81,6 +82,7 @@ void mz_l_pushctx(lua_State *L) {
   lua_pop(L, 1);
   mz_ctx *ctx = lua_newuserdatauv(L, sizeof *ctx, 0);
   ctx->client = NULL;
+  ctx->warned_plain = 0;
   lua_createtable(L, 0, 1);
   lua_pushcfunction(L, ctx_gc);
   lua_setfield(L, -2, "__gc");
@@ -229,6 +231,38 @@ static int l_ready(lua_State *L) {
   return 2;
 }
 
+#define WARN_KEY "mirza.on_warning"
+
+void mz_l_warn(lua_State *L, const char *msg) {
+  if (lua_getfield(L, LUA_REGISTRYINDEX, WARN_KEY) == LUA_TFUNCTION) {
+    lua_pushstring(L, msg);
+    if (lua_pcall(L, 1, 0, 0) == LUA_OK) return;
+    fprintf(stderr, "mirza: the mirza.on_warning handler failed (%s); the warning was: %s\n",
+            lua_isstring(L, -1) ? lua_tostring(L, -1) : "?", msg);
+  } else {
+    fprintf(stderr, "mirza: warning: %s\n", msg);
+  }
+  lua_pop(L, 1);
+}
+
+/* mirza.on_warning([fn]) -> the previous handler: fn(message) receives the
+ * library's warnings instead of stderr (nil: back to stderr). */
+static int l_on_warning(lua_State *L) {
+  if (!lua_isnoneornil(L, 1)) luaL_checktype(L, 1, LUA_TFUNCTION);
+  lua_settop(L, 1);
+  lua_getfield(L, LUA_REGISTRYINDEX, WARN_KEY);
+  lua_insert(L, 1);
+  lua_setfield(L, LUA_REGISTRYINDEX, WARN_KEY);
+  return 1;
+}
+
+/* mirza.core.plain_remote(url) -> whether a credential sent to url goes in
+ * clear to another machine (mz_url_plain_remote). */
+static int l_plain_remote(lua_State *L) {
+  lua_pushboolean(L, mz_url_plain_remote(luaL_checkstring(L, 1)));
+  return 1;
+}
+
 /* mirza.core.redact_url(url) -> the URL as it may be shown (mz_redact_url). */
 static int l_redact_url(lua_State *L) {
   char *r = mz_redact_url(luaL_checkstring(L, 1));
@@ -244,9 +278,16 @@ static int l_streams(lua_State *L) {
 }
 
 int luaopen_mirza_core(lua_State *L) {
-  static const luaL_Reg funcs[] = {
-      {"wait", l_wait},   {"sleep", l_sleep},           {"now", l_now}, {"streams", l_streams}, {"stat", l_stat},
-      {"ready", l_ready}, {"redact_url", l_redact_url}, {NULL, NULL}};
+  static const luaL_Reg funcs[] = {{"wait", l_wait},
+                                   {"sleep", l_sleep},
+                                   {"now", l_now},
+                                   {"streams", l_streams},
+                                   {"stat", l_stat},
+                                   {"ready", l_ready},
+                                   {"redact_url", l_redact_url},
+                                   {"on_warning", l_on_warning},
+                                   {"plain_remote", l_plain_remote},
+                                   {NULL, NULL}};
   mz_l_ctx(L);
   luaL_newlib(L, funcs);   /* [core] */
   luaopen_mirza_stream(L); /* [core, defaults, open] */

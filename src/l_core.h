@@ -18,6 +18,7 @@ enum { MZ_STR_TEXT, MZ_STR_TYPE, MZ_STR_THINK, MZ_STR_DELTAS, MZ_STR_INDEX, MZ_S
 typedef struct mz_ctx {
   mz_client *client; /* NULL once the state is closing */
   int str[MZ_STR_N]; /* registry refs, see MZ_STR_* */
+  int warned_plain;  /* the clear-text credential warning was given */
 } mz_ctx;
 
 /* The context of L's main state, created on first use. Pushes nothing. */
@@ -38,6 +39,10 @@ void mz_l_after_signal(lua_State *L);
  * seconds, INFINITY for ms < 0) and the milliseconds left (-1: forever). */
 double mz_l_end_of(long ms);
 long mz_l_left_ms(double end);
+
+/* A warning for the user: to the handler set with mirza.on_warning, else
+ * "mirza: warning: MSG" on stderr. Never raises. */
+void mz_l_warn(lua_State *L, const char *msg);
 
 /* Register the Stream userdata at idx as the Lua face of s (mirza.ready). */
 void mz_l_stream_opened(lua_State *L, mz_stream *s, int idx);

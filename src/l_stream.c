@@ -10,6 +10,8 @@
  * tears the transfer down.
  */
 #include <lauxlib.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "client.h"
@@ -368,6 +370,28 @@ static const char *get_body(lua_State *L, int idx, size_t *len) {
   return mz_l_encode(L, -1, len);
 }
 
+/* An api_key, or a header whose name looks like a credential
+ * (Authorization, X-Api-Key, Cookie...: mz_is_secret). */
+static int sends_credentials(const mz_request *r) {
+  if (r->api_key && *r->api_key) return 1;
+  for (const char *const *h = r->headers; h && *h; h++)
+    if (mz_is_secret(*h, strcspn(*h, ":"))) return 1;
+  return 0;
+}
+
+/* Once per Lua state: a credential about to cross the network in clear. */
+static void warn_plain(lua_State *L, mz_ctx *ctx, const char *url) {
+  char *shown = mz_redact_url(url), msg[640];
+  ctx->warned_plain = 1;
+  snprintf(msg, sizeof msg,
+           "a credential (api_key or an Authorization-like header) goes in clear over plain http to %.400s, "
+           "which is not this machine: use an https:// URL for a remote endpoint (or a tunnel to a loopback "
+           "port). Said once.",
+           shown ? shown : "a remote host");
+  free(shown);
+  mz_l_warn(L, msg);
+}
+
 /*
  * mirza.open{url=..., body=..., headers=..., ...} -> stream
  * Network failures are not raised: they arrive as the stream's final
@@ -413,6 +437,7 @@ static int l_open(lua_State *L) {
 
   char err[128];
   if (!(u->s = mz_stream_open(ctx->client, &r, err, sizeof err))) luaL_error(L, "mirza.open: %s", err);
+  if (!ctx->warned_plain && sends_credentials(&r) && mz_url_plain_remote(r.url)) warn_plain(L, ctx, r.url);
   lua_settop(L, 2);
   mz_l_stream_opened(L, u->s, 2); /* mirza.ready() hands it out */
   return 1;

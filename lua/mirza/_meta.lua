@@ -167,6 +167,24 @@ function mirza.stat(path) end
 ---@return string url
 function mirza.redact_url(url) end
 
+---Route the library's warnings (e.g. the one below) to `fn(message)`
+---instead of stderr (`mirza: warning: ...`); nil restores stderr. An
+---engine can pass them to its log: `mirza.on_warning(function(m)
+---e:log("warn", m) end)`. Also `require("mirza.core").on_warning`.
+---@param fn? fun(message: string)
+---@return fun(message: string)|nil previous
+function mirza.on_warning(fn) end
+
+---Whether a credential sent to `url` goes in clear to another machine: a
+---plain `http://` URL (or one without a scheme) whose host is not loopback
+---(127.0.0.0/8, ::1, localhost, *.localhost). Decided from the text, no
+---DNS. `mirza.open` warns once per Lua state when an `api_key` or an
+---Authorization-like header (any name `redact_url`'s rule calls a
+---credential) is sent to such a URL.
+---@param url string
+---@return boolean
+function mirza.plain_remote(url) end
+
 ---@class mirza.json
 ---@field null lightuserdata  JSON null (decode produces it; encode accepts it)
 mirza.json = {}

@@ -16,6 +16,8 @@ local M = {
   ready = core.ready,
   redact_url = core.redact_url,
   defaults = core.defaults,
+  on_warning = core.on_warning,
+  plain_remote = core.plain_remote,
 }
 
 -- MIRZA_RECORD=DIR records every request (mirza.record); read once.

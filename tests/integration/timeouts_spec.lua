@@ -169,3 +169,48 @@ describe("default timeouts", function()
     os.remove(output)
   end)
 end)
+
+describe("a credential over plain http to another machine", function()
+  it("is decided from the URL: http (or no scheme) and a host that is not loopback", function()
+    local remote = { "http://10.0.0.5:8080/v1", "HTTP://Example.com/v1", "gpu-box:8766/v1/chat/completions",
+      "http://u:p@192.168.1.2/v1", "http://[2001:db8::1]:80/", "http://localhost.example.com/", "http://128.0.0.1/" }
+    local here = { "https://example.com/v1", "http://127.0.0.1:8766/v1", "http://127.9.8.7/", "http://localhost:1/",
+      "http://LOCALHOST./", "http://a.localhost:9/", "http://[::1]:8080/v1", "http://[::ffff:127.0.0.1]/",
+      "http://u:p@127.0.0.1/", "localhost:8080/v1", "http://127.1/" }
+    for _, u in ipairs(remote) do assert.is_true(mirza.plain_remote(u), u) end
+    for _, u in ipairs(here) do assert.is_false(mirza.plain_remote(u), u) end
+  end)
+
+  it("warns once per state, through mirza.on_warning (no traffic: each stream is closed before any wait)", function()
+    local said = {}
+    local old = mirza.on_warning(function(m) said[#said + 1] = m end)
+    local ok, err = pcall(function()
+      local function try(opts) mirza.open(opts):close() end
+      try { url = "http://127.0.0.1:9/v1/chat/completions", api_key = "sk-1" }
+      try { url = "https://gpu.example:9/v1/chat/completions", api_key = "sk-1" }
+      try { url = "http://gpu.example:9/v1/chat/completions" } -- no credential
+      assert.same({}, said)
+      try { url = "http://alice:pw@gpu.example:9/v1/chat/completions", headers = { Authorization = "Bearer sk-2" } }
+      try { url = "http://gpu.example:9/v1/chat/completions", api_key = "sk-1" }
+      assert.equal(1, #said)
+      assert.matches("goes in clear over plain http to http://[redacted]@gpu.example:9/v1/chat/completions, " ..
+        "which is not this machine: use an https:// URL", said[1], 1, true)
+      assert.is_nil(said[1]:find("pw", 1, true))
+    end)
+    mirza.on_warning(old)
+    assert(ok, err)
+  end)
+
+  it("goes to stderr by default, once", function()
+    local run = H.spawn_mirza [[
+local mirza = require "mirza"
+for _ = 1, 2 do mirza.open { url = "http://gpu.example:9/v1/chat/completions", api_key = "sk-1" }:close() end
+print("opened")
+]]
+    assert.equal(0, run.wait(30))
+    local out = run.output()
+    assert.matches("opened", out, 1, true)
+    local _, n = out:gsub("mirza: warning: a credential %(api_key or an Authorization%-like header%) goes in clear", "")
+    assert.equal(1, n, out)
+  end)
+end)
