@@ -710,7 +710,10 @@ end
 ---An existing OUTPUT file must hold batch records (it is resumed: its
 ---custom_ids are skipped) and must not be INPUT; a pipe or a terminal
 ---is written as it comes, without resume. Codes: "input", "io",
----"output" (OUTPUT refused, nothing written), "write" (writing failed).
+---"output" (OUTPUT refused, nothing written), "write" (writing failed),
+---"unreachable" (no endpoint ever answered: all refuse), "down" (every
+---endpoint down for `give_up_after` s), "model" (no --model, and an
+---endpoint lists none): the unfinished items stay for a rerun.
 ---@param opts table
 ---@return table|nil summary
 ---@return string? message

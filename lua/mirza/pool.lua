@@ -2,12 +2,22 @@
 ---
 --- A request goes to the healthy endpoint with the fewest requests in
 --- flight, never past that endpoint's own limit (its daemon's parallel
---- slots: llama-server `-np N`, vLLM's batch, MTPLX's scheduler). An endpoint
---- whose request failed in a way that blames the endpoint (refused, cut,
---- timeout, 5xx) is rested with exponential backoff; when the rest is over
---- it is probed with one request at a time until one succeeds (a
---- half-open circuit breaker). A task waiting for a slot is suspended on a
---- `mirza.loop` condition, so the pool holds no thread and no busy loop.
+--- slots: llama-server `-np N`, vLLM's batch, MTPLX's scheduler). A request
+--- that failed once is retried on another endpoint while one is healthy.
+---
+--- An endpoint is rested (exponential backoff) for failures that are its
+--- own: refused, cut, timeout, a daemon gone, HTTP 502/503/504. An HTTP 500
+--- may be one request's fault (MTPLX answers 500 to a bad field), so it
+--- rests the endpoint only once `suspect_items` different requests failed
+--- that way with no success between: one bad item retried never starves
+--- the others. When the rest is over the endpoint is probed with one
+--- request at a time until one succeeds (a half-open circuit breaker). A
+--- task waiting for a slot is suspended on a `mirza.loop` condition, so the
+--- pool holds no thread and no busy loop.
+---
+--- The pool also tells its user when to give up: `unreachable()` (no
+--- endpoint ever answered and all refuse) and `down_for()` (how long every
+--- endpoint has been failing).
 ---
 --- State lives in the pool object (`pool.new`), none in the module.
 local mirza = require "mirza"
@@ -20,10 +30,18 @@ local P = {}
 ---@field limit integer   most requests in flight
 ---@field inflight integer
 ---@field peak integer     most requests ever in flight at once
----@field fails integer   consecutive failures (0: healthy)
----@field rest_until number mirza.now() before which it gets no request
+---@field fails integer   consecutive failures blamed on it (0: healthy)
+---@field rest_until number clock time before which it gets no request
 ---@field served integer  requests completed
 ---@field failed integer  requests that failed because of the endpoint
+---@field answered boolean it answered once (a success or any HTTP status)
+---@field refused integer connections refused in a row
+---@field refused_since number|nil clock time of the first of those refusals
+---@field failing_since number|nil clock time of the first of its `fails`
+---@field suspects table<any, true> requests that got an HTTP 500 since its last success
+---@field nsuspects integer how many
+---@field last_error string|nil the message of its last failure
+---@field model string|nil the model it serves, once a user asked (mirza.batch)
 
 ---@class mirza.Pool
 ---@field endpoints mirza.Endpoint[]
@@ -31,9 +49,11 @@ local Pool = {}
 Pool.__index = Pool
 
 P.defaults = {
-  limit = 4,      -- per endpoint, unless given with it
-  rest = 0.5,     -- first rest after a failure, seconds
-  rest_max = 30,  -- longest rest
+  limit = 4,             -- per endpoint, unless given with it
+  rest = 0.5,            -- first rest after a failure, seconds
+  rest_max = 30,         -- longest rest
+  suspect_items = 4,     -- different requests failing with HTTP 500 in a row before the endpoint rests
+  unreachable_after = 1, -- seconds every never-answered endpoint refused before unreachable() says so
 }
 
 -- "http://h:p", "http://h:p/", "http://h:p/v1" -> "http://h:p/v1"
@@ -43,26 +63,31 @@ local function normalize(base)
   return base
 end
 
+local function new_endpoint(url, limit, i)
+  return { base = normalize(url), limit = limit, inflight = 0, peak = 0, fails = 0, rest_until = 0, served = 0,
+    failed = 0, index = i, answered = false, refused = 0, suspects = {}, nsuspects = 0 }
+end
+
 ---A pool over endpoints given as base URLs or `{url=, limit=}` tables.
+---`clock` replaces `mirza.now` (tests drive the rests with a fake one).
 ---@param endpoints (string|{url: string, limit?: integer})[]
----@param opts? {limit?: integer, rest?: number, rest_max?: number, loop?: mirza.Loop}
+---@param opts? {limit?: integer, rest?: number, rest_max?: number, suspect_items?: integer, unreachable_after?: number,
+---  loop?: mirza.Loop, clock?: fun(): number}
 ---@return mirza.Pool
 function P.new(endpoints, opts)
   opts = opts or {}
   if type(endpoints) == "string" then endpoints = { endpoints } end
   if type(endpoints) ~= "table" or #endpoints == 0 then error("mirza.pool: at least one endpoint", 2) end
-  local self = setmetatable({
-    endpoints = {},
-    rest = opts.rest or P.defaults.rest,
-    rest_max = opts.rest_max or P.defaults.rest_max,
-    cond = loop.condition(opts.loop),
-  }, Pool)
+  local self = setmetatable({ endpoints = {}, cond = loop.condition(opts.loop), clock = opts.clock or mirza.now },
+    Pool)
+  for _, k in ipairs { "rest", "rest_max", "suspect_items", "unreachable_after" } do
+    self[k] = opts[k] or P.defaults[k]
+  end
   for i, e in ipairs(endpoints) do
     local url, limit = e, nil
     if type(e) == "table" then url, limit = e.url, e.limit end
     if type(url) ~= "string" then error(("mirza.pool: endpoint %d has no url"):format(i), 2) end
-    self.endpoints[i] = { base = normalize(url), limit = limit or opts.limit or P.defaults.limit,
-      inflight = 0, peak = 0, fails = 0, rest_until = 0, served = 0, failed = 0, index = i }
+    self.endpoints[i] = new_endpoint(url, limit or opts.limit or P.defaults.limit, i)
   end
   return self
 end
@@ -85,14 +110,27 @@ local function free(e, now)
   return e.rest_until <= now and e.inflight < current_limit(e)
 end
 
--- The best endpoint now, or nil and the time the next rest ends.
-function Pool:_pick(now)
+-- Whether a request that failed on the endpoints of `avoid` waits for
+-- another one: some endpoint it did not fail on is healthy.
+local function elsewhere(self, avoid)
+  if not avoid then return false end
+  for _, e in ipairs(self.endpoints) do
+    if not avoid[e] and e.fails == 0 then return true end
+  end
+  return false
+end
+
+-- The best endpoint now, or nil and the time the next rest ends. With
+-- `avoid` (a retry) and a healthy endpoint elsewhere, only healthy ones
+-- not in `avoid` are candidates: a retry never spends itself on a probe.
+function Pool:_pick(now, avoid)
   local best, wake = nil, nil
+  local healthy_only = elsewhere(self, avoid)
   for _, e in ipairs(self.endpoints) do
     if e.rest_until > now then
       wake = math.min(wake or math.huge, e.rest_until)
-    elseif free(e, now) and (not best or e.inflight < best.inflight
-        or (e.inflight == best.inflight and e.served < best.served)) then
+    elseif free(e, now) and not (healthy_only and (avoid[e] or e.fails > 0)) and (not best
+        or e.inflight < best.inflight or (e.inflight == best.inflight and e.served < best.served)) then
       best = e
     end
   end
@@ -103,18 +141,22 @@ end
 ---none is free or every endpoint rests. nil, "timeout" after `timeout`.
 ---`prefer` (an endpoint of this pool) is taken whenever it is free: an
 ---engine keeps its conversation on the daemon that holds its session
----cache while that one is healthy and has room.
+---cache while that one is healthy and has room. `avoid` (a set of
+---endpoints the request already failed on) sends a retry elsewhere while
+---another endpoint is healthy, waiting for its slot if need be; when none
+---is, any endpoint (a probe) will do.
 ---@param timeout? number seconds
 ---@param prefer? mirza.Endpoint
+---@param avoid? table<mirza.Endpoint, boolean>
 ---@return mirza.Endpoint|nil endpoint
 ---@return string? message
 ---@return string? code
-function Pool:acquire(timeout, prefer)
-  local t_end = timeout and mirza.now() + timeout
+function Pool:acquire(timeout, prefer, avoid)
+  local t_end = timeout and self.clock() + timeout
   while true do
-    local now = mirza.now()
+    local now = self.clock()
     local e, wake
-    if prefer and free(prefer, now) then e = prefer else e, wake = self:_pick(now) end
+    if prefer and free(prefer, now) then e = prefer else e, wake = self:_pick(now, avoid) end
     if e then
       e.inflight = e.inflight + 1
       e.peak = math.max(e.peak, e.inflight)
@@ -127,38 +169,134 @@ function Pool:acquire(timeout, prefer)
   end
 end
 
----Does this failure blame the endpoint (rest it) rather than the request?
+---How a failure reflects on the endpoint: "endpoint" (its own: refused,
+---cut, timeout, exited, HTTP 502/503/504), "request" (another 5xx: it
+---answered, perhaps to this request only), or nil (the request's own: a
+---4xx, a bad frame, ...).
+---@param code string|nil error code of the failed request
+---@param status integer|nil HTTP status
+---@return "endpoint"|"request"|nil
+function P.blame(code, status)
+  if code == "refused" or code == "closed" or code == "timeout" or code == "exited" then return "endpoint" end
+  if code ~= "http" or status == nil or status < 500 then return nil end
+  if status == 502 or status == 503 or status == 504 then return "endpoint" end
+  return "request"
+end
+
+---Does this failure count against the endpoint at all (rest it, or at
+---least suspect it)? An engine's turn fails over to another endpoint then.
 ---@param code string|nil error code of the failed request
 ---@param status integer|nil HTTP status
 ---@return boolean
 function P.endpoint_failure(code, status)
-  if code == "refused" or code == "closed" or code == "timeout" or code == "exited" then return true end
-  return code == "http" and status ~= nil and status >= 500
+  return P.blame(code, status) ~= nil
+end
+
+-- It answered: reachable, and no longer resting or probing.
+local function healthy(e)
+  e.fails, e.failing_since = 0, nil
+end
+
+-- A failure of its own: rested, longer after each one in a row.
+function Pool:_rest(e)
+  local now = self.clock()
+  e.failed, e.fails = e.failed + 1, e.fails + 1
+  e.failing_since = e.failing_since or now
+  local rest = math.min(self.rest_max, self.rest * 2 ^ (e.fails - 1))
+  e.rest_until = now + rest * (0.75 + 0.5 * math.random())
+end
+
+-- An HTTP 500 for request `key`: the endpoint rests once enough
+-- different requests failed so in a row (the same one retried counts once).
+function Pool:_suspect(e, key)
+  key = key == nil and {} or key
+  if not e.suspects[key] then e.suspects[key], e.nsuspects = true, e.nsuspects + 1 end
+  if e.nsuspects >= self.suspect_items then return self:_rest(e) end
+  healthy(e)
 end
 
 ---Give the slot back. `ok` true, or a failure that is the request's own
----(a 4xx): the endpoint answered, so it is healthy (a probe succeeded);
----a failure with `blame` true rests it.
+---(`blame` false: a 4xx): the endpoint answered, so it is healthy (a probe
+---succeeded). `blame` true (or "endpoint") rests it; "request" (an HTTP
+---500 of request `key`) rests it only once `suspect_items` different
+---requests failed so since its last success.
 ---@param e mirza.Endpoint
 ---@param ok boolean
----@param blame? boolean the failure was the endpoint's
-function Pool:release(e, ok, blame)
+---@param blame? boolean|"endpoint"|"request" whose failure it was
+---@param key? any the request (a batch item's custom_id)
+function Pool:release(e, ok, blame, key)
   e.inflight = e.inflight - 1
-  if ok or not blame then -- it answered: reachable and healthy
-    e.fails = 0
-    if ok then e.served = e.served + 1 end
-  else
-    e.failed, e.fails = e.failed + 1, e.fails + 1
-    local rest = math.min(self.rest_max, self.rest * 2 ^ (e.fails - 1))
-    e.rest_until = mirza.now() + rest * (0.75 + 0.5 * math.random())
-  end
+  if ok then
+    healthy(e)
+    e.served, e.answered, e.suspects, e.nsuspects = e.served + 1, true, {}, 0
+  elseif blame == "request" then self:_suspect(e, key)
+  elseif blame then self:_rest(e)
+  else healthy(e) end
   self.cond:broadcast() -- a slot, or the pick order, changed
+end
+
+---Give the slot back with the outcome of its request `r` (`ok`, or
+---`code`, `status`, `message` of the failure): the pool decides what it
+---says about the endpoint (`P.blame`) and keeps what `unreachable` needs.
+---@param e mirza.Endpoint
+---@param r {ok?: boolean, code?: string, status?: integer, message?: string}
+---@param key? any the request: its HTTP 500s on one endpoint count once
+function Pool:report(e, r, key)
+  if r.status or r.ok then e.answered = true end
+  if not r.ok then e.last_error = r.message or r.code end
+  if r.code == "refused" then
+    e.refused, e.refused_since = e.refused + 1, e.refused_since or self.clock()
+  else
+    e.refused, e.refused_since = 0, nil
+  end
+  self:release(e, r.ok == true, not r.ok and P.blame(r.code, r.status) or false, key)
+end
+
+---Give the slot back without a verdict (its request was cancelled).
+---@param e mirza.Endpoint
+function Pool:abandon(e)
+  e.inflight = e.inflight - 1
+  self.cond:broadcast()
+end
+
+-- "URL: its last error" (the core's messages start with the URL already).
+local function failure(e, default)
+  local msg, base = e.last_error or default, mirza.redact_url(e.base) -- as the core's messages show it
+  return msg:find(base, 1, true) == 1 and msg or ("%s: %s"):format(base, msg)
+end
+
+---nil while an endpoint answered once or may yet; else why none can: no
+---endpoint ever answered and each refused connections for at least
+---`unreachable_after` seconds (a port typo, a daemon not started). Only
+---outcomes given to `report` count.
+---@return string|nil why "URL: message" per endpoint
+function Pool:unreachable()
+  local now, why = self.clock(), {}
+  for _, e in ipairs(self.endpoints) do
+    if e.answered or not e.refused_since or now - e.refused_since < self.unreachable_after then return nil end
+    why[#why + 1] = failure(e, "refused")
+  end
+  return table.concat(why, "; ")
+end
+
+---How long every endpoint has been failing (resting or probing), in
+---seconds; nil while one is healthy.
+---@return number|nil seconds
+---@return string? why "URL: last error" per endpoint
+function Pool:down_for()
+  local since, why = -math.huge, {}
+  for _, e in ipairs(self.endpoints) do
+    if not e.failing_since then return nil end
+    since = math.max(since, e.failing_since)
+    why[#why + 1] = failure(e, "failing")
+  end
+  return self.clock() - since, table.concat(why, "; ")
 end
 
 ---A line per endpoint: base, in flight/limit, served, failures, resting.
 ---@return string
 function Pool:describe()
-  local out, now = {}, mirza.now()
+  local out, now = {}, self.clock()
   for _, e in ipairs(self.endpoints) do
     out[#out + 1] = ("%s %d/%d served %d failed %d%s"):format(mirza.redact_url(e.base), e.inflight, e.limit,
       e.served, e.failed,

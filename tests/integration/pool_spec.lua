@@ -43,6 +43,98 @@ describe("mirza.pool", function()
     assert.has_error(function() pool.new({}) end, "mirza.pool: at least one endpoint")
   end)
 
+  -- A pool on a fake clock (no request is sent: the rules alone).
+  local function fake(urls, opts)
+    local clock = { t = 100 }
+    opts = opts or {}
+    opts.clock = function() return clock.t end
+    return pool.new(urls, opts), clock
+  end
+  local R500 = { code = "http", status = 500, message = "HTTP 500: bad field" }
+
+  it("rests an endpoint for its own failures, not for one request's HTTP 500 retried", function()
+    local p = fake({ "http://127.0.0.1:1" }, { suspect_items = 3, rest = 1 })
+    local e = p.endpoints[1]
+    for _ = 1, 10 do -- one bad item, again and again: the others are not starved
+      assert.equal(e, p:acquire(0))
+      p:report(e, R500, "bad")
+    end
+    assert.same({ 0, 0, 0 }, { e.fails, e.failed, e.rest_until })
+    p:report(p:acquire(0), R500, "bad2") -- a second item: still one request's fault, perhaps
+    assert.equal(0, e.fails)
+    p:report(p:acquire(0), R500, "bad3") -- a third different one in a row: the endpoint's
+    assert.equal(1, e.fails)
+    assert.is_true(e.rest_until >= 100.75 and e.rest_until <= 101.25, e.rest_until)
+    assert.is_nil(p:acquire(0)) -- resting
+  end)
+
+  it("forgets an endpoint's HTTP 500s once a request succeeds there", function()
+    local p = fake({ "http://127.0.0.1:1" }, { suspect_items = 2 })
+    local e = p.endpoints[1]
+    p:report(p:acquire(0), R500, "a")
+    p:report(p:acquire(0), { ok = true }, "good")
+    p:report(p:acquire(0), R500, "b") -- a and b are not in a row: a success came between
+    assert.equal(0, e.fails)
+    p:report(p:acquire(0), R500, "c")
+    assert.equal(1, e.fails)
+  end)
+
+  it("rests at once for refused, cut, timeout and 502/503/504; never for a 4xx", function()
+    for _, r in ipairs { { code = "refused" }, { code = "closed" }, { code = "timeout" }, { code = "exited" },
+      { code = "http", status = 502 }, { code = "http", status = 503 }, { code = "http", status = 504 } } do
+      local p = fake { "http://127.0.0.1:1" }
+      p:report(p:acquire(0), r, "x")
+      assert.equal(1, p.endpoints[1].fails, r.code .. tostring(r.status))
+    end
+    local p = fake { "http://127.0.0.1:1" }
+    p:report(p:acquire(0), { code = "http", status = 400 }, "x")
+    p:report(p:acquire(0), { code = "http", status = 404 }, "y")
+    assert.equal(0, p.endpoints[1].fails)
+    assert.same({ "endpoint", "request", nil }, { pool.blame("http", 503), pool.blame("http", 500),
+      pool.blame("http", 429) })
+    assert.is_true(pool.endpoint_failure("http", 500)) -- an engine's turn still fails over on it
+  end)
+
+  it("sends a retry to another endpoint while one is healthy, waiting for its slot", function()
+    local p, clock = fake({ "http://127.0.0.1:1", "http://127.0.0.1:2" }, { limit = 1, rest = 1 })
+    local a, b = p.endpoints[1], p.endpoints[2]
+    p:report(p:acquire(0), { code = "refused" }, "x") -- a: it took the first request
+    clock.t = clock.t + 2 -- a's rest is over: it may be probed
+    assert.equal(b, p:acquire(0, nil, { [a] = true })) -- the retry goes to b, not a's probe
+    assert.is_nil(p:acquire(0, nil, { [a] = true })) -- b is full: the retry waits for it
+    assert.equal(a, p:acquire(0)) -- a first attempt may probe a
+    p:release(a, false, true) -- the probe failed
+    p:report(b, { code = "refused" }, "y") -- now b is failing too
+    clock.t = clock.t + 10
+    assert.equal(a, p:acquire(0, nil, { [b] = true })) -- nothing healthy: a probe will do
+    local one, c2 = fake({ "http://127.0.0.1:1" }, { rest = 1 })
+    local e = one.endpoints[1]
+    one:report(one:acquire(0), { code = "refused" }, "x")
+    c2.t = c2.t + 2
+    assert.equal(e, one:acquire(0, nil, { [e] = true })) -- no other: the one it failed on
+  end)
+
+  it("says when no endpoint ever answered and all refuse, and how long all have been down", function()
+    local p, clock = fake({ "http://127.0.0.1:1", "http://127.0.0.1:2" }, { unreachable_after = 1 })
+    local a, b = p.endpoints[1], p.endpoints[2]
+    local refused = { code = "refused", message = "connection refused" }
+    p:report(p:acquire(0), refused, "x")
+    assert.is_nil(p:unreachable()) -- b untried
+    assert.is_nil(p:down_for())
+    assert.equal(b, p:acquire(0)) -- a rests
+    p:report(b, refused, "y")
+    assert.is_nil(p:unreachable()) -- not for long enough: a daemon may just be binding
+    assert.equal(0, p:down_for())
+    clock.t = clock.t + 1.5
+    assert.equal("http://127.0.0.1:1/v1: connection refused; http://127.0.0.1:2/v1: connection refused",
+      p:unreachable())
+    assert.equal(1.5, (p:down_for()))
+    assert.equal(a, p:acquire(0)) -- rests over: a probe
+    p:report(a, { code = "http", status = 500, message = "boom" }, "z") -- it answered once: reachable
+    assert.is_nil(p:unreachable())
+    assert.is_nil(p:down_for()) -- and answering, so not down (one 500 may be the request's)
+  end)
+
   it("spreads requests over the least loaded endpoints within their limits", function()
     local a = H.start_sim { "--parallel", "8", "--tok-rate", "100", "--ttft-ms", "20" }
     local b = H.start_sim { "--parallel", "8", "--tok-rate", "100", "--ttft-ms", "20" }
