@@ -143,7 +143,8 @@ function B.read_input(path)
   end
   f:close()
   if #items == 0 then
-    return nil, path .. " holds no prompt (empty, or only blank lines): nothing to do", "input"
+    return nil, path .. " holds no prompt (empty, or only blank lines): nothing to do; write one prompt or JSON"
+      .. " request per line", "input"
   end
   return items
 end
