@@ -380,6 +380,7 @@ static void test_deadline(void **state) {
   double t0 = mz_now();
   run(&req, &r);
   assert_string_equal(r.code, "timeout");
+  assert_non_null(strstr(r.message, "(deadline: the whole request took longer than the `deadline` option"));
   assert_int_equal(r.text_len, 1);
   assert_true(mz_now() - t0 < 2.5);
   result_free(&r);
@@ -400,10 +401,11 @@ static void test_connect_timeout(void **state) {
     connect(fill[i], (struct sockaddr *)&a, sizeof a);
   }
   snprintf(url, sizeof url, "http://127.0.0.1:%d/", port);
-  mz_request req = {.url = url, .connect_timeout_ms = 300};
+  mz_request req = {.url = url, .connect_timeout_ms = 300, .deadline_ms = 5000};
   double t0 = mz_now();
   run(&req, &r);
   assert_string_equal(r.code, "timeout");
+  assert_non_null(strstr(r.message, "(connect timeout: no TCP connection in time; raise the `timeout` option"));
   assert_true(mz_now() - t0 < 5);
   result_free(&r);
   for (int i = 0; i < 4; i++) close(fill[i]);
@@ -458,6 +460,30 @@ static void test_stall(void **state) {
   assert_int_equal(r.text_len, 1);
   result_free(&r);
   server_stop(s);
+}
+
+/* Messages show URLs redacted (userinfo, credential-like parameters); the
+ * clear-text warning's decision (no DNS: the text alone). */
+static void test_redact_and_remote(void **state) {
+  static const char *const cases[][2] = {
+      {"http://u:p@h:1/x?api_key=S&a=1&Token=T#f", "http://[redacted]@h:1/x?api_key=[redacted]&a=1&Token=[redacted]#f"},
+      {"user:pw@host/p?session=1", "[redacted]@host/p?session=1"},
+      {"http://h/a@b?q", "http://h/a@b?q"},
+      {"https://a@b@c/?x&passwd=&k", "https://[redacted]@c/?x&passwd=[redacted]&k"},
+  };
+  (void)state;
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    char *r = mz_redact_url(cases[i][0]);
+    assert_string_equal(r, cases[i][1]);
+    free(r);
+  }
+  assert_true(mz_url_plain_remote("http://10.1.2.3:8080/v1"));
+  assert_true(mz_url_plain_remote("box:8766/v1"));
+  assert_true(mz_url_plain_remote("http://[2001:db8::1]/"));
+  assert_false(mz_url_plain_remote("https://example.com/"));
+  assert_false(mz_url_plain_remote("http://127.0.0.2:1/"));
+  assert_false(mz_url_plain_remote("http://[::1]:8080/"));
+  assert_false(mz_url_plain_remote("http://x:y@localhost/"));
 }
 
 /* ---- what the server sees ---------------------------------------------- */
@@ -655,6 +681,7 @@ int main(void) {
       cmocka_unit_test(test_redirect_not_followed),
       cmocka_unit_test(test_pending_finished),
       cmocka_unit_test(test_merge),
+      cmocka_unit_test(test_redact_and_remote),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -29,6 +29,20 @@ describe("URL redaction (mirza.redact_url)", function()
     assert.is_nil(msg:find("s3cr3t", 1, true))
     assert.is_nil(msg:find("K3Y", 1, true))
   end)
+
+  it("shows a redirect target redacted in the error message", function()
+    local sim = H.start_sim { "--tok-rate", "0", "--ttft-ms", "0" }
+    local ok, err = pcall(function()
+      local res, msg, code = mirza.collect { url = sim.url, body = H.chat_body("r", { mirza_sim = {
+        fault = "redirect=307:http://bob:hunter2@127.0.0.1:9/v1?token=T0K&x=1" } }) }
+      assert.is_nil(res)
+      assert.equal("http", code)
+      assert.equal("HTTP 307 Temporary Redirect to http://[redacted]@127.0.0.1:9/v1?token=[redacted]&x=1 " ..
+        "(redirects are not followed: use that url)", msg)
+    end)
+    sim.stop()
+    assert(ok, err)
+  end)
 end)
 
 describe("the stall clock against a slow head", function()
