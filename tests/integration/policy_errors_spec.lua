@@ -41,7 +41,8 @@ local function wrap(module, fname, body)
 end
 local ROUTE_V1 = wrap("route", "router", "_G.ROUTE_V1 = (_G.ROUTE_V1 or 0) + 1\nreturn orig(...)")
 -- v2's router raises once it has routed the text up to "five" (part of it delivered)
-local ROUTE_V2 = wrap("route", "router", [[local r = orig(...)
+local ROUTE_V2 = wrap("route", "router", [[_G.ROUTE_V2 = (_G.ROUTE_V2 or 0) + 1
+  local r = orig(...)
   local feed, seen = r.feed, ""
   function r.feed(self, ev)
     feed(self, ev)
@@ -53,6 +54,18 @@ local THINK_V1 = wrap("thinking", "plan", "_G.THINK_V1 = (_G.THINK_V1 or 0) + 1\
 local THINK_V2 = wrap("thinking", "plan", "error('thinking v2 broke')")
 local PROMPT_V1 = wrap("prompt", "build", "_G.PROMPT_V1 = (_G.PROMPT_V1 or 0) + 1\nreturn orig(...)")
 local PROMPT_V2 = wrap("prompt", "build", "local t = nil\nreturn t.field")
+-- mirza.repetition's stage, v2 raising on the third text event it pulls
+local REP_V1 = wrap("repetition", "stage", "_G.REP_V1 = (_G.REP_V1 or 0) + 1\nreturn orig(...)")
+local REP_V2 = wrap("repetition", "stage", [[local up, opts = ...
+  local n = 0
+  return orig(function()
+    local ev = up()
+    if ev and ev.type == "text" then
+      n = n + 1
+      if n == 3 then error("repetition v2 broke") end
+    end
+    return ev
+  end, opts)]])
 local STAGE_V1 = [[return function(up) return function()
   local ev = up()
   if ev and ev.type == "text" then ev.tag = "v1" end
@@ -107,7 +120,9 @@ describe("a policy that raises while the turn runs", function()
 
   setup(function()
     sim = H.start_sim { "--tok-rate", "0", "--ttft-ms", "0", "--heartbeat-ms", "0" }
-    for _, n in ipairs { "mirza.route", "mirza.thinking", "mirza.prompt" } do originals[n] = require(n) end
+    for _, n in ipairs { "mirza.route", "mirza.thinking", "mirza.prompt", "mirza.repetition" } do
+      originals[n] = require(n)
+    end
   end)
   teardown(function() sim.stop() end)
   before_each(function()
@@ -115,7 +130,7 @@ describe("a policy that raises while the turn runs", function()
     os.execute("mkdir -p " .. H.q(dir))
     e = new_engine()
     assert(e:load())
-    _G.ROUTE_V1, _G.THINK_V1, _G.PROMPT_V1 = nil, nil, nil
+    _G.ROUTE_V1, _G.ROUTE_V2, _G.THINK_V1, _G.PROMPT_V1, _G.REP_V1 = nil, nil, nil, nil, nil
   end)
   after_each(function()
     local w = mirza.watcher()
@@ -145,6 +160,7 @@ describe("a policy that raises while the turn runs", function()
     -- the broken version stays out of use: the next turn runs v1 from the start, no second report
     assert.same(SENTENCES, (say("a")))
     assert.equal(3, _G.ROUTE_V1)
+    assert.equal(1, _G.ROUTE_V2) -- not even tried
     assert.equal(1, #reports())
     -- token mode: the deltas once each
     local toks = {}
@@ -195,6 +211,24 @@ describe("a policy that raises while the turn runs", function()
     assert.is_true(_G.THINK_V3)
     assert.equal(2, #reports())
     _G.THINK_V3 = nil
+  end)
+
+  it("mirza.repetition: the previous version guards the rest of the stream, no text lost", function()
+    local path = file("repetition", REP_V1)
+    assert.is_true(e:watch("mirza.repetition", path))
+    local deltas = {}
+    local function sink(t) deltas[#deltas + 1] = t end
+    say("a", { mode = "token", merge = false, answer = sink })
+    assert.equal(1, _G.REP_V1)
+    write(path, REP_V2)
+    deltas = {}
+    local _, res = say("a", { mode = "token", merge = false, answer = sink })
+    assert.equal(TEXT, table.concat(deltas))
+    assert.equal(TEXT, res.answer)
+    assert.equal(TEXT, last_answer())
+    assert.equal(2, _G.REP_V1)
+    assert.same({ ("%s:%d: repetition v2 broke (mirza.repetition is kept out of use until its file changes; "
+      .. "the last version that worked runs)"):format(path, line_of(REP_V2, "repetition v2 broke")) }, reports())
   end)
 
   it("a stage module: the previous version gets the event the broken one pulled; a fix is used", function()
