@@ -543,16 +543,28 @@ function Engine:close()
   if self.daemon then self.daemon:close() end
 end
 
----Reload changed policy and behaviour modules (validate, then swap).
+---Reload changed policy and behaviour modules (validate, then swap); a
+---failure is reported through `e:log` (one line), the old version kept.
 ---@return string[] reloaded
 ---@return table<string,string> failed name -> error (old versions kept)
 function Engine:reload()
-  return reload.check(self.watcher)
+  return reload.check(self.watcher, self:_reload_report())
+end
+
+-- Where a failed reload goes: the engine's log, one line, unless the
+-- script gave the watcher a handler of its own (nil: that one).
+function Engine:_reload_report()
+  if self.watcher.on_error ~= mirza._reload_failed then return nil end
+  return function(name, msg)
+    self:log("error", ("reload of %s failed, the previous version stays (fix the file: it is reloaded when it "
+      .. "changes): %s"):format(name, msg))
+  end
 end
 
 ---Watch a module for hot reload (a policy such as `mirza.route`, a stage
 ---module, the script's own behaviour module) and load its file now: it is
----used from the next turn on. A file that does not load is reported and
+---used from the next turn on. A file that does not load is reported
+---(through `e:log`, unless the watcher has an `on_error` of the script's) and
 ---the current version stays (`nil, message, "reload"`; still watched, so a
 ---fix is picked up when the file changes). A policy version that raises
 ---while a turn runs is reported once through `e:log` and replaced, for
@@ -564,7 +576,7 @@ end
 ---@return string? message
 ---@return string? code "io" (no such file) | "reload" (it does not load)
 function Engine:watch(name, path)
-  return reload.watch(self.watcher, name, path)
+  return reload.watch(self.watcher, name, path, { on_error = self:_reload_report() })
 end
 
 ---The request body of one turn.

@@ -80,15 +80,17 @@ end
 
 local watcher -- the shared hot-reload watcher (mirza.reload)
 
+-- The shared watcher's report of a failed reload (an engine reports
+-- through its own log instead while the watcher keeps this one).
+function M._reload_failed(name, msg)
+  io.stderr:write("mirza: reload of ", name, " failed, the previous version stays (fix the file: it is ",
+    "reloaded when it changes): ", msg, "\n")
+end
+
 ---The shared watcher used by `mirza.watch`/`mirza.reload` and engines.
 ---@return mirza.Watcher
 function M.watcher()
-  watcher = watcher or require("mirza.reload").new {
-    on_error = function(name, msg)
-      io.stderr:write("mirza: reload of ", name, " failed, the previous version stays (fix the file: it is ",
-        "reloaded when it changes): ", msg, "\n")
-    end,
-  }
+  watcher = watcher or require("mirza.reload").new { on_error = M._reload_failed }
   return watcher
 end
 

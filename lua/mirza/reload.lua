@@ -61,7 +61,7 @@ end
 ---@param w mirza.Watcher
 ---@param name string module name, e.g. "mirza.route" or "behaviour"
 ---@param path? string the module's file
----@param opts? {load?: boolean}
+---@param opts? {load?: boolean, on_error?: fun(name: string, message: string)} on_error: instead of the watcher's
 ---@return boolean|nil ok true: watched and loaded
 ---@return string? message the file cannot be found ("io") or does not load ("reload")
 ---@return string? code "io" | "reload"
@@ -83,7 +83,7 @@ function M.watch(w, name, path, opts)
     if base == nil then w.files[name].lazy = true end
     return true
   end
-  return M.reload(w, name)
+  return M.reload(w, name, opts and opts.on_error)
 end
 
 ---An error as one line naming its file: the first line of a string error
@@ -114,15 +114,17 @@ end
 ---Reload one module now (validate, then swap).
 ---@param w mirza.Watcher
 ---@param name string
+---@param on_error? fun(name: string, message: string) where a failure is reported (default: `w.on_error`)
 ---@return boolean|nil ok
 ---@return string? message the error; the old version stays installed
 ---@return string? code "reload"
-function M.reload(w, name)
+function M.reload(w, name, on_error)
   local f = w.files[name]
   if not f then return nil, "not watched: " .. name, "reload" end
   local value, err = M.load(name, f.path)
   if value == nil then
-    if w.on_error then w.on_error(name, err) end
+    on_error = on_error or w.on_error
+    if on_error then on_error(name, err) end
     return nil, err, "reload"
   end
   package.loaded[name] = value
@@ -177,15 +179,16 @@ end
 ---Reload every watched module whose file changed (mtime or size) since
 ---the last look. Call it between turns.
 ---@param w mirza.Watcher
+---@param on_error? fun(name: string, message: string) where failures are reported (default: `w.on_error`)
 ---@return string[] reloaded names swapped in
 ---@return table<string, string> failed name -> error message (old versions kept)
-function M.check(w)
+function M.check(w, on_error)
   local reloaded, failed = {}, {}
   for name, f in pairs(w.files) do
     local mtime, size = core.stat(f.path)
     if mtime and (mtime ~= f.mtime or size ~= f.size) then
       f.mtime, f.size = mtime, size
-      local ok, err = M.reload(w, name)
+      local ok, err = M.reload(w, name, on_error)
       if ok then reloaded[#reloaded + 1] = name else failed[name] = err end
     end
   end

@@ -4,7 +4,8 @@
 -- version that worked (else the built-in one, else the stage is dropped);
 -- the turn's answer is whole in the sinks, the result and the history; the
 -- error is one line naming file:line through e:log, once per version; the
--- next good edit is used; e:watch loads the file at once; a programmer
+-- next good edit is used; e:watch loads the file at once (a failed reload
+-- is one line on e:log too); a programmer
 -- error (a bad option, a sink that raises) still raises; in a child mirza
 -- process nothing reaches stderr and the exit status is 0.
 local mirza = require "mirza"
@@ -325,7 +326,7 @@ describe("a policy that raises while the turn runs", function()
   end)
 
   it("in a child mirza process: exit 0, the error once on the engine's log, nothing on stderr", function()
-    local rpath, r2 = file("route", ROUTE_V1), file("route2", ROUTE_V2)
+    local rpath, r2, r3 = file("route", ROUTE_V1), file("route2", ROUTE_V2), file("route3", "return {")
     local script, out, err = H.tmpname(".lua"), H.tmpname(".out"), H.tmpname(".err")
     finally(function() os.remove(script) os.remove(out) os.remove(err) end)
     write(script, ([[
@@ -338,8 +339,10 @@ assert(e:say("hello", { mode = "whole" })) -- v1 works
 assert(os.rename(%q, %q)) -- the edit: v2, which raises mid-stream
 local st, res = e:say("hello", { mode = "sentence", answer = function(s) print("SAY " .. s) end })
 print("ANSWER " .. tostring(st and res.answer))
+assert(os.rename(%q, %q)) -- an edit that does not load
+assert(e:say("hello", { mode = "whole" }))
 e:close()
-]]):format(sim.base .. "/v1", TEXT, rpath, r2, rpath))
+]]):format(sim.base .. "/v1", TEXT, rpath, r2, rpath, r3, rpath))
     local ok = os.execute(("%s %s >%s 2>%s"):format(H.q(H.mirza_bin), H.q(script), H.q(out), H.q(err)))
     local o, er = H.read_file(out), H.read_file(err)
     assert.is_true(ok, er)
@@ -349,9 +352,12 @@ e:close()
       if line:find("^LOG ") then logs_seen[#logs_seen + 1] = line end
       if line:find("^SAY ") then says[#says + 1] = line:sub(5) end
     end
-    assert.equal(1, #logs_seen, o)
+    assert.equal(2, #logs_seen, o)
     assert.truthy(logs_seen[1]:find(("LOG %s:%d: route v2 broke"):format(rpath, line_of(ROUTE_V2, "route v2 broke")),
       1, true), o)
+    -- a reload that fails goes to the engine's log too, one line
+    assert.equal(("LOG reload of mirza.route failed, the previous version stays (fix the file: it is reloaded when "
+      .. "it changes): %s:1: unexpected symbol near <eof>"):format(rpath), logs_seen[2])
     assert.same(SENTENCES, says)
     assert.truthy(o:find("ANSWER " .. TEXT .. "\n", 1, true), o)
   end)
