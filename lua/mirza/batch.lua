@@ -171,7 +171,7 @@ end
 -- the old file or the new one, never half of one).
 local function replace_file(path, data)
   local tmp, i = path .. ".tmp", 0
-  while io.open(tmp) do -- never overwrite a file of the user's
+  while core.stat(tmp) do -- never overwrite a file of the user's
     i = i + 1
     tmp = ("%s.tmp%d"):format(path, i)
   end

@@ -112,11 +112,15 @@ describe("batch output files", function()
       progress = false })
     local whole = H.read_file(out)
     local first = lines_of(whole)[1]
-    -- torn: only the first record, then half of one
+    -- torn: only the first record, then half of one; a file of the user's
+    -- named like the temporary file the cut goes through stays as it was
     write(out, first .. "\n" .. first:sub(1, 30))
+    write(out .. ".tmp", "mine\n")
     local st = assert(batch.run { input = input, output = out, endpoints = { sim.base }, model = "m", quiet = true,
       progress = false })
     assert.equal(1, st.skipped)
+    assert.equal("mine\n", H.read_file(out .. ".tmp"))
+    os.remove(out .. ".tmp")
     local by = by_id(H.read_file(out)) -- every line a whole record
     assert.is_table(by["line-1"])
     assert.is_table(by["line-2"])
