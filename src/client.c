@@ -710,7 +710,8 @@ static const char *which_clock(const mz_stream *s) {
   curl_off_t connected = 0;
   curl_easy_getinfo(s->easy, CURLINFO_CONNECT_TIME_T, &connected);
   if (!connected && s->connect_ms && (!s->deadline_ms || s->connect_ms <= s->deadline_ms))
-    return "connect timeout: no TCP connection in time; raise the `timeout` option, or check the address";
+    return "connect timeout: no TCP connection in time; raise the `timeout` option (engine, batch: `connect_timeout`), "
+           "or check the address";
   return "deadline: the whole request took longer than the `deadline` option; raise it, or false for none";
 }
 
