@@ -1,9 +1,11 @@
 -- mirza-dev-1.rockspec - `luarocks make` builds the checked-out tree with
 -- CMake and installs the C module mirza.so (the whole mirza library: the C
--- core and the Lua modules compiled in), the `mirza` and `mirza-sim`
--- executables and the jobs into a LuaRocks tree:
+-- core and the Lua modules compiled in; any `require "mirza.<name>"` can come
+-- first), the `mirza` and `mirza-sim` executables, the jobs and the Lua
+-- sources (for --lua-dir: lib/luarocks/rocks-5.4/mirza/dev-1/share/mirza/lua)
+-- into a LuaRocks tree:
 --   luarocks --lua-version 5.4 make --tree /tmp/t
---   LUA_CPATH='/tmp/t/lib/lua/5.4/?.so;;' lua5.4 -e 'require "mirza"'
+--   LUA_CPATH='/tmp/t/lib/lua/5.4/?.so;;' lua5.4 -e 'require "mirza.engine"'
 -- System libraries: libcurl and cJSON (Debian: libcurl4-openssl-dev,
 -- libcjson-dev), Lua 5.4 headers (liblua5.4-dev), cmake and pkg-config.
 rockspec_format = "3.0"
