@@ -35,17 +35,23 @@ local function by_id(text)
   return by
 end
 
--- `mirza scripts/batch.lua ARGS...` to its end: exit code, stdout, stderr.
-local function cli(...)
+-- `mirza scripts/batch.lua ARGS...` run in directory dir (nil: here) to
+-- its end: exit code, stdout, stderr.
+local function cli_in(dir, ...)
   local words = { H.q(H.mirza_bin), H.q(SCRIPT) }
   for _, a in ipairs { ... } do words[#words + 1] = H.q(a) end
   local err = H.tmpname(".err")
-  local p = assert(io.popen(table.concat(words, " ") .. " 2>" .. H.q(err)))
+  local cd = dir and ("cd " .. H.q(dir) .. " && ") or ""
+  local p = assert(io.popen(cd .. table.concat(words, " ") .. " 2>" .. H.q(err)))
   local out = p:read("a")
   local _, _, rc = p:close()
   local e = H.read_file(err)
   os.remove(err)
   return rc, out, e
+end
+
+local function cli(...)
+  return cli_in(nil, ...)
 end
 
 local function item(id, ctl)
@@ -157,16 +163,20 @@ describe("batch output files", function()
   end)
 
   it("streams records to stdout with -, /dev/stdout, and into a FIFO (no resume, no file named -)", function()
-    local input = H.tmpname(".txt")
+    local input, dir = H.tmpname(".txt"), H.tmpname(".d")
     write(input, "alpha\nbeta\n")
+    assert(os.execute("mkdir " .. H.q(dir)))
     for _, target in ipairs { "-", "/dev/stdout" } do
-      local rc, out, err = cli(input, target, "--endpoint", sim.base, "--model", "m", "--quiet")
+      local rc, out, err = cli_in(dir, input, target, "--endpoint", sim.base, "--model", "m", "--quiet")
       assert.equal(0, rc, err)
       local by = by_id(out)
       assert.is_table(by["line-1"], out)
       assert.is_table(by["line-2"], out)
     end
-    assert.is_nil(io.open("-"))
+    local dash = io.open(dir .. "/-")
+    if dash then dash:close() end
+    os.execute("rm -rf " .. H.q(dir))
+    assert.is_nil(dash, "a file named - was written")
     local fifo, got = H.tmpname(".fifo"), H.tmpname(".out")
     assert(os.execute("mkfifo " .. H.q(fifo)))
     local reader = assert(io.popen("cat " .. H.q(fifo) .. " >" .. H.q(got) .. " & echo $!"))
