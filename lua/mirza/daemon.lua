@@ -15,10 +15,10 @@
 --- plausibly the daemon's: a loopback host, and the pid holds the port's
 --- listening socket or is named by our pid file.
 ---
---- Presets build the command line (and environment: Ollama is set up by
---- OLLAMA_* variables) from the seed's settings; `custom` takes an argv
---- (with `{host}`, `{port}`, `{model}`, `{model_id}` placeholders) and a
---- health path. A preset's port expects that daemon: when something else
+--- Presets (mirza.presets) build the command line (and environment:
+--- Ollama is set up by OLLAMA_* variables) from the seed's settings;
+--- `custom` takes an argv (with `{host}`, `{port}`, `{model}`, `{model_id}`
+--- placeholders) and a health path. A preset's port expects that daemon: when something else
 --- answers there, start() names it (mirza.detect) instead of taking it.
 local core = require "mirza.core"
 local json = core.json
@@ -71,136 +71,19 @@ local defaults = {
   autostart = true, keep_alive = false, deadline = 300, grace = 5, poll_interval = 0.25,
 }
 
--- What differs by preset when not given: the daemon's usual port, its
--- readiness route.
-local preset_defaults = {
-  ollama = { port = 11434, health = "/api/version" },
-  vllm = { port = 8000 },
-}
-
 local function argerror(fmt, ...)
   error("mirza.daemon: " .. fmt:format(...), 3)
 end
 
--- ------------------------------------------------------------ presets
-
-local function basename(path)
-  return (path:gsub("/+$", ""):match("([^/]+)$") or path):gsub("%.gguf$", "")
-end
-
-local function append(argv, extra)
-  for _, a in ipairs(extra or {}) do argv[#argv + 1] = tostring(a) end
-  return argv
-end
-
-local function need_model(o)
-  if not o.model then argerror("preset '%s' needs 'model'", o.preset) end
-  return o.model
-end
-
--- The interpreter's path from the `arg` table (its most negative index).
-local function interpreter()
-  local i, path = -1, nil
-  while _G.arg and _G.arg[i] do
-    path, i = _G.arg[i], i - 1
-  end
-  return path
-end
-
-local function file_exists(path)
-  local f = path and io.open(path, "r")
-  if f then f:close() end
-  return f ~= nil
-end
+local presets = require "mirza.presets"
+local basename, needs_model = presets.basename, presets.needs_model
 
 ---Find the simulator: $MIRZA_SIM, next to the mirza executable, build/.
----@return string
-function M.find_sim()
-  local env = os.getenv("MIRZA_SIM")
-  if env and env ~= "" then return env end
-  local exe = interpreter()
-  local dir = exe and exe:match("^(.*)/[^/]*$")
-  for _, p in ipairs { dir and (dir .. "/mirza-sim"), "build/mirza-sim" } do
-    if file_exists(p) then return p end
-  end
-  return "mirza-sim"
-end
+M.find_sim = presets.find_sim
 
-local kv_quant = { [8] = "q8", [4] = "q4" }
-local kv_type = { [8] = "q8_0", [4] = "q4_0" }
-
----Command lines by preset: each takes the resolved options.
----@type table<string, fun(o: table): string[]>
-M.presets = {}
-
-M.presets.mtplx = function(o)
-  return append({
-    o.bin or "mtplx", "serve", "--model", need_model(o), "--model-id", o.model_id,
-    "--host", o.host, "--port", tostring(o.port), "--context-window", tostring(o.context_window),
-    "--kv-quant", kv_quant[o.kv_bits] or "off", "--depth", tostring(o.depth), "--no-stats-footer",
-  }, o.args)
-end
-
-M.presets["llama-server"] = function(o)
-  local argv = {
-    o.bin or "llama-server", "-m", need_model(o), "--host", o.host, "--port", tostring(o.port),
-    "-c", tostring(o.context_window * o.parallel),
-  }
-  -- llama-server's own default is f16, and q8 KV crashes some models at
-  -- load: quantize only when kv_bits was asked for.
-  local kv = o.kv_explicit and kv_type[o.kv_bits]
-  if kv then append(argv, { "-ctk", kv, "-ctv", kv }) end
-  append(argv, { "-np", tostring(o.parallel) })
-  if o.jinja then argv[#argv + 1] = "--jinja" end
-  return append(append(argv, { "--alias", o.model_id }), o.args)
-end
-
--- "host:port" as a daemon's own setting wants it ("[::1]:11434").
-local function host_port(o)
-  return ("%s:%d"):format(o.host:find(":", 1, true) and "[" .. o.host .. "]" or o.host, o.port)
-end
-
--- `ollama serve` takes its settings from the environment: the address,
--- the context per request (Ollama multiplies it by the parallel slots
--- itself), and, only when asked, the slots and the KV quantization (which
--- needs flash attention).
-M.presets.ollama = function(o)
-  local env = { OLLAMA_HOST = host_port(o), OLLAMA_CONTEXT_LENGTH = tostring(o.context_window) }
-  if o.parallel_explicit then env.OLLAMA_NUM_PARALLEL = tostring(o.parallel) end
-  local kv = o.kv_explicit and kv_type[o.kv_bits]
-  if kv then env.OLLAMA_KV_CACHE_TYPE, env.OLLAMA_FLASH_ATTENTION = kv, "1" end
-  return append({ o.bin or "ollama", "serve" }, o.args), env
-end
-
--- `vllm serve MODEL`: the context is per sequence; --max-num-seqs only
--- when asked (vLLM batches 256 by default, a cap of 1 would cripple it);
--- an 8-bit KV cache is fp8 (vLLM has no 4-bit one).
-M.presets.vllm = function(o)
-  local argv = {
-    o.bin or "vllm", "serve", need_model(o), "--host", o.host, "--port", tostring(o.port),
-    "--served-model-name", o.model_id, "--max-model-len", tostring(o.context_window),
-  }
-  if o.parallel_explicit then append(argv, { "--max-num-seqs", tostring(o.parallel) }) end
-  if o.kv_explicit and o.kv_bits == 8 then append(argv, { "--kv-cache-dtype", "fp8" }) end
-  return append(argv, o.args)
-end
-
-M.presets["mirza-sim"] = function(o)
-  return append({
-    o.bin or M.find_sim(), "--host", o.host, "--port", tostring(o.port), "--model-id", o.model_id,
-    "--dialect", o.dialect, "--context-window", tostring(o.context_window),
-  }, o.args)
-end
-
-M.presets.custom = function(o)
-  if type(o.argv) ~= "table" or not o.argv[1] then argerror("preset 'custom' needs 'argv'") end
-  local vars = { host = o.host, port = tostring(o.port), model = o.model or "", model_id = o.model_id or "" }
-  local argv = {}
-  for i, a in ipairs(o.argv) do
-    argv[i] = tostring(a):gsub("{(%w[%w_]*)}", vars)
-  end
-  return argv
-end
+---Command lines by preset (mirza.presets): each takes the resolved options
+---and returns the argv, and the preset's environment when it has one.
+M.presets = presets.argv
 
 -- ------------------------------------------------------------ options
 
@@ -231,9 +114,6 @@ local function check_values(o)
   if o.health:sub(1, 1) ~= "/" then argerror("'health' must be a path starting with '/'") end
 end
 
--- Presets that cannot start a daemon without `model`.
-local needs_model = { mtplx = true, ["llama-server"] = true, vllm = true }
-
 local function merge_env(env, extra)
   for k, v in pairs(extra or {}) do env[k] = v end
   return env
@@ -254,7 +134,7 @@ function M.resolve(opts)
     o[k] = v
   end
   o.kv_explicit, o.parallel_explicit = opts.kv_bits ~= nil, opts.parallel ~= nil
-  for k, v in pairs(preset_defaults[o.preset or defaults.preset] or {}) do
+  for k, v in pairs(presets.defaults[o.preset or defaults.preset] or {}) do
     if o[k] == nil then o[k] = v end
   end
   for k, v in pairs(defaults) do
@@ -388,7 +268,7 @@ function Daemon:_other_kind(info)
   if info and (not shape or shape(info)) then return nil end
   if self.preset == "mirza-sim" or self.preset == "custom" then return nil end
   local found = require("mirza.detect").detect(self.base_url, { api_key = self._o.api_key, wait = 0 })
-  if not found or found.kind == self.preset then return nil end
+  if not found or found.kind == self.preset or found.kind == "unknown" then return nil end
   return ("%s is %s, not %s: leave preset unset to use it as it is, or point mirza at your %s daemon "
     .. "(another base_url or port)"):format(self.url, require("mirza.detect").describe(found), self.preset,
     self.preset)
@@ -567,6 +447,9 @@ function Daemon:start()
     local w, msg, c = self:_wait()
     if not w then return nil, msg, c end
     return self:_adopt(select(2, self:healthy()))
+  elseif code == "http" and (status == 401 or status == 403) then
+    return nil, ("%s answers %d (%s): give api_key (MIRZA_API_KEY) the daemon's key"):format(self.health_url,
+      status, info), "foreign"
   elseif code ~= "refused" then
     local other = self:_other_kind(nil)
     if other then return nil, other, "foreign" end

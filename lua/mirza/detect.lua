@@ -134,9 +134,9 @@ function M.detect(base, opts)
     if not h and code == "timeout" then return nil, msg, code end
   end
   if not h and not status then -- no HTTP answer at all (timeout, cut): no point in asking more
-    return nil, ("%s does not answer: %s"):format(base, msg), code
+    return nil, ("%s does not answer: %s (check what listens there)"):format(base, msg), code
   end
-  if h and mtplx_health(h) and not h.status then
+  if h and mtplx_health(h) then
     found.kind, found.via = "mtplx", "/health"
     if type(h.model) == "string" then found.model = h.model end
   end

@@ -192,6 +192,18 @@ describe("an explicit preset that finds another server", function()
     assert.truthy(msg:find("not llama-server: leave preset unset", 1, true), msg)
     assert.is_true(alive(s.pid) and alive(n.pid), "left alone")
   end)
+
+  it("a daemon that wants an API key says to give it", function()
+    local s = sim { "--api-key", "k-42" }
+    finally(s.stop)
+    local ok, msg, code = mirza.daemon({ preset = "mtplx", model = "m", port = s.port, progress = false }):start()
+    assert.is_nil(ok)
+    assert.equal("foreign", code)
+    assert.truthy(msg:find(("^http://127.0.0.1:%d/health answers 401 %%(.*%%): give api_key %%(MIRZA_API_KEY%%) the "
+      .. "daemon's key$"):format(s.port)), msg)
+    assert.is_true(mirza.daemon({ preset = "mtplx", model = "m", model_id = "mirza-sim", port = s.port,
+      api_key = "k-42", progress = false }):start())
+  end)
 end)
 
 describe("a preset without a model", function()
