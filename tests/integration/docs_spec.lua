@@ -285,8 +285,9 @@ describe("docs", function()
             counts.checked = counts.checked + 1
           elseif b.lang == "lua" or b.lang == "sh" then
             local own = b.d.sim and start_sims(b.d.sim)
-            local rc, output = run_block(b, dir, ports_of(own or sims))
+            local ok, rc, output = pcall(run_block, b, dir, ports_of(own or sims))
             for _, s in ipairs(own or {}) do s.stop() end
+            assert(ok, rc)
             assert(rc == 0, ("%s: the %s block failed (exit %d):\n%s"):format(where, b.lang, rc, output))
             counts.ran = counts.ran + 1
           else
