@@ -116,7 +116,7 @@ static void usage(FILE *out) {
         "Fault SPEC: comma-separated items, also per request with header\n"
         "'X-Mirza-Sim-Fault: SPEC' or body {\"mirza_sim\":{\"fault\":\"SPEC\"}}:\n"
         "  http=STATUS[:MSG]  http-text=STATUS  error-after=N  cut-after=N\n"
-        "  stall-after=N[:MS]  malformed-after=N  utf8-split  loop  loop=phrase\n"
+        "  stall-after=N[:MS]  malformed-after=N  utf8-split  loop[=TEXT]\n"
         "  oversized=BYTES  replay=PATH  crash-after=N\n"
         "  no-done            finish normally but never send data: [DONE]\n"
         "  bad-utf8-after=N   after N tokens a frame with invalid UTF-8 in its content\n"
