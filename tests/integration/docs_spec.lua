@@ -35,7 +35,7 @@
 -- `--port N`, `MIRZA_PORT=N` as that port) becomes one of three
 -- simulators in order of appearance, started with --tok-rate 0 --ttft-ms 0
 -- (the whole file takes seconds). The test prints how many blocks ran and
--- which were skipped, and why.
+-- which were skipped, and why; MIRZA_DOCS_VERBOSE=1 prints each block's output.
 local H = require "tests.helper"
 
 local DEFAULT_TIMEOUT = 20
@@ -289,6 +289,7 @@ describe("docs", function()
             for _, s in ipairs(own or {}) do s.stop() end
             assert(ok, rc)
             assert(rc == 0, ("%s: the %s block failed (exit %d):\n%s"):format(where, b.lang, rc, output))
+            if os.getenv("MIRZA_DOCS_VERBOSE") then io.stdout:write(("\n== %s\n%s"):format(where, output)) end
             counts.ran = counts.ran + 1
           else
             error(("%s: a block of language '%s': make it lua or sh (run), json (parsed) or text (shown), "
