@@ -64,7 +64,7 @@ describe("batch over a dead endpoint", function()
   it("stops within seconds with exit 1 and 'no endpoint reachable' when none ever answered", function()
     local dead = ("http://127.0.0.1:%d/v1"):format(H.free_port())
     local input, output = write_items(ids("d", 2), function() return FAST end), H.tmpname(".jsonl")
-    local rc, out, dt = cli({ input, output, "--endpoint", dead }, 30)
+    local rc, out, dt = cli({ input, output, "--endpoint", dead }, 20)
     print(("\n  dead endpoint: exit %s after %.2f s"):format(rc, dt))
     assert.equal(1, rc, out)
     assert.truthy(out:find("batch: no endpoint reachable: " .. dead, 1, true), out)
@@ -80,7 +80,7 @@ describe("batch over a dead endpoint", function()
     local input, output = write_items(ids("d", 8), function() return FAST end), H.tmpname(".jsonl")
     local t0 = mirza.now()
     local st, msg, code = batch.run { input = input, output = output, endpoints = { a, b }, model = "m", quiet = true,
-      progress = false }
+      progress = false, batch_deadline = 20 } -- bounded, were it never to give up
     local dt = mirza.now() - t0
     assert.is_nil(st)
     assert.equal("unreachable", code)
