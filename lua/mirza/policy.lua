@@ -41,8 +41,11 @@ function M.report(e, name, v, err, what)
   local w = e.watcher
   local f = w.files[name]
   local msg = reload.message(err, f and f.path)
-  if reload.failed(w, v, msg) then
+  if not reload.failed(w, v, msg) then return end
+  if f or package.preload[name] then
     e:log("error", ("%s (%s is kept out of use until its file changes; %s)"):format(msg, name, what))
+  else -- a function of the script's: no file to watch, tried again next turn
+    e:log("error", ("%s (%s)"):format(msg, what))
   end
 end
 
