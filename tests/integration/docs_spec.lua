@@ -40,10 +40,15 @@ local H = require "tests.helper"
 
 local DEFAULT_TIMEOUT = 20
 local SIM_ARGS = { "--tok-rate", "0", "--ttft-ms", "0", "--quiet" }
-local ENGINE_VARS = { "MIRZA_BASE_URL", "MIRZA_MODEL", "MIRZA_MODEL_ID", "MIRZA_API_KEY", "MIRZA_HOST",
-  "MIRZA_PORT", "MIRZA_PRESET", "MIRZA_SESSION_ID", "MIRZA_DIALECT", "MIRZA_CONTEXT_WINDOW",
-  "MIRZA_MAX_TOKENS", "MIRZA_TEMPERATURE", "MIRZA_AUTOSTART", "MIRZA_DAEMON", "MIRZA_THINK_TAGS",
-  "MIRZA_CONFIG", "MIRZA_LUA_DIR", "MIRZA_RECORD", "MIRZA_DEMO_PORT" }
+
+-- The MIRZA_* variables of this environment (the test's own among them):
+-- none reaches a block.
+local function mirza_vars()
+  local names, p = {}, assert(io.popen("env"))
+  for line in p:lines() do names[#names + 1] = line:match("^(MIRZA_[%w_]*)=") end
+  p:close()
+  return names
+end
 local LINKED = { "scripts", "lua", "tests", "docs", "man" }
 
 -- ---- extraction -----------------------------------------------------------
@@ -211,7 +216,7 @@ local function run_block(b, dir, ports)
   f:write(map_endpoints(b.code, ports))
   f:close()
   local env = { "env" }
-  for _, v in ipairs(ENGINE_VARS) do env[#env + 1] = "-u " .. v end
+  for _, v in ipairs(mirza_vars()) do env[#env + 1] = "-u " .. v end
   env[#env + 1] = "HOME=" .. H.q(dir)
   env[#env + 1] = "PATH=" .. H.q(H.build .. ":" .. os.getenv("PATH"))
   env[#env + 1] = "MIRZA_SIM=" .. H.q(H.sim_bin)
