@@ -57,7 +57,10 @@
 local Stream = {}
 
 ---Next event, waiting up to `timeout` seconds (nil: until one comes; 0: poll).
----While waiting, every other open transfer makes progress too.
+---While waiting, every other open transfer makes progress too. Ctrl-C
+---during any wait of mirza raises: "interrupted" under `mirza`, the
+---interpreter's own "interrupted!" under stock lua5.4 (its SIGINT hook runs
+---as soon as the signal cuts the wait short).
 ---@param timeout? number
 ---@return mirza.Event|nil event nil once the final done/error event was returned
 ---@return string? message "timeout" when nothing came in time
