@@ -495,8 +495,10 @@ end
 function Engine:clear_cache(opts)
   opts = opts or {}
   if opts.history then require("mirza.prompt").clear(self.history) end
-  if self.cfg.dialect == "llama" then
-    return nil, "llama-server cannot clear a session's cache", "unsupported"
+  local kind = self.detected and self.detected.kind
+  if self.cfg.dialect == "llama" or (kind and kind ~= "mtplx") then -- only MTPLX has the admin routes
+    local what = kind == "openai" and "an OpenAI-compatible server" or kind == "unknown" and "this server" or kind
+    return nil, ("%s cannot clear a session's cache"):format(what or "llama-server"), "unsupported"
   end
   local path = opts.all and "/admin/cache/clear"
       or ("/admin/sessions/%s/clear"):format(self.cfg.session_id:gsub("[^%w%-_.~]", function(c)

@@ -133,6 +133,9 @@ describe("no preset: what answers is detected and used as is", function()
     assert.truthy(#text > 0)
     assert.equal("Qwen/Qwen3-8B", body.model)
     assert.is_table(body.chat_template_kwargs)
+    -- neither has MTPLX's admin routes: /clear says so instead of an HTTP 404
+    assert.same({ nil, "ollama cannot clear a session's cache", "unsupported" }, { eo:clear_cache() })
+    assert.same({ nil, "vllm cannot clear a session's cache", "unsupported" }, { ev:clear_cache() })
   end)
 
   it("a server still loading (503) is waited for, with progress, then detected", function()
