@@ -383,10 +383,18 @@ local function read_stream(s, opts, r)
 end
 
 -- The model endpoint e serves: the first id its /v1/models lists, asked
--- once. nil, message, code when it cannot be asked (code "model" when it
--- answered without a model: no use retrying).
+-- once (the other workers wait for that answer). nil, message, code when
+-- it cannot be asked (code "model" when it answered without a model: no
+-- use retrying).
 local function served_model(e, opts)
+  while e.model_asked do e.model_asked:wait() end -- asked by another worker: its answer is ours
   if e.model then return e.model end
+  local asked = loop.condition()
+  e.model_asked = asked
+  local _ <close> = setmetatable({}, { __close = function() -- answered, failed or cancelled
+    e.model_asked = nil
+    asked:broadcast()
+  end })
   local url = e.base .. "/models"
   local body, msg, code, status = mirza.request { url = url, method = "GET", headers = opts.headers,
     api_key = opts.api_key, timeout = opts.connect_timeout, deadline = opts.deadline or 30 }

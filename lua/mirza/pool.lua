@@ -42,6 +42,7 @@ local P = {}
 ---@field nsuspects integer how many
 ---@field last_error string|nil the message of its last failure
 ---@field model string|nil the model it serves, once a user asked (mirza.batch)
+---@field model_asked mirza.Condition|nil set while a user asks it for its model (mirza.batch)
 
 ---@class mirza.Pool
 ---@field endpoints mirza.Endpoint[]

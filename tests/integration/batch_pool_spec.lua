@@ -223,19 +223,23 @@ describe("batch model", function()
   after_each(function() collectgarbage("collect") end)
 
   it("asks /v1/models when no model is given; a line's own model and an explicit one win", function()
-    local sim = H.start_sim { "--model-id", "served-model-7", "--parallel", "4" }
+    local sim = H.start_sim { "--model-id", "served-model-7", "--parallel", "4", "--verbose" }
     finally(function() sim.stop() end)
     local input = H.tmpname(".jsonl")
     local f = assert(io.open(input, "wb"))
     local plain = { messages = { { role = "user", content = "x" } }, mirza_sim = FAST }
     local own = { model = "own", messages = { { role = "user", content = "y" } }, mirza_sim = FAST }
-    f:write(json.encode { custom_id = "a", body = plain }, "\n", json.encode { custom_id = "b", body = own }, "\n")
+    f:write(json.encode { custom_id = "b", body = own }, "\n")
+    for _, id in ipairs { "a", "c", "d", "e", "f" } do f:write(json.encode { custom_id = id, body = plain }, "\n") end
     f:close()
     local output = H.tmpname(".jsonl")
     assert(batch.run { input = input, output = output, endpoints = { sim.base }, quiet = true, progress = false })
     local by = records(output)
     assert.equal("served-model-7", by.a.response.body.model)
+    assert.equal("served-model-7", by.f.response.body.model)
     assert.equal("own", by.b.response.body.model)
+    -- asked once, though four workers started together
+    assert.equal(1, select(2, H.read_file(sim.log):gsub("GET /v1/models", "")), H.read_file(sim.log))
     os.remove(output)
     assert(batch.run { input = input, output = output, endpoints = { sim.base }, model = "given", quiet = true,
       progress = false })
