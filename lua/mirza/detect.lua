@@ -36,6 +36,7 @@ local PROBE_DEADLINE = 3  -- whole-probe limit
 ---@field dialect "mtplx"|"llama"
 ---@field url string       the base URL probed ("http://host:port/v1")
 ---@field waited number|nil seconds waited while the server was loading
+---@field denied integer|nil 401 or 403: /health and /v1/models refused us (a missing or wrong api_key)
 
 -- One probe: the decoded JSON (or {} for a body that is not JSON), or nil,
 -- message, code, status.
@@ -148,12 +149,17 @@ function M.detect(base, opts)
       break
     end
   end
+  local models_status
   if not found.model then
-    found.models = ids_of((get(base .. "/models", o)))
+    local list, _, _, st = get(base .. "/models", o)
+    found.models, models_status = ids_of(list), st
     if found.models and not found.kind then found.kind, found.via = "openai", "/v1/models" end
     found.model = found.models and found.models[1] or found.props_model
   end
   found.props_model = nil
+  -- nothing told, and the routes a client needs turned us away: the key is missing or wrong
+  local denied = { [401] = true, [403] = true }
+  if not found.kind and denied[status] and denied[models_status] then found.denied = models_status end
   found.kind = found.kind or "unknown"
   found.dialect = M.dialects[found.kind]
   return found

@@ -348,13 +348,19 @@ function Engine:_probe(remote)
 end
 
 -- Use what was found as it is: its model (unless one was given), its
--- dialect (unless given); a preset's default model does not apply.
+-- dialect (unless given); a preset's default model does not apply. A
+-- server that turns every probe away (401/403) is an error saying so.
 function Engine:_use(found)
   local cfg = self.cfg
+  if found.denied then
+    return nil, ("%s answers %d to every request: %s (MIRZA_API_KEY)"):format(self.base_url, found.denied,
+      cfg.api_key and "check api_key, the server does not take it" or "give api_key the server's key"), "http"
+  end
   self.detected = found
   if cfg._default_model then cfg.model, cfg._default_model = nil, nil end
   if not cfg.model_id and not cfg.model then self.served_model = found.model end
   if not cfg._given_dialect then cfg.dialect = found.dialect end
+  return true
 end
 
 -- No preset asked for: use what answers, unsupervised; when nothing does,
@@ -363,8 +369,7 @@ function Engine:_detect_or_start()
   local found, msg, code = self:_probe(false)
   if found then
     self.daemon = nil -- nothing started, nothing to stop on close
-    self:_use(found)
-    return true
+    return self:_use(found)
   end
   if code ~= "refused" then return nil, msg, code end
   local todo = ("nothing answers at %s: start your daemon, or set preset = \"mtplx\" (or \"llama-server\", "
@@ -383,7 +388,7 @@ function Engine:_connect()
   if self.daemon then return self.daemon:start() end
   if not self.cfg.model_id and not self.cfg.model then
     local found = self:_probe(true)
-    if found then self:_use(found) end
+    if found then return self:_use(found) end
   end
   return true
 end
