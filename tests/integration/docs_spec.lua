@@ -313,6 +313,44 @@ describe("docs", function()
   end)
 end)
 
+-- ---- links ------------------------------------------------------------------
+
+-- GitHub's anchor of a heading: lower case, punctuation dropped (but - and
+-- _), spaces as dashes.
+local function slug(heading)
+  return (heading:lower():gsub("`", ""):gsub("[^%w%s%-_\128-\255]", ""):gsub("%s", "-"))
+end
+
+local function anchors(rel)
+  local set = {}
+  for h in ("\n" .. H.read_file(H.source .. "/" .. rel)):gmatch("\n#+%s+([^\n]+)") do set[slug(h)] = true end
+  return set
+end
+
+describe("docs links", function()
+  for _, file in ipairs(doc_files()) do
+    if file:match("%.md$") then
+      it(file .. ": every relative link names a file and a heading that exist", function()
+        local dir = file:match("^(.*)/") or ""
+        local text = H.read_file(H.source .. "/" .. file)
+        for target in text:gmatch("%]%(([^)%s]+)%)") do
+          if not target:match("^%a+:") then
+            local path, anchor = target:match("^([^#]*)#?(.*)$")
+            local rel = path == "" and file or ((dir ~= "" and dir .. "/" or "") .. path):gsub("[^/]+/%.%./", "")
+            local f = io.open(H.source .. "/" .. rel)
+            assert(f, ("%s: the link (%s) names a file that does not exist"):format(file, target))
+            f:close()
+            if anchor ~= "" then
+              assert(anchors(rel)[anchor], ("%s: the link (%s): no heading of %s has that anchor"):format(file,
+                target, rel))
+            end
+          end
+        end
+      end)
+    end
+  end
+end)
+
 -- ---- the man pages match --help -------------------------------------------
 
 -- The set of --options a man page documents in its OPTIONS section.
