@@ -419,6 +419,23 @@ end)
 describe("man/mirza.1", function()
   local help = help_of(H.mirza_bin)
 
+  it("documents every option of mirza --help, and no other", function()
+    local opts = {}
+    local section = help:match("\nOptions:\n(.-)\nExit status") or ""
+    for line in section:gmatch("[^\n]+") do
+      for opt in (line:match("^  (%-[^%s]*,? ?%-*[%w%-]*)") or ""):gmatch("%-[%w%-]*") do opts[opt] = true end
+    end
+    local page = H.read_file(H.source .. "/man/mirza.1")
+    local man = {}
+    for line in ((page:match("\n%.SH OPTIONS\n(.-)\n%.SH ") or "")):gmatch("%.TP\n([^\n]+)") do
+      for opt in line:gsub("\\%-", "-"):gmatch("%f[%S\"]%-[%w%-]*") do man[opt] = true end
+    end
+    assert.is_true(opts["--lua-dir"] and opts["-e"] and opts["-"] and true or false,
+      "cannot read the options of --help")
+    assert.equal("", missing(opts, man), "options of --help missing from man/mirza.1")
+    assert.equal("", missing(man, opts), "options of man/mirza.1 that --help does not list")
+  end)
+
   it("documents every job that mirza --help lists", function()
     local page = H.read_file(H.source .. "/man/mirza.1")
     local jobs = "\n" .. (page:match("\n%.SH JOBS\n(.-)\n%.SH ") or "")
