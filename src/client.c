@@ -600,13 +600,29 @@ static size_t on_write(char *p, size_t size, size_t n, void *ud) {
   return s->abort ? 0 : len;
 }
 
+/* One line of the response head into a recording: a header whose name
+ * looks like a credential (Set-Cookie, ...: mz_is_secret) as "Name:
+ * [redacted]", the line end kept. */
+static void record_header(FILE *f, const char *p, size_t len) {
+  const char *colon = memchr(p, ':', len);
+  if (colon && colon > p && !(len >= 5 && memcmp(p, "HTTP/", 5) == 0) && mz_is_secret(p, (size_t)(colon - p))) {
+    size_t eol = len;
+    while (eol && (p[eol - 1] == '\n' || p[eol - 1] == '\r')) eol--;
+    fwrite(p, 1, (size_t)(colon - p), f);
+    fputs(": [redacted]", f);
+    fwrite(p + eol, 1, len - eol, f);
+    return;
+  }
+  fwrite(p, 1, len, f);
+}
+
 /* One line of the response head. Every line counts as received data for
  * the stall timer (a slow head is no stall). A status line starts a new
  * head (after a 1xx), so only the final response's headers are kept. */
 static size_t on_header(char *p, size_t size, size_t n, void *ud) {
   mz_stream *s = ud;
   size_t len = size * n, name;
-  if (s->rec) fwrite(p, 1, len, s->rec); /* recording: status line, headers, blank line */
+  if (s->rec) record_header(s->rec, p, len); /* recording: status line, headers, blank line */
   received(s);
   if (len >= 5 && memcmp(p, "HTTP/", 5) == 0) {
     s->headers.len = 0;

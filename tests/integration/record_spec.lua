@@ -227,6 +227,32 @@ describe("recordings redact credentials", function()
     hides_secret(d)
   end)
 
+  it("the response head: a Set-Cookie or other secret header of the server's as Name: [redacted]", function()
+    local src, d = dir .. "/served", dir .. "/resp-head"
+    assert(os.execute("mkdir -p " .. H.q(src)))
+    local chunk = '{"id":"chatcmpl-c","object":"chat.completion.chunk","choices":[{"index":0,"delta":'
+      .. '{"content":"Hi."},"finish_reason":"stop"}]}'
+    local function write(path, text)
+      local f = assert(io.open(path, "wb"))
+      f:write(text)
+      f:close()
+    end
+    write(src .. "/000001.request", "POST /v1/chat/completions\n\n{}")
+    write(src .. "/000001.response", "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+      .. "Set-Cookie: sid=" .. SECRET .. "; HttpOnly\r\nX-Auth-Token:" .. SECRET .. "\r\n"
+      .. "X-Request-Id: req_kept\r\n\r\ndata: " .. chunk .. "\n\ndata: [DONE]\n\n")
+    local replay = H.start_sim { "--replay-dir", src }
+    local evs = events { url = replay.url, body = H.chat_body("x"), record = d }
+    replay.stop()
+    assert.equal("done", evs[#evs].type, evs[#evs].message)
+    local resp = H.read_file(d .. "/000001.response")
+    assert.truthy(resp:find("\r\nSet-Cookie: [redacted]\r\n", 1, true), resp)
+    assert.truthy(resp:find("\r\nX-Auth-Token: [redacted]\r\n", 1, true), resp)
+    assert.truthy(resp:find("\r\nX-Request-Id: req_kept\r\n", 1, true), resp)
+    assert.truthy(resp:find("\r\n\r\ndata: ", 1, true), resp)
+    hides_secret(d)
+  end)
+
   it("runs.jsonl: the endpoint and the error of an engine turn", function()
     local d, logged = dir .. "/runs", {}
     local e = engine.new { base_url = with_userinfo(sim.base) .. "/v1", model = "mirza-sim", config_file = false,
