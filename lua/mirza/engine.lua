@@ -185,6 +185,9 @@ local function parse_url(url)
   if not scheme then
     error(("mirza.engine: base_url must be http(s)://..., got %q"):format(require("mirza.record").redact_text(url)), 4)
   end
+  local authority = rest:match("^[^/?#]*")
+  local hostport = authority:match("^.*@(.*)$") -- after the userinfo (user:pass@), its last '@'
+  if hostport then rest = hostport .. rest:sub(#authority + 1) end
   local host, port = rest:match("^(%[[^%]]+%]):?(%d*)")
   if not host then host, port = rest:match("^([^/:]+):?(%d*)") end
   return scheme, host, tonumber(port) or (scheme == "https" and 443 or 80)

@@ -166,4 +166,17 @@ describe("mirza.engine configuration", function()
     assert.same({ 80, false }, { cfg.port, cfg.daemon })
     assert.is_nil(cfg.model) -- an endpoint used as is gets no preset model
   end)
+
+  it("a base URL's userinfo is not its host: http://alice:pw@127.0.0.1/v1 is loopback, detected", function()
+    local cfg = engine.config({ config_file = false, base_url = "http://alice:p@ss@127.0.0.1:8124/v1" }, env_of {})
+    assert.same({ "127.0.0.1", 8124 }, { cfg.host, cfg.port })
+    assert.is_nil(cfg.daemon) -- loopback: load() detects (or supervises) what answers there
+    cfg = engine.config({ config_file = false, base_url = "http://bob@[::1]/v1" }, env_of {})
+    assert.same({ "[::1]", 80 }, { cfg.host, cfg.port })
+    assert.is_nil(cfg.daemon)
+    cfg = engine.config({ config_file = false, base_url = "http://127.0.0.1:pw@gpu.lan:9000/v1" }, env_of {})
+    assert.same({ "gpu.lan", 9000, false }, { cfg.host, cfg.port, cfg.daemon }) -- a remote host stays remote
+    cfg = engine.config({ config_file = false, base_url = "http://127.0.0.1:8125/v1?u=a@b" }, env_of {})
+    assert.same({ "127.0.0.1", 8125 }, { cfg.host, cfg.port }) -- an '@' after the path is no userinfo
+  end)
 end)
