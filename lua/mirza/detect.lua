@@ -89,7 +89,7 @@ end
 -- Wait while /health answers 503; the last health answer (or nil, msg, code).
 local function wait_loading(base, root, o)
   local d = require "mirza.daemon"
-  local show = { preset = "the daemon", url = base }
+  local show = { preset = "the daemon", url = mirza.redact_url(base) }
   local t0, limit = mirza.now(), o.wait or 300
   while true do
     local h, msg, code, status = get(root .. "/health", o)
@@ -101,7 +101,7 @@ local function wait_loading(base, root, o)
     if elapsed >= limit then
       d.end_progress(show)
       return nil, ("%s/health still answers 503 (loading) after %g s: wait for the model to load, or raise "
-        .. "daemon.deadline"):format(root, limit), "timeout", 503, elapsed
+        .. "daemon.deadline"):format(mirza.redact_url(root), limit), "timeout", 503, elapsed
     end
     if o.progress == nil or o.progress == true then d.show_progress(elapsed, show)
     elseif o.progress then o.progress(elapsed, show) end
@@ -129,13 +129,14 @@ function M.detect(base, opts)
   local root = base:gsub("/v%d+$", "")
   local found = { url = base }
   local h, msg, code, status = get(root .. "/health", o)
-  if not h and code == "refused" then return nil, ("nothing answers at %s"):format(base), "refused" end
+  local shown = mirza.redact_url(base) -- messages name the URL without its credentials
+  if not h and code == "refused" then return nil, ("nothing answers at %s"):format(shown), "refused" end
   if status == 503 and (o.wait or 300) > 0 then
     h, msg, code, status, found.waited = wait_loading(base, root, o)
     if not h and code == "timeout" then return nil, msg, code end
   end
   if not h and not status then -- no HTTP answer at all (timeout, cut): no point in asking more
-    return nil, ("%s does not answer: %s (check what listens there)"):format(base, msg), code
+    return nil, ("%s does not answer: %s (check what listens there)"):format(shown, msg), code
   end
   if h and mtplx_health(h) then
     found.kind, found.via = "mtplx", "/health"

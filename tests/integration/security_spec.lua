@@ -370,6 +370,39 @@ describe("credentials in a URL never leak", function()
     assert.truthy(text:find(("chat: [^\n]* http://%%[redacted%%]@127%%.0%%.0%%.1:%d/v1 "):format(sim.port)), text)
   end)
 
+  it("detect: nothing answers, no answer in time, still loading: the URL redacted", function()
+    local detect = require "mirza.detect"
+    local function redacted(msg, what)
+      hides_key(msg, what)
+      assert.truthy(msg:find("http://[redacted]@127.0.0.1:", 1, true), msg)
+    end
+    local found, msg, code = detect.detect(userinfo_url(H.free_port()))
+    assert.same({ "refused" }, { code, found })
+    redacted(msg, "detect's refused message")
+    -- a stopped process: the kernel takes the connection, nobody answers
+    local mute = H.start_sim(FAST)
+    finally(function()
+      os.execute("kill -CONT " .. mute.pid)
+      mute.stop()
+    end)
+    assert(os.execute("kill -STOP " .. mute.pid))
+    found, msg, code = detect.detect(userinfo_url(mute.port), { deadline = 0.3 })
+    assert.is_nil(found)
+    assert.equal("timeout", code, msg)
+    redacted(msg, "detect's no-answer message")
+    assert.truthy(msg:find("does not answer", 1, true), msg)
+    local loading = H.start_sim { "--health-delay-ms", "60000" }
+    finally(loading.stop)
+    local lines = {}
+    found, msg, code = detect.detect(userinfo_url(loading.port), { wait = 0.3, poll_interval = 0.05,
+      progress = function(_, w) lines[#lines + 1] = w.url end })
+    assert.is_nil(found)
+    assert.equal("timeout", code, msg)
+    redacted(msg, "detect's still-loading message")
+    assert.truthy(#lines > 0)
+    for _, l in ipairs(lines) do redacted(l, "the waiting line's URL") end
+  end)
+
   it("engine: a failed turn's message and log lines, a bad base_url's error", function()
     local logged = {}
     local e = require("mirza.engine").new { base_url = userinfo_url(H.free_port()), model = "m", daemon = false,
