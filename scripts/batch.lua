@@ -18,6 +18,8 @@
 ---   --give-up-after S    stop once every endpoint has been down for S seconds
 ---                        (default 300; unfinished items stay for a rerun)
 ---   --stall-timeout S    seconds without a byte before an attempt fails (default 120)
+---   --header-timeout S   seconds an attempt waits for the response head (a queued
+---                        request, a long prefill) before it fails (default 600; 0: none)
 ---   --no-repetition      no repetition guard
 ---   --progress-every S   seconds between progress lines when not a terminal (default 10)
 ---   --quiet              no progress and no summary
@@ -59,14 +61,16 @@ end
 local function usage(msg)
   io.stderr:write("batch: ", msg, "\nusage: mirza scripts/batch.lua INPUT OUTPUT [--endpoint URL[@N]]... ",
     "[--limit N] [--model ID] [--max-tokens N] [--max-retries N] [--retry-base S] [--deadline S] ",
-    "[--batch-deadline S] [--give-up-after S] [--stall-timeout S] [--no-repetition] [--progress-every S] [--quiet]\n")
+    "[--batch-deadline S] [--give-up-after S] [--stall-timeout S] [--header-timeout S] [--no-repetition] ",
+    "[--progress-every S] [--quiet]\n")
   os.exit(2)
 end
 
 local NUM = { ["--limit"] = "limit", ["--max-tokens"] = "max_tokens", ["--max-retries"] = "max_retries",
   ["--retry-base"] = "retry_base", ["--deadline"] = "deadline", ["--batch-deadline"] = "batch_deadline",
   ["--give-up-after"] = "give_up_after",
-  ["--stall-timeout"] = "stall_timeout", ["--progress-every"] = "progress_every" }
+  ["--stall-timeout"] = "stall_timeout", ["--header-timeout"] = "header_timeout",
+  ["--progress-every"] = "progress_every" }
 
 -- "URL" or "URL@N" -> {url=, limit=}
 local function endpoint(s)

@@ -291,6 +291,31 @@ describe("batch records", function()
     os.remove(output)
   end)
 
+  it("--header-timeout S: an attempt with no response head in S seconds fails with the header timeout", function()
+    local input, output = H.tmpname(".jsonl"), H.tmpname(".jsonl")
+    finally(function()
+      os.remove(input)
+      os.remove(output)
+    end)
+    write(input, item("queued", { fault = "head-delay=5000" }) .. "\n" .. item("quick") .. "\n")
+    local t0 = mirza.now()
+    local rc, _, err = cli(input, output, "--endpoint", sim.base, "--header-timeout", "0.5", "--max-retries", "0",
+      "--quiet")
+    assert.equal(1, rc, err)
+    assert.is_true(mirza.now() - t0 < 4.5, "waited for the head past --header-timeout")
+    local by = by_id(H.read_file(output))
+    assert.equal("timeout", by.queued.error.code)
+    assert.truthy(by.queued.error.message:find("no response head from .* after 0%.5 s %(header timeout"),
+      by.queued.error.message)
+    assert.equal(json.null, by.quick.error)
+    rc, _, err = cli(input, output .. ".x", "--header-timeout", "soon")
+    assert.equal(2, rc)
+    assert.truthy(err:find("--header-timeout needs a number", 1, true), err)
+    assert.truthy(err:find("[--header-timeout S]", 1, true), err) -- the usage line
+    local _, help = cli("--help")
+    assert.truthy(help:find("--header-timeout S", 1, true), help)
+  end)
+
   it("counts every attempt and the waits between them in mirza.duration_s", function()
     local fsim = H.start_sim { "--fail-first", "2", "--retry-after", "1", "--tok-rate", "0", "--ttft-ms", "0" }
     local input, output = H.tmpname(".jsonl"), H.tmpname(".jsonl")
