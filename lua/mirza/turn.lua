@@ -109,9 +109,13 @@ function Turn:finish()
   end
   policy.turn_end(e) -- the policy versions that ran without raising: the next fallback
   if e.cfg.record then require("mirza.record").log_turn(e, self, answer) end
-  if self.endpoint then -- the pool's slot back; a failure that blames the endpoint rests it
-    local fin, pool = acc.final, require "mirza.pool"
-    e.pool:release(self.endpoint, done, fin ~= nil and not done and pool.endpoint_failure(fin.code, fin.status))
+  if self.endpoint then -- the pool's slot back, with the outcome: the pool's rule says whom it blames
+    local fin = acc.final
+    if fin then
+      e.pool:report(self.endpoint, { ok = done, code = fin.code, status = fin.status, message = fin.message }, self)
+    else
+      e.pool:release(self.endpoint, false, false)
+    end
     self.endpoint = nil
   end
   if e._turn == self then e._turn = nil end
@@ -185,18 +189,21 @@ local function busy(e, t, ev)
 end
 
 -- An engine over a pool: a failure of the endpoint before anything
--- arrived (refused, cut, timeout, 5xx) rests it and the request goes to
--- another one, each endpoint tried at most once per turn.
+-- arrived (refused, cut, timeout, 5xx) sends the request to another one,
+-- each endpoint tried at most once per turn; the pool's rule (P.blame)
+-- rests the failed one for its own failures only (one turn's HTTP 500 does not).
 local function failover(e, t, ev)
   local pool = require "mirza.pool"
   if not t.endpoint or not pool.endpoint_failure(ev.code, ev.status) then return false end
   t.tried = (t.tried or 1) + 1
   if t.tried > #e.pool.endpoints then return false end
-  e.pool:release(t.endpoint, false, true)
-  t.endpoint = nil
-  local ep = e.pool:acquire(e.cfg.connect_timeout)
+  e.pool:report(t.endpoint, { code = ev.code, status = ev.status, message = ev.message }, t)
+  t.avoid = t.avoid or {}
+  t.avoid[t.endpoint], t.endpoint = true, nil
+  local ep = e.pool:acquire(e.cfg.connect_timeout, nil, t.avoid)
   if not ep then return false end
-  e:log("warning", ("%s: %s; trying %s"):format(e.base_url, ev.message or ev.code, ep.base))
+  e:log("warning", ("%s: %s; trying %s"):format(mirza.redact_url(e.base_url), ev.message or ev.code,
+    mirza.redact_url(ep.base)))
   t.endpoint, e._endpoint = ep, ep
   e:_set_base(ep.base)
   return not t.cancelled

@@ -247,6 +247,46 @@ describe("mirza.pool", function()
     assert.same({ 0, 0 }, { e.pool.endpoints[1].inflight, e.pool.endpoints[2].inflight })
   end)
 
+  it("an engine's turn rests an endpoint for its own failure (refused), not for one HTTP 500", function()
+    local engine = require "mirza.engine"
+    local bad, good = H.start_sim { "--tok-rate", "0", "--ttft-ms", "0", "--fault", "http=500:boom" }, H.start_sim(FAST)
+    finally(function() bad.stop() good.stop() end)
+    local PASS = "pw-not-for-logs"
+    local function userinfo(base) return (base:gsub("^http://", "http://alice:" .. PASS .. "@")) end
+    local logged = {}
+    local function new_engine(endpoints)
+      return engine.new { endpoints = endpoints, config_file = false, model = "mirza-sim", connect_timeout = 2,
+        log = function(_, msg) logged[#logged + 1] = msg end, body_extra = { mirza_sim = { text = "Un deux." } } }
+    end
+    -- a 500 on the first endpoint: the turn goes on to the other, the first is not rested
+    local e = new_engine { userinfo(bad.base), userinfo(good.base) }
+    local st, res = e:say("hello", { answer = function() end })
+    assert(st, res)
+    assert.equal("Un deux.", res.answer)
+    local a = e.pool.endpoints[1]
+    assert.same({ 0, 1, 0 }, { a.failed, e.pool.endpoints[2].served, a.inflight })
+    assert.is_false(a.rest_until > mirza.now(), "an endpoint rested for one turn's HTTP 500")
+    assert.truthy(#logged > 0)
+    for _, m in ipairs(logged) do
+      assert.is_nil(m:find(PASS, 1, true), m)
+      assert.truthy(m:find("http://[redacted]@127.0.0.1:", 1, true), m)
+    end
+    -- alone in its pool, the 500 ends the turn: still not rested
+    local lone = new_engine { bad.base }
+    local ok, msg, code = lone:say("hello", { answer = function() end })
+    assert.is_nil(ok)
+    assert.equal("http", code, msg)
+    assert.same({ 0, 0 }, { lone.pool.endpoints[1].failed, lone.pool.endpoints[1].inflight })
+    assert.is_false(lone.pool.endpoints[1].rest_until > mirza.now(), "rested for one HTTP 500")
+    -- refused: the endpoint's own failure rests it
+    local gone = new_engine { ("http://127.0.0.1:%d"):format(H.free_port()) }
+    ok, msg, code = gone:say("hello", { answer = function() end })
+    assert.is_nil(ok)
+    assert.equal("refused", code, msg)
+    assert.equal(1, gone.pool.endpoints[1].failed)
+    assert.is_true(gone.pool.endpoints[1].rest_until > mirza.now(), "a refused endpoint not rested")
+  end)
+
   it("spreads engines sharing a pool over its endpoints and reports when all are down", function()
     local engine = require "mirza.engine"
     local a, b = H.start_sim(FAST), H.start_sim(FAST)
