@@ -30,6 +30,110 @@ end
 
 local mirza = require "mirza"
 
+-- ---- cleanups and processes: one list per test, one registry per file -----
+--
+-- busted's `finally(fn)` keeps only the last function a test registers, so a
+-- test that registered two lost the first (a mirza-sim left running after
+-- every suite run). Requiring this file makes `finally` accumulate: every
+-- function a test registers runs after it, the last registered first, each
+-- even when an earlier one raised; the first error is raised after all ran.
+-- Every process the helpers below start is recorded; one still alive when
+-- its spec file ends is killed then (and named on stderr, so the test that
+-- forgot it can be fixed). The state lives in the Lua registry: busted
+-- reloads this file per spec file (insulation), the hooks are installed once.
+local state = debug.getregistry()["mirza.tests.helper"]
+if not state then
+  state = { procs = {} }
+  debug.getregistry()["mirza.tests.helper"] = state
+end
+
+--- Run every function of `list`, the last first, each in a pcall; raise the
+--- first error once all ran.
+local function run_cleanups(list)
+  local first
+  for i = #list, 1, -1 do
+    local ok, err = pcall(list[i])
+    if not ok and first == nil then first = err end
+  end
+  if first ~= nil then error(first, 0) end
+end
+H.run_cleanups = run_cleanups
+
+--- The command line of a live process, nil when it is gone or a zombie.
+local function cmdline(pid)
+  local f = io.open("/proc/" .. math.tointeger(pid) .. "/stat")
+  if not f then return nil end
+  local stat = f:read("a")
+  f:close()
+  if not stat or stat:match("^%d+ %b() (%a)") == "Z" then return nil end
+  f = io.open("/proc/" .. math.tointeger(pid) .. "/cmdline")
+  if not f then return nil end
+  local args = f:read("a") or ""
+  f:close()
+  return (args:gsub("%z", " "))
+end
+
+--- Record a process a test started (`what`: its executable, checked before
+--- it is killed, so a reused pid is never signalled); killed at the end of
+--- the spec file if still alive. H.start_sim and H.spawn_mirza call it.
+---@param pid integer
+---@param what string
+function H.track(pid, what)
+  state.procs[pid] = { what = what, test = state.test }
+end
+
+--- Forget a process (it was stopped or reaped).
+function H.untrack(pid)
+  if pid then state.procs[pid] = nil end
+end
+
+--- Kill every recorded process still alive: TERM, then KILL after 5 s.
+--- Returns the command lines of those it found.
+function H.kill_tracked()
+  local left = {}
+  for pid, p in pairs(state.procs) do
+    local args = cmdline(pid)
+    if args and args:find(p.what, 1, true) then
+      left[#left + 1] = ("pid %d (%s), started by \"%s\": %s"):format(pid, p.what:match("[^/]*$"),
+        tostring(p.test), args)
+      os.execute("kill " .. pid .. " 2>/dev/null")
+      local t0 = mirza.now()
+      while cmdline(pid) and mirza.now() - t0 < 5 do mirza.sleep(0.02) end
+      if cmdline(pid) then os.execute("kill -9 " .. pid .. " 2>/dev/null") end
+    end
+    state.procs[pid] = nil
+  end
+  table.sort(left)
+  return left
+end
+
+local ok_busted, busted = pcall(require, "busted")
+if ok_busted and type(busted) == "table" and not state.hooked then
+  state.hooked = true
+  local function on_test_start(element)
+    state.test = element.name
+    local env = element.env
+    local register = env and env.finally
+    if register then
+      local list = {}
+      env.finally = function(fn)
+        assert(type(fn) == "function" or (getmetatable(fn) or {}).__call, "finally: a function is needed")
+        if #list == 0 then register(function() run_cleanups(list) end) end
+        list[#list + 1] = fn
+      end
+    end
+    return nil, true
+  end
+  local function on_file_end()
+    for _, line in ipairs(H.kill_tracked()) do
+      io.stderr:write("tests/helper.lua: killed a process its test left running: ", line, "\n")
+    end
+    return nil, true
+  end
+  busted.subscribe({ "test", "start" }, on_test_start, { priority = 1 })
+  busted.subscribe({ "file", "end" }, on_file_end, { priority = 1 })
+end
+
 --- Start mirza-sim with extra arguments; returns {url, base, port, pid, log, stop}.
 ---@param args? string[]
 function H.start_sim(args)
@@ -40,6 +144,7 @@ function H.start_sim(args)
   local p = assert(io.popen(cmd))
   local pid = tonumber(p:read("l"))
   p:close()
+  H.track(pid, H.sim_bin)
   local port
   local t0 = mirza.now()
   while not port and mirza.now() - t0 < 10 do
@@ -58,6 +163,7 @@ function H.start_sim(args)
   function sim.stop()
     if sim.pid then
       os.execute("kill " .. sim.pid .. " 2>/dev/null; wait " .. sim.pid .. " 2>/dev/null")
+      H.untrack(sim.pid)
       sim.pid = nil
     end
     os.remove(log)
@@ -165,6 +271,7 @@ function H.spawn_mirza(code)
     shell_quote(script), shell_quote(out), shell_quote(rcf))
   local sh = assert(io.popen(cmd))
   local run = { pid = tonumber(sh:read("l")), out = out }
+  H.track(run.pid, H.mirza_bin)
   function run.output()
     return io.open(out) and H.read_file(out) or ""
   end
@@ -177,6 +284,7 @@ function H.spawn_mirza(code)
   function run.wait(timeout)
     local rc = H.wait_for(run.rc, timeout or 30)
     if rc and sh then
+      H.untrack(run.pid)
       sh:close()
       sh = nil
       os.remove(script)

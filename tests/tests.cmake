@@ -31,7 +31,7 @@ if(BUSTED)
       get_filename_component(name ${spec} NAME_WE)
       add_test(NAME ${tier}.${name}
         COMMAND $<TARGET_FILE:mirza> ${BUSTED}
-                -o utfTerminal ${spec}
+                -o utfTerminal --helper=${CMAKE_SOURCE_DIR}/tests/helper.lua ${spec}
         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
       set_tests_properties(${tier}.${name} PROPERTIES ENVIRONMENT "${TEST_ENV}" LABELS ${tier} TIMEOUT 300)
     endforeach()
@@ -70,3 +70,19 @@ endif()
 
 # --- Fuzz targets: replayed over their saved inputs here; libFuzzer builds with -DMIRZA_FUZZ=ON.
 include(${CMAKE_SOURCE_DIR}/tests/fuzz/fuzz.cmake)
+
+# --- No process the suite started outlives it (issue 19): hygiene.start runs
+# first and hygiene.leftovers after every other test, also under -j and -R
+# (ctest adds both to any selection); leftovers.sh names and stops what is left.
+get_property(ALL_TESTS DIRECTORY PROPERTY TESTS)
+if(BASH)
+  add_test(NAME hygiene.start COMMAND ${BASH} ${CMAKE_SOURCE_DIR}/tests/leftovers.sh start ${CMAKE_BINARY_DIR})
+  add_test(NAME hygiene.leftovers COMMAND ${BASH} ${CMAKE_SOURCE_DIR}/tests/leftovers.sh check ${CMAKE_BINARY_DIR})
+  set_tests_properties(hygiene.start PROPERTIES FIXTURES_SETUP suite_run LABELS hygiene TIMEOUT 60)
+  set_tests_properties(hygiene.leftovers PROPERTIES FIXTURES_CLEANUP suite_run LABELS hygiene TIMEOUT 60
+                                                    SKIP_RETURN_CODE 77)
+  foreach(t ${ALL_TESTS})
+    set_property(TEST ${t} APPEND PROPERTY FIXTURES_REQUIRED suite_run)
+    set_property(TEST ${t} APPEND PROPERTY ENVIRONMENT "MIRZA_BUILD_DIR=${CMAKE_BINARY_DIR}" "MIRZA_TEST_NAME=${t}")
+  endforeach()
+endif()
