@@ -172,8 +172,9 @@ function mirza.redact_url(url) end
 
 ---Route the library's warnings (e.g. the one below) to `fn(message)`
 ---instead of stderr (`mirza: warning: ...`); nil restores stderr. An
----engine can pass them to its log: `mirza.on_warning(function(m)
----e:log("warn", m) end)`. Also `require("mirza.core").on_warning`.
+---engine given a `log` function passes those its own requests raise to
+---it (level "warning") while no handler is set here. Also
+---`require("mirza.core").on_warning`.
 ---@param fn? fun(message: string)
 ---@return fun(message: string)|nil previous
 function mirza.on_warning(fn) end

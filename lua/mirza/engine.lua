@@ -322,6 +322,24 @@ function Engine:log(level, msg)
   if level ~= "debug" and level ~= "info" then io.stderr:write("mirza: ", msg, "\n") end
 end
 
+-- fn(...) with the library's warnings (`mirza.on_warning`: a credential
+-- over plain http to another machine, said once per Lua state) in the
+-- engine's `log` as "warning", when it has one and the script does not
+-- route them itself; else they go where they went (stderr).
+function Engine:_with_warnings(fn, ...)
+  if not self.cfg.log then return fn(...) end
+  local core = require "mirza.core"
+  local prev = core.on_warning(function(m) self:log("warning", m) end)
+  if prev then -- the script's own handler keeps them
+    core.on_warning(prev)
+    return fn(...)
+  end
+  local res = table.pack(pcall(fn, ...))
+  core.on_warning(nil)
+  if not res[1] then error(res[2], 0) end
+  return table.unpack(res, 2, res.n)
+end
+
 -- Headers every request carries: the session, client controls (harmless
 -- everywhere, needed by MTPLX <= 2.5.2 to honour sampling/thinking).
 function Engine:headers()
@@ -345,9 +363,9 @@ end
 -- within the daemon settings' deadline, with their progress.
 function Engine:_probe(remote)
   local d = type(self.cfg.daemon) == "table" and self.cfg.daemon or {}
-  return require("mirza.detect").detect(self.base_url, { api_key = self.cfg.api_key, wait = d.deadline,
-    poll_interval = d.poll_interval, progress = d.progress, timeout = remote and self.cfg.connect_timeout or nil,
-    deadline = remote and 10 or nil })
+  return self:_with_warnings(require("mirza.detect").detect, self.base_url, { api_key = self.cfg.api_key,
+    wait = d.deadline, poll_interval = d.poll_interval, progress = d.progress,
+    timeout = remote and self.cfg.connect_timeout or nil, deadline = remote and 10 or nil })
 end
 
 -- Use what was found as it is: its model (unless one was given), its
@@ -469,9 +487,9 @@ function Engine:prefill(system_prompt)
   system_prompt = system_prompt or self.system_prompt
   if not system_prompt or system_prompt == "" then return nil, "no system prompt" end
   local t0 = mirza.now()
-  local res, msg = mirza.request { url = self.chat_url, body = self:prefill_body(system_prompt),
-    headers = self:headers(), api_key = self.cfg.api_key, deadline = 30, timeout = self.cfg.connect_timeout,
-    record = self.cfg.record }
+  local res, msg = self:_with_warnings(mirza.request, { url = self.chat_url,
+    body = self:prefill_body(system_prompt), headers = self:headers(), api_key = self.cfg.api_key, deadline = 30,
+    timeout = self.cfg.connect_timeout, record = self.cfg.record })
   if not res then
     self:log("debug", "prefill failed: " .. msg)
     return nil, msg
@@ -512,8 +530,8 @@ function Engine:clear_cache(opts)
       or ("/admin/sessions/%s/clear"):format(self.cfg.session_id:gsub("[^%w%-_.~]", function(c)
         return ("%%%02X"):format(c:byte())
       end))
-  local res, msg, code = mirza.request { url = self.root_url .. path, method = "POST", headers = self:headers(),
-    api_key = self.cfg.api_key, deadline = 2, timeout = 1 }
+  local res, msg, code = self:_with_warnings(mirza.request, { url = self.root_url .. path, method = "POST",
+    headers = self:headers(), api_key = self.cfg.api_key, deadline = 2, timeout = 1 })
   if not res then
     self:log("debug", "cache clear failed: " .. msg)
     return nil, msg, code

@@ -343,7 +343,7 @@ local function turn(e, input, opts)
     record = e.cfg.record, merge = merge_of(e, opts) }
   local function open()
     req.url = e.chat_url
-    return mirza.open(req)
+    return e:_with_warnings(mirza.open, req) -- a credential over plain http: said in the engine's log
   end
   local s = open()
   local t = setmetatable({ engine = e, s = s, open = open, acc = acc, plan = plan, endpoint = endpoint,

@@ -215,6 +215,30 @@ describe("a credential over plain http to another machine", function()
     assert(ok, err)
   end)
 
+  it("goes to an engine's log (level warning) when it has one and no handler is set", function()
+    local run = H.spawn_mirza [[
+local mirza = require "mirza"
+local engine = require "mirza.engine"
+local logged = {}
+local e = engine.new { base_url = "http://alice:pw@gpu.example:9/v1", api_key = "sk-1", model = "m",
+  config_file = false, log = function(level, msg) logged[#logged + 1] = level .. ": " .. msg end }
+local _, _, _, t = e:turn("hi")
+t:close() -- before any wait: no traffic
+mirza.open { url = "http://gpu.example:9/v1/chat/completions", api_key = "sk-1" }:close() -- said once
+for _, l in ipairs(logged) do print("logged " .. l) end
+print("handler " .. tostring(mirza.on_warning()))
+]]
+    assert.equal(0, run.wait(30), run.output())
+    local out = run.output()
+    local _, n = out:gsub("\nlogged warning: a credential %(api_key or an Authorization%-like header%) goes in "
+      .. "clear over plain http to http://%[redacted%]@gpu%.example:9/v1/chat/completions, which is not this "
+      .. "machine", "")
+    assert.equal(1, n, out)
+    assert.is_nil(out:find("mirza: warning:", 1, true), out)
+    assert.is_nil(out:find("pw", 1, true), out)
+    assert.truthy(out:find("handler nil", 1, true), out) -- the engine's handler is not left behind
+  end)
+
   it("goes to stderr by default, once", function()
     local run = H.spawn_mirza [[
 local mirza = require "mirza"
