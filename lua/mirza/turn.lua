@@ -202,8 +202,7 @@ local function failover(e, t, ev)
   t.avoid[t.endpoint], t.endpoint = true, nil
   local ep = e.pool:acquire(e.cfg.connect_timeout, nil, t.avoid)
   if not ep then return false end
-  e:log("warning", ("%s: %s; trying %s"):format(mirza.redact_url(e.base_url), ev.message or ev.code,
-    mirza.redact_url(ep.base)))
+  e:log("warning", ("%s: %s; trying %s"):format(e.base_url, ev.message or ev.code, ep.base))
   t.endpoint, e._endpoint = ep, ep
   e:_set_base(ep.base)
   return not t.cancelled
