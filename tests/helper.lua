@@ -108,7 +108,7 @@ function H.kill_tracked()
 end
 
 local ok_busted, busted = pcall(require, "busted")
-if ok_busted and type(busted) == "table" and not state.hooked then
+if ok_busted and type(busted) == "table" and type(busted.subscribe) == "function" and not state.hooked then
   state.hooked = true
   local function on_test_start(element)
     state.test = element.name

@@ -274,24 +274,48 @@ describe("mirza.loop", function()
 
   it("iterates tasks as they complete, and runs mirza.request/sleep cooperatively", function()
     local l = loop.new()
-    -- spawned in the order c, a, b: run one after the other they would
-    -- finish in that order; concurrently they finish a, b, c
+    -- spawned in the order c, a, b; c waits (sleeping in steps) until b is
+    -- done, b until a is done, then b makes a request: run one after the
+    -- other they would never finish, concurrently they finish a, b, c
+    -- whatever the machine's load (no race between two clocks)
+    local done, ticks = {}, 0
+    local function until_done(name)
+      local t0 = mirza.now()
+      while not done[name] do
+        assert(mirza.now() - t0 < 30, "waited 30 s for task " .. name)
+        mirza.sleep(0.01)
+        ticks = ticks + 1
+      end
+    end
     local tasks = {
-      l:spawn(function() mirza.sleep(1.5) return "c" end),
-      l:spawn(function() mirza.sleep(0.05) return "a" end),
       l:spawn(function()
+        until_done("b")
+        return "c"
+      end),
+      l:spawn(function()
+        mirza.sleep(0.05)
+        done.a = true
+        return "a"
+      end),
+      l:spawn(function()
+        until_done("a")
+        local before = ticks
         local body = H.chat_body("plain", { stream = false, mirza_sim = { text = "b", ttft_ms = 600 } })
         local res = assert(mirza.request { url = sim.url, body = body })
-        return mirza.json.decode(res).choices[1].message.content
+        done.b = true
+        return mirza.json.decode(res).choices[1].message.content, ticks - before
       end),
     }
-    local order = {}
+    local order, during = {}, nil
     for t in loop.as_completed(tasks) do
-      local ok, v = t:join()
-      assert.is_true(ok)
+      local ok, v, n = t:join()
+      assert.is_true(ok, v)
       order[#order + 1] = v
+      if v == "b" then during = n end
     end
     assert.same({ "a", "b", "c" }, order)
+    -- c kept sleeping in steps while b's request was in flight (600 ms)
+    assert.is_true(during > 0, "no other task ran during mirza.request")
   end)
 
   it("inside a task in a task: join suspends, loop.run returns results", function()
