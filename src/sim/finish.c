@@ -112,8 +112,17 @@ static void add_frame_extra(job *j, const char *finish, cJSON *extra) {
   free(x);
 }
 
+/* A session is free again before its answer's last bytes go out: a client
+ * that reads the end and at once sends the next turn of the same session
+ * must not find it busy (409) because this thread has not returned yet. */
+static void release_session(job *j) {
+  if (j->has_session && j->session_exclusive) session_end(j->srv, j->session);
+  j->has_session = false;
+}
+
 static void end_stream(job *j, bool done) {
   if (done) sbuf_adds(&j->out, "data: [DONE]\n\n");
+  release_session(j);
   job_flush(j);
   if (j->gone || http_end_chunked(j->c)) j->c->must_close = true;
 }
@@ -187,6 +196,7 @@ static int send_body(job *j, const char *finish, double t_end) {
   char *txt = cJSON_PrintUnformatted(r);
   cJSON_Delete(r);
   const char *ct = llama(j) ? "application/json; charset=utf-8" : "application/json";
+  release_session(j);
   http_send(j->c, 200, ct, NULL, txt, strlen(txt));
   free(txt);
   return 200;
@@ -214,6 +224,7 @@ void finish_error(job *j) {
   char msg[128];
   snprintf(msg, sizeof msg, "simulated failure after %ld tokens", j->frames);
   if (!j->stream) {
+    release_session(j);
     send_error(j->c, 500, msg, "server_error", "SimulatedError");
     return;
   }
