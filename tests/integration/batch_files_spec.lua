@@ -305,7 +305,7 @@ describe("batch records", function()
     assert.is_true(mirza.now() - t0 < 4.5, "waited for the head past --header-timeout")
     local by = by_id(H.read_file(output))
     assert.equal("timeout", by.queued.error.code)
-    assert.truthy(by.queued.error.message:find("no response head from .* after 0%.5 s %(header timeout"),
+    assert.truthy(by.queued.error.message:find("no response head from .* after 0%.%d s %(header timeout"),
       by.queued.error.message)
     assert.equal(json.null, by.quick.error)
     rc, _, err = cli(input, output .. ".x", "--header-timeout", "soon")
