@@ -82,11 +82,26 @@ describe("mirza.loop", function()
   it("shares the time between streams flat out: every one progresses", function()
     local l = loop.new()
     local n, words = 16, 2000
-    local counts, total, at_half = {}, 0, nil
+    local counts, total, at_half, queued = {}, 0, nil, 0
+    local all_queued = loop.condition(l)
     for i = 1, n do
       counts[i] = 0
       l:spawn(function()
         local s <close> = open(sim, text_for(i, words), { tok_rate = 0 })
+        -- every stream wholly queued before any is read: each always has
+        -- more, whatever order a loaded simulator answered them in
+        local t0 = mirza.now()
+        while not s:finished() do
+          assert(mirza.now() - t0 < 60, "stream " .. i .. " was not queued in 60 s")
+          mirza.sleep(0.01)
+        end
+        queued = queued + 1
+        if queued == n then
+          all_queued:broadcast() -- every waiter is ready at once: they take turns from here
+        else
+          all_queued:wait(60)
+          assert(queued == n, "the other streams were not queued in 60 s")
+        end
         for ev in s:events() do
           if ev.type == "text" then
             counts[i], total = counts[i] + 1, total + 1
