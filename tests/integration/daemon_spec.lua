@@ -70,8 +70,9 @@ describe("mirza.daemon with mirza-sim", function()
 
   it("refuses a foreign model on the port (health .model and /v1/models)", function()
     local a = H.start_sim { "--model-id", "someone-else" }
+    finally(a.stop) -- every finally of a test runs (tests/helper.lua)
     local b = H.start_sim { "--dialect", "llama", "--model-id", "other" }
-    finally(function() a.stop() b.stop() end) -- busted keeps one finally per test
+    finally(b.stop)
     local ok, msg, code = sim(a.port, nil, { model_id = "mine" }):start()
     assert.is_nil(ok)
     assert.equal("foreign", code)
