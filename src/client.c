@@ -238,7 +238,8 @@ static int loopback_host(const char *h, size_t len) {
   }
   if (inet_aton(buf, &a4)) return (ntohl(a4.s_addr) >> 24) == 127; /* also 127.1, as libcurl reads it */
   if (strcasecmp(buf, "localhost") == 0) return 1;
-  return len > 10 && strcasecmp(buf + len - 10, ".localhost") == 0;
+  const char *dot = strrchr(buf, '.'); /* a name under .localhost (RFC 6761) */
+  return dot && dot > buf && strcasecmp(dot, ".localhost") == 0;
 }
 
 int mz_url_plain_remote(const char *url) {

@@ -484,6 +484,10 @@ static void test_redact_and_remote(void **state) {
   assert_false(mz_url_plain_remote("http://127.0.0.2:1/"));
   assert_false(mz_url_plain_remote("http://[::1]:8080/"));
   assert_false(mz_url_plain_remote("http://x:y@localhost/"));
+  assert_false(mz_url_plain_remote("http://gpu.localhost:8080/v1"));
+  assert_false(mz_url_plain_remote("http://a.b.LOCALHOST./v1"));
+  assert_true(mz_url_plain_remote("http://notlocalhost/v1"));
+  assert_true(mz_url_plain_remote("http://.localhost.example/v1"));
 }
 
 /* ---- what the server sees ---------------------------------------------- */
