@@ -253,9 +253,10 @@ function Loop:cancel_timer(e)
   end
 end
 
--- Suspend the running task (raises outside one); returns the wake values.
+-- Suspend the running task (raises outside one); returns the wake values
+-- (what the waker gave `_wake` after its token: "signal", "timer", ...).
 local function suspend()
-  return select(2, coroutine.yield(SUSPEND))
+  return coroutine.yield(SUSPEND)
 end
 
 -- The task calling us, when it can yield to its scheduler.

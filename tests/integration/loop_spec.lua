@@ -241,6 +241,33 @@ describe("mirza.loop", function()
     assert.is_true(peak <= 200, "timer heap grew to " .. tostring(peak))
   end)
 
+  it("tells a condition's waiters whether they were signalled or timed out, in a task and outside", function()
+    local l = loop.new()
+    local c = loop.condition(l)
+    local got = {}
+    l:spawn(function() got.signalled = c:wait(30) end)
+    l:spawn(function() got.timed_out = c:wait(0.01) end)
+    l:spawn(function()
+      while got.timed_out == nil do mirza.sleep(0.005) end -- the short wait is over: only the long one is queued
+      got.woke = c:signal()
+      got.nobody = c:signal()
+    end)
+    l:run()
+    assert.same({ signalled = true, timed_out = false, woke = true, nobody = false }, got)
+    -- outside a task, wait runs the scheduler until signalled or timed out
+    l:spawn(function() c:signal() end)
+    assert.is_true(c:wait(30))
+    assert.is_false(c:wait(0.01))
+  end)
+
+  it("returns a timeout from next(timeout) in a task, the stream still open", function()
+    local s <close> = open(sim, "late", { ttft_ms = 5000 })
+    local ev, msg, code
+    loop.run(function() ev, msg, code = s:next(0.05) end)
+    assert.same({ nil, "timeout", "timeout" }, { ev, msg, code })
+    assert.is_false(s:closed())
+  end)
+
   it("gathers with a concurrency limit, results in order", function()
     local running, peak, fns = 0, 0, {}
     for i = 1, 12 do
