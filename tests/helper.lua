@@ -15,6 +15,19 @@ local function shell_quote(s)
 end
 H.q = shell_quote
 
+--- The shell words that run stock lua5.4 on this build's mirza.so: a
+--- sanitizer build's mirza.so needs the ASan runtime loaded first (and its
+--- leak report off: lua5.4 itself is not instrumented).
+---@return string command e.g. "lua5.4"
+function H.stock_lua()
+  if H._stock_lua then return H._stock_lua end
+  local p = assert(io.popen("ldd " .. shell_quote(H.build .. "/lua/mirza.so") .. " 2>/dev/null"))
+  local asan = p:read("a"):match("(/%S*libasan%.so[%.%d]*)")
+  p:close()
+  H._stock_lua = asan and ("LD_PRELOAD=%s ASAN_OPTIONS=detect_leaks=0 lua5.4"):format(shell_quote(asan)) or "lua5.4"
+  return H._stock_lua
+end
+
 function H.read_file(path)
   local f = assert(io.open(path, "rb"))
   local s = f:read("a")

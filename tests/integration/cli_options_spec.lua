@@ -221,14 +221,7 @@ end)
 
 describe("mirza.so from the stock lua5.4 interpreter", function()
   local cpath = H.build .. "/lua/?.so"
-  -- A sanitizer build's mirza.so needs the ASan runtime loaded first.
-  local lua = "lua5.4"
-  do
-    local p = assert(io.popen("ldd " .. q(H.build .. "/lua/mirza.so") .. " 2>/dev/null"))
-    local asan = p:read("a"):match("(/%S*libasan%.so[%.%d]*)")
-    p:close()
-    if asan then lua = ("LD_PRELOAD=%s ASAN_OPTIONS=detect_leaks=0 lua5.4"):format(q(asan)) end
-  end
+  local lua = H.stock_lua() -- under a sanitizer build, with the ASan runtime first
 
   it("require 'mirza' works and carries the embedded library", function()
     local out, err, rc = sh(("LUA_CPATH=%s MIRZA_LUA_DIR= %s -e %s"):format(q(cpath), lua,

@@ -198,6 +198,16 @@ local function workdir()
     cmd[#cmd + 1] = "ln -s " .. H.q(H.source .. "/" .. name) .. " " .. H.q(dir .. "/" .. name)
   end
   assert(sh(table.concat(cmd, " && ")) == 0, "cannot make " .. dir)
+  if H.stock_lua() ~= "lua5.4" then -- a sanitizer build: lua5.4 in a block loads the ASan runtime first
+    local p = assert(io.popen("command -v lua5.4"))
+    local real = p:read("l")
+    p:close()
+    assert(sh("mkdir " .. H.q(dir .. "/.bin")) == 0)
+    local f = assert(io.open(dir .. "/.bin/lua5.4", "w"))
+    f:write("#!/bin/sh\nexec env ", H.stock_lua():gsub("lua5%.4$", H.q(real)), ' "$@"\n')
+    f:close()
+    assert(sh("chmod +x " .. H.q(dir .. "/.bin/lua5.4")) == 0)
+  end
   return dir
 end
 
@@ -218,7 +228,7 @@ local function run_block(b, dir, ports)
   local env = { "env" }
   for _, v in ipairs(mirza_vars()) do env[#env + 1] = "-u " .. v end
   env[#env + 1] = "HOME=" .. H.q(dir)
-  env[#env + 1] = "PATH=" .. H.q(H.build .. ":" .. os.getenv("PATH"))
+  env[#env + 1] = "PATH=" .. H.q(dir .. "/.bin:" .. H.build .. ":" .. os.getenv("PATH"))
   env[#env + 1] = "MIRZA_SIM=" .. H.q(H.sim_bin)
   -- an engine without an address finds the block's own first sim, or
   -- nothing (never a daemon that happens to be on the default port)

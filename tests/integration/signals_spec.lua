@@ -99,7 +99,7 @@ end)
 -- must return to Lua for it (before, Ctrl-C was ignored until the wait
 -- ended: never, on a stalled stream).
 describe("stock lua5.4, Ctrl-C while mirza waits", function()
-  local LUA = os.getenv("MIRZA_LUA") or "lua5.4"
+  local LUA = os.getenv("MIRZA_LUA") -- a path; else stock lua5.4 (with the ASan runtime first, if needed)
   local sim
   setup(function() sim = H.start_sim { "--tok-rate", "0", "--ttft-ms", "0", "--verbose" } end)
   teardown(function() sim.stop() end)
@@ -138,7 +138,7 @@ io.stdout:write("slept\n")
           .. "mirza_sim = { fault = 'stall-after=2', text = 'un deux trois quatre' } }")), body)
       f:close()
       local cmd = ("LUA_CPATH=%s %s %s >%s 2>%s & echo $!; wait $!; echo $? >%s"):format(
-        H.q(H.build .. "/lua/?.so;;"), H.q(LUA), H.q(script), H.q(out), H.q(err), H.q(rcf))
+        H.q(H.build .. "/lua/?.so;;"), LUA and H.q(LUA) or H.stock_lua(), H.q(script), H.q(out), H.q(err), H.q(rcf))
       local sh = assert(io.popen(cmd))
       local pid = tonumber(sh:read("l"))
       local function slurp(p) return io.open(p) and H.read_file(p) or "" end

@@ -8,14 +8,7 @@ local H = require "tests.helper"
 
 local q = H.q
 
--- A sanitizer build's mirza.so needs the ASan runtime loaded first.
-local lua = "lua5.4"
-do
-  local p = assert(io.popen("ldd " .. q(H.build .. "/lua/mirza.so") .. " 2>/dev/null"))
-  local asan = p:read("a"):match("(/%S*libasan%.so[%.%d]*)")
-  p:close()
-  if asan then lua = ("LD_PRELOAD=%s ASAN_OPTIONS=detect_leaks=0 lua5.4"):format(q(asan)) end
-end
+local lua = H.stock_lua() -- under a sanitizer build, with the ASan runtime first
 
 -- Run Lua code in a fresh stock lua5.4 whose only C path is build/lua/,
 -- with the default Lua path (no source tree on it), from an empty
