@@ -89,9 +89,10 @@ static int docall(lua_State *L, int narg, int nres) {
 static int report(lua_State *L, int status) {
   if (status != LUA_OK) {
     const char *msg = lua_tostring(L, -1);
-    if (signal_number) /* whatever the error says (EINTR, "interrupted"): */
-      fputs("interrupted\n", stderr);
-    else fprintf(stderr, "mirza: %s\n", msg ? msg : "(error object is not a string)");
+    if (signal_number) { /* whatever the error says (EINTR, "interrupted"): */
+      static int said;   /* a second signal during the cleanup raises again: one line all the same */
+      if (!said++) fputs("interrupted\n", stderr);
+    } else fprintf(stderr, "mirza: %s\n", msg ? msg : "(error object is not a string)");
     fflush(stderr);
     lua_pop(L, 1);
   }
