@@ -12,6 +12,10 @@ set(TEST_ENV
   "XDG_RUNTIME_DIR=${CMAKE_BINARY_DIR}/runtime")
 file(MAKE_DIRECTORY ${CMAKE_BINARY_DIR}/runtime)
 
+# ctest's limit for one cmocka or busted test, in seconds (scripts/mutate
+# configures its copy with less: a mutant that makes a test hang costs that).
+set(MIRZA_TEST_TIMEOUT 300 CACHE STRING "ctest's limit for one C or Lua test, in seconds")
+
 if(CMOCKA_FOUND)
   file(GLOB C_TESTS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/c/test_*.c)
   foreach(src ${C_TESTS})
@@ -19,7 +23,7 @@ if(CMOCKA_FOUND)
     add_executable(${name} ${src})
     target_link_libraries(${name} PRIVATE mirza_core PkgConfig::CMOCKA)
     add_test(NAME c.${name} COMMAND ${name})
-    set_tests_properties(c.${name} PROPERTIES ENVIRONMENT "${TEST_ENV}" LABELS c TIMEOUT 300)
+    set_tests_properties(c.${name} PROPERTIES ENVIRONMENT "${TEST_ENV}" LABELS c TIMEOUT ${MIRZA_TEST_TIMEOUT})
   endforeach()
 endif()
 
@@ -33,7 +37,7 @@ if(BUSTED)
         COMMAND $<TARGET_FILE:mirza> ${BUSTED}
                 -o utfTerminal --helper=${CMAKE_SOURCE_DIR}/tests/helper.lua ${spec}
         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
-      set_tests_properties(${tier}.${name} PROPERTIES ENVIRONMENT "${TEST_ENV}" LABELS ${tier} TIMEOUT 300)
+      set_tests_properties(${tier}.${name} PROPERTIES ENVIRONMENT "${TEST_ENV}" LABELS ${tier} TIMEOUT ${MIRZA_TEST_TIMEOUT})
     endforeach()
   endforeach()
 else()
