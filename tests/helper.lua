@@ -15,6 +15,18 @@ local function shell_quote(s)
 end
 H.q = shell_quote
 
+--- What fn wrote into a file handle it is given (a temporary file).
+---@param fn fun(f: file*)
+---@return string text
+function H.written(fn)
+  local f = assert(io.tmpfile())
+  fn(f)
+  f:seek("set")
+  local s = f:read("a")
+  f:close()
+  return s
+end
+
 --- The shell words that run stock lua5.4 on this build's mirza.so: a
 --- sanitizer build's mirza.so needs the ASan runtime loaded first (and its
 --- leak report off: lua5.4 itself is not instrumented).

@@ -14,14 +14,7 @@ local function new_engine()
 end
 
 -- What a temporary file holds once fn(f) wrote to it.
-local function written(fn)
-  local f = assert(io.tmpfile())
-  fn(f)
-  f:seek("set")
-  local s = f:read("a")
-  f:close()
-  return s
-end
+local written = H.written
 
 describe("e:say sinks", function()
   local e

@@ -2,6 +2,7 @@
 -- think/answer/error sinks, the <think> inline rendering.
 local route = require "mirza.route"
 local pipeline = require "mirza.pipeline"
+local H = require "tests.helper"
 
 local NBSP, NNBSP = "\194\160", "\226\128\175"
 
@@ -189,14 +190,7 @@ describe("mirza.route", function()
     end)
 
     -- What a file holds once `fn(f)` wrote to it.
-    local function written(fn)
-      local f = assert(io.tmpfile())
-      fn(f)
-      f:seek("set")
-      local s = f:read("a")
-      f:close()
-      return s
-    end
+    local written = H.written
 
     it("a C function (io.write, print) gets the text only", function()
       local out = written(function(f)
