@@ -27,6 +27,9 @@ local loop = require "mirza.loop"
 local pool_mod = require "mirza.pool"
 local pipeline = require "mirza.pipeline"
 local core = require "mirza.core"
+local result = require "mirza.result"
+local retry = require "mirza.retry"
+local tools = require "mirza.tools"
 local json = mirza.json
 
 local B = {}
@@ -258,25 +261,18 @@ local function open_output(o)
   return out, done, kind ~= nil and kind ~= "file"
 end
 
--- Tool call deltas merged by index into whole calls.
-local function merge_calls(calls, deltas)
-  for _, d in ipairs(deltas or {}) do
-    local i = (tonumber(d.index) or 0) + 1
-    local c = calls[i] or { type = "function", ["function"] = { name = "", arguments = "" } }
-    calls[i] = c
-    c.id = d.id or c.id
-    local fn = d["function"] or {}
-    c["function"].name = c["function"].name .. (fn.name or "")
-    c["function"].arguments = c["function"].arguments .. (fn.arguments or "")
-  end
-end
-
 -- The chat.completion body of a finished attempt: the server's completion
 -- id when it sent one.
 local function completion(item, r)
   local msg = { role = "assistant", content = r.text }
   if r.think ~= "" then msg.reasoning_content = r.think end
-  if #r.calls > 0 then msg.tool_calls = json.array(r.calls) end
+  local calls = tools.wire(r.calls)
+  if calls then
+    for _, c in ipairs(calls) do
+      if c.id == "" then c.id = nil end -- a server that sent no id: none in the record either
+    end
+    msg.tool_calls = json.array(calls)
+  end
   local fin = r.final or {}
   local reason = r.cut and "repetition" or fin.finish_reason or json.null
   return {
@@ -352,8 +348,9 @@ local function request_body(item, opts)
   return body
 end
 
--- Read one attempt's stream through the repetition guard.
-local function read_stream(s, opts, r)
+-- Read one attempt's stream through the repetition guard into a result
+-- (mirza.result), tool-call fragments merged.
+local function read_stream(s, opts)
   local stages = {}
   if opts.repetition ~= false then
     local ropts = copy(opts.repetition)
@@ -367,19 +364,7 @@ local function read_stream(s, opts, r)
   end
   local iter, _, _, closer = pipeline.compose(source, stages)
   local _ <close> = closer
-  local text, think = {}, {}
-  for ev in iter do
-    local ty = ev.type
-    if ty == "text" or ty == "think" then
-      r.first = r.first or mirza.now()
-      r.deltas = r.deltas + (ev.deltas or 1)
-      local t = ty == "text" and text or think
-      t[#t + 1] = ev.text
-    elseif ty == "tool_call" then merge_calls(r.calls, ev.calls)
-    elseif ty == "cut" then r.cut = ev
-    elseif ty == "done" or ty == "error" then r.final = ev end
-  end
-  r.text, r.think = table.concat(text), table.concat(think)
+  return result.drain(result.new { calls = true }, iter)
 end
 
 -- The model endpoint e serves: the first id its /v1/models lists, asked
@@ -404,14 +389,14 @@ local function served_model(e, opts)
     e.model = first.id
     return e.model
   end
-  if not body and pool_mod.blame(code, status) then return nil, msg, code, status end
+  if not body and retry.blame(code, status) then return nil, msg, code, status end
   return nil, ("cannot learn the model from %s (%s): pass --model ID, or give each line a \"model\""):format(
     mirza.redact_url(url), body and "no model listed" or msg), "model"
 end
 
 -- One HTTP attempt on endpoint e: the result table.
 local function attempt(item, e, opts)
-  local r = { t0 = mirza.now(), deltas = 0, calls = {}, endpoint = e.base }
+  local r = { t0 = mirza.now(), endpoint = e.base }
   local body = request_body(item, opts)
   if body.model == nil then
     body.model, r.message, r.code, r.status = served_model(e, opts)
@@ -422,44 +407,35 @@ local function attempt(item, e, opts)
     headers = opts.headers, api_key = opts.api_key, stall_timeout = opts.stall_timeout,
     deadline = opts.deadline, timeout = opts.connect_timeout, header_timeout = opts.header_timeout,
     merge = true } -- only the text is kept: what arrived together is one event
-  read_stream(s, opts, r)
-  local t1, fin = mirza.now(), r.final or {}
+  local acc = read_stream(s, opts)
+  local t1, fin = mirza.now(), acc.final or {}
+  local got = result.partial(acc)
+  r.text, r.think, r.calls, r.cut, r.final = got.text, got.think, got.tool_calls, acc.cut, acc.final
   r.duration_s = t1 - r.t0
-  r.ttft_ms = r.first and (r.first - r.t0) * 1000
-  r.tokens = fin.usage and fin.usage.completion_tokens or r.deltas
-  r.tok_s = r.first and t1 > r.first and r.tokens / (t1 - r.first) or nil
-  if r.cut or fin.type == "done" then
+  r.ttft_ms = acc.first and (acc.first - r.t0) * 1000
+  r.tokens = fin.usage and fin.usage.completion_tokens or acc.deltas
+  r.tok_s = acc.first and t1 > acc.first and r.tokens / (t1 - acc.first) or nil
+  if result.ok(acc) then
     r.ok = true
   else
-    r.code, r.message = fin.code or "closed", fin.message or "stream ended without a final event"
-    r.status, r.error = fin.status, fin.error
-    r.retry_after = tonumber(fin.retry_after)
-      or tonumber(type(fin.headers) == "table" and (fin.headers["retry-after"] or fin.headers["Retry-After"]))
+    local f = result.failure(acc)
+    r.code, r.message, r.status, r.error, r.retry_after = f.code, f.message, f.status, f.error, f.retry_after
   end
   return r
 end
 
----Is a failed attempt worth retrying?
----@param code string|nil
----@param status integer|nil
----@return boolean
-function B.retryable(code, status)
-  if code == "http" then
-    return status == 408 or status == 409 or status == 429 or (status or 0) >= 500
-  end
-  return code == "refused" or code == "closed" or code == "timeout" or code == "server" or code == "exited"
-end
+---Is a failed attempt worth retrying? (mirza.retry)
+B.retryable = retry.retryable
 
 ---Seconds to wait before retry number `n` (1-based): the server's
----Retry-After when given, else exponential backoff with jitter.
+---Retry-After when given, else exponential backoff with jitter (mirza.retry).
 ---@param n integer
 ---@param opts table retry_base, retry_max
 ---@param retry_after? number
 ---@return number
 function B.backoff(n, opts, retry_after)
   if retry_after and retry_after >= 0 then return retry_after + 0.05 * math.random() end
-  local d = math.min(opts.retry_max, opts.retry_base * 2 ^ (n - 1))
-  return d * (0.5 + 0.5 * math.random())
+  return retry.backoff(n, opts.retry_base, opts.retry_max, 0.5, 1)
 end
 
 -- "42s", "6m25s", "1h05m", "?"

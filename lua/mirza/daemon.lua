@@ -501,11 +501,6 @@ function Daemon:running()
   return self.adopted and self:healthy() or false
 end
 
--- The backoff before restart number n (1-based): backoff * 2^(n-1).
-local function backoff(policy, n)
-  return (policy.backoff or 0.5) * 2 ^ (n - 1)
-end
-
 ---Make sure the daemon is up before a request: start it if never started;
 ---if it died, restart it under the `restart` policy (backoff, at most
 ---`restart.max` restarts in the daemon's life), else fail.
@@ -521,13 +516,12 @@ function Daemon:ensure()
   else msg, code = ("adopted daemon at %s is gone"):format(self.url), "exited" end
   if not policy or self.restarts >= (policy.max or 3) then return nil, msg, code end
   self.restarts = self.restarts + 1
-  require("mirza").sleep(backoff(policy, self.restarts))
+  -- backoff * 2^(n-1) before restart number n, no cap: `max` bounds the count
+  require("mirza").sleep(require("mirza.retry").backoff(self.restarts, policy.backoff or 0.5))
   self:_drop()
   self.adopted, self.pid = false, nil
   return self:start()
 end
-
-local transport = { closed = true, refused = true, io = true, timeout = true }
 
 ---Turn a stream error caused by the daemon's death into code "exited"
 ---with the exit status (and log tail); other errors are returned as is.
@@ -535,7 +529,7 @@ local transport = { closed = true, refused = true, io = true, timeout = true }
 ---@param ev mirza.Event an error event (from a stream of this daemon)
 ---@return mirza.Event ev `{type="error", code="exited", message, status_text, exit_code?, signal?, cause=ev}` or ev
 function Daemon:stream_error(ev)
-  if type(ev) ~= "table" or ev.type ~= "error" or not transport[ev.code] then return ev end
+  if type(ev) ~= "table" or ev.type ~= "error" or not require("mirza.retry").gone(ev.code) then return ev end
   local mirza = require "mirza"
   local t0 = mirza.now()
   while self:running() and mirza.now() - t0 < EXIT_SETTLE do mirza.sleep(0.05) end

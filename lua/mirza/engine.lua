@@ -26,7 +26,6 @@
 --- code it started with. The turn logic lives in mirza.turn.
 local mirza = require "mirza"
 local reload = require "mirza.reload"
-local stats = require "mirza.stats"
 
 local E = {}
 local Engine = {}
@@ -644,10 +643,7 @@ function Engine:tools(opts)
   return require("mirza.tools").resolve(t)
 end
 
--- Stats, kept as engine functions for scripts that used them.
-E.new_acc, E.observe, E.stats = stats.new_acc, stats.observe, stats.stats
-
 -- Turns: mirza.turn adds Engine:turn, Engine:cancel and Engine:say.
-require("mirza.turn").install(Engine, E)
+require("mirza.turn").install(Engine)
 
 return setmetatable(E, { __index = Engine })

@@ -54,28 +54,16 @@ function M.request(opts)
   return nil, ev.message, ev.code, ev.status
 end
 
----Run a streaming request to the end and collect it.
+---Run a streaming request to the end and collect it (mirza.result).
 ---@param opts mirza.RequestOptions
----@return mirza.Result|nil result `{text, think, finish_reason, usage, stats, timings, done}`
+---@return mirza.Result|nil result `{text, think, tool_calls, finish_reason, usage, stats, timings}`
 ---@return string? message error message
 ---@return string? code error code
----@return mirza.Result? partial what was received before the error
+---@return table? partial what was received before the error: `{text, think, tool_calls}`
 function M.collect(opts)
+  local result = require "mirza.result"
   local s <close> = open(opts)
-  local text, think, res = {}, {}, {}
-  for ev in s:events() do
-    if ev.type == "text" then text[#text + 1] = ev.text
-    elseif ev.type == "think" then think[#think + 1] = ev.text
-    elseif ev.type == "done" or ev.type == "error" then res.last = ev end
-  end
-  res.text, res.think = table.concat(text), table.concat(think)
-  local last = res.last
-  res.last = nil
-  if last and last.type == "done" then
-    res.finish_reason, res.usage, res.stats, res.timings = last.finish_reason, last.usage, last.stats, last.timings
-    return res
-  end
-  return nil, last and last.message or "stream ended", last and last.code or "closed", res
+  return result.result(result.drain(result.new { calls = true }, function() return s:next() end))
 end
 
 local watcher -- the shared hot-reload watcher (mirza.reload)

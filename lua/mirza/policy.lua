@@ -20,6 +20,7 @@
 --- cost is unchanged. A guarded router pays one pcall per event.
 local pipeline = require "mirza.pipeline"
 local reload = require "mirza.reload"
+local result = require "mirza.result"
 
 local M = {}
 
@@ -188,25 +189,9 @@ local function delivered(got, sent)
   return i
 end
 
--- Texts kept as runs of KEEP_RUN deltas joined (`list.p`: the current
--- run's deltas): a long answer costs about its bytes, not a slot and a
--- string per delta.
-local KEEP_RUN = 1024
-local function texts()
-  return { p = {} }
-end
-local function keep(list, text)
-  local p = list.p
-  local n = #p + 1
-  p[n] = text
-  if n == KEEP_RUN then
-    list[#list + 1] = table.concat(p)
-    list.p = {}
-  end
-end
-local function whole(list)
-  return table.concat(list) .. table.concat(list.p)
-end
+-- Texts kept as ropes (mirza.result): a long answer costs about its
+-- bytes, not a slot and a string per delta.
+local rope, keep, whole = result.rope, result.push, result.join
 
 local function stderr_sink(message, ev)
   io.stderr:write(("mirza: %s error: %s\n"):format(ev and ev.code or "?", message))
@@ -350,8 +335,8 @@ end
 function M.router(e, ropts)
   local vs, base, plain = versions_of(e, "mirza.route")
   if plain then return vs[1].router(ropts), false end
-  local self = setmetatable({ e = e, vs = vs, base = base, got = { answer = texts(), think = texts() },
-    sent = { answer = texts(), think = texts() }, prefix = { answer = "", think = "" }, in_sink = false }, GR)
+  local self = setmetatable({ e = e, vs = vs, base = base, got = { answer = rope(), think = rope() },
+    sent = { answer = rope(), think = rope() }, prefix = { answer = "", think = "" }, in_sink = false }, GR)
   local norm = (base or require "mirza.route").sink
   local opts = {}
   for k, v in pairs(ropts) do opts[k] = v end

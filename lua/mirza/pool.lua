@@ -22,6 +22,7 @@
 --- State lives in the pool object (`pool.new`), none in the module.
 local mirza = require "mirza"
 local loop = require "mirza.loop"
+local retry = require "mirza.retry"
 
 local P = {}
 
@@ -173,16 +174,8 @@ end
 ---How a failure reflects on the endpoint: "endpoint" (its own: refused,
 ---cut, timeout, exited, HTTP 502/503/504), "request" (another 5xx: it
 ---answered, perhaps to this request only), or nil (the request's own: a
----4xx, a bad frame, ...).
----@param code string|nil error code of the failed request
----@param status integer|nil HTTP status
----@return "endpoint"|"request"|nil
-function P.blame(code, status)
-  if code == "refused" or code == "closed" or code == "timeout" or code == "exited" then return "endpoint" end
-  if code ~= "http" or status == nil or status < 500 then return nil end
-  if status == 502 or status == 503 or status == 504 then return "endpoint" end
-  return "request"
-end
+---4xx, a bad frame, ...). The rule is mirza.retry's.
+P.blame = retry.blame
 
 ---Does this failure count against the endpoint at all (rest it, or at
 ---least suspect it)? An engine's turn fails over to another endpoint then.
@@ -190,7 +183,7 @@ end
 ---@param status integer|nil HTTP status
 ---@return boolean
 function P.endpoint_failure(code, status)
-  return P.blame(code, status) ~= nil
+  return retry.blame(code, status) ~= nil
 end
 
 -- It answered: reachable, and no longer resting or probing.
@@ -203,8 +196,7 @@ function Pool:_rest(e)
   local now = self.clock()
   e.failed, e.fails = e.failed + 1, e.fails + 1
   e.failing_since = e.failing_since or now
-  local rest = math.min(self.rest_max, self.rest * 2 ^ (e.fails - 1))
-  e.rest_until = now + rest * (0.75 + 0.5 * math.random())
+  e.rest_until = now + retry.backoff(e.fails, self.rest, self.rest_max, 0.75, 1.25)
 end
 
 -- An HTTP 500 for request `key`: the endpoint rests once enough
@@ -250,7 +242,7 @@ function Pool:report(e, r, key)
   else
     e.refused, e.refused_since = 0, nil
   end
-  self:release(e, r.ok == true, not r.ok and P.blame(r.code, r.status) or false, key)
+  self:release(e, r.ok == true, not r.ok and retry.blame(r.code, r.status) or false, key)
 end
 
 ---Give the slot back without a verdict (its request was cancelled).

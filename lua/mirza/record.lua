@@ -185,8 +185,8 @@ function M.turn_line(e, t, answer)
   local line = {
     time = os.date("!%Y-%m-%dT%H:%M:%SZ"), endpoint = M.scrub_url(e.chat_url), model = e:model(),
     session = e.cfg.session_id,
-    request = M.ids[t.s], prompt = M.summary(t.info.current), answer = answer, reasoning_bytes = t.think_bytes,
-    finish_reason = fin.finish_reason, tool_calls = t.tool_calls and #t.tool_calls or 0,
+    request = M.ids[t.s], prompt = M.summary(t.info.current), answer = answer, reasoning_bytes = t.acc.think_bytes,
+    finish_reason = fin.finish_reason, tool_calls = t.acc.tool_calls and #t.acc.tool_calls or 0,
     interrupted = t.cancelled or nil, stats = {},
   }
   for _, k in ipairs(STATS) do line.stats[k] = e.last and e.last[k] end

@@ -36,8 +36,9 @@ for a in ([[mr mrs ms dr st mt jr sr prof pr mme mlle mm mgr me m vs cf ex e.g i
   capt rev p pp al ed eds éd op cit ibid vv nos resp cap]]):gmatch("%S+") do M.ABBREVIATIONS[a] = true end
 M.ABBREVIATIONS["me"] = nil -- "Tell me. Then..." ends; Maître is written Me without a dot
 
+local result = require "mirza.result"
 local byte, concat, find, sub = string.byte, table.concat, string.find, string.sub
-local KEEP_RUN = 1024 -- deltas a channel keeps apart before joining them
+local keep, join = result.push, result.join -- a channel is a rope too (mirza.result)
 
 local ELLIPSIS = "\226\128\166"
 -- Closing marks that stay with the sentence they follow.
@@ -316,41 +317,23 @@ local function stderr_sink(message, ev)
 end
 
 -- A channel: delivers one stream of deltas to its sink in its mode, and
--- keeps the whole text for the result.
+-- keeps the whole text for the result. It is a rope (mirza.result: the
+-- fields parts, n, runs), so `join(ch)` is its whole text so far, one
+-- string kept in place of its runs.
 local function channel(sink, mode, splitter_opts)
   if mode ~= "token" and mode ~= "sentence" and mode ~= "whole" then
     error(("route: unknown mode %q (token, sentence, whole)"):format(tostring(mode)), 3)
   end
-  return { sink = M.sink(sink), mode = mode, parts = {}, n = 0, runs = {}, open = false, out = {},
-    splitter = mode == "sentence" and M.splitter(splitter_opts) or nil }
-end
-
--- The channel's whole text so far, as one string kept in place of its
--- runs: asking again (the result, the engine's history) gives the same
--- string, not another copy.
-local function channel_text(ch)
-  local runs = ch.runs
-  if ch.n > 0 then
-    runs[#runs + 1] = concat(ch.parts, "", 1, ch.n)
-    ch.parts, ch.n = {}, 0
-  end
-  if #runs > 1 then
-    local whole = concat(runs)
-    for i = #runs, 2, -1 do runs[i] = nil end
-    runs[1] = whole
-  end
-  return runs[1] or ""
+  local ch = result.rope()
+  ch.sink, ch.mode, ch.open, ch.out = M.sink(sink), mode, false, {}
+  ch.splitter = mode == "sentence" and M.splitter(splitter_opts) or nil
+  return ch
 end
 
 -- One delta of the channel: kept, and delivered in the channel's mode.
 local function channel_push(ch, text, ev)
-  local n = ch.n + 1
-  ch.parts[n], ch.n, ch.open = text, n, true
-  if n == KEEP_RUN then -- a long text costs its bytes, not a slot and a string per delta
-    local runs = ch.runs
-    runs[#runs + 1] = concat(ch.parts, "", 1, n)
-    ch.parts, ch.n = {}, 0
-  end
+  keep(ch, text)
+  ch.open = true
   local mode = ch.mode
   if mode == "token" then
     ch.sink(text, ev)
@@ -372,7 +355,7 @@ local function channel_end(ch, ev)
   if ch.mode == "sentence" then
     for _, s in ipairs(ch.splitter:flush()) do ch.sink(s, ev) end
   elseif ch.mode == "whole" then
-    local text = channel_text(ch)
+    local text = join(ch)
     if text ~= "" then ch.sink(text, ev) end
   end
 end
@@ -428,8 +411,8 @@ function Router:_close(ev, deliver)
     channel_end(self.think, ev)
     channel_end(self.answer, ev)
   end
-  self.result.answer = channel_text(self.answer)
-  self.result.think = channel_text(self.think)
+  self.result.answer = join(self.answer)
+  self.result.think = join(self.think)
 end
 
 local handlers = {}
@@ -464,7 +447,7 @@ end
 ---@param name "answer"|"think"
 ---@return string
 function Router:text(name)
-  return channel_text(self[name])
+  return join(self[name])
 end
 
 ---Route one event.

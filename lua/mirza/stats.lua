@@ -1,8 +1,8 @@
 --- mirza.stats: the per-turn figures of the engine (the seed's, with the
 --- server's own figures preferred where they mean the same thing).
 ---
---- An accumulator (`new_acc`) is started just before the request is sent;
---- `observe` sees every event of the turn; `stats` makes the figures:
+--- The figures are made from a stream's reducer (mirza.result: started
+--- just before the request is sent, fed every event of the turn):
 ---   ttft_ms         what the user waited: request sent → first delta
 ---                   (think or text), queueing and prefill included; the
 ---                   whole duration when no delta came
@@ -20,29 +20,6 @@
 local mirza = require "mirza"
 
 local M = {}
-
----A fresh accumulator; its clock starts now (call just before sending).
----@return table acc
-function M.new_acc()
-  return { t0 = mirza.now(), deltas = 0, chars = 0, first = nil }
-end
-
----Account one event.
----@param acc table
----@param ev table
-function M.observe(acc, ev)
-  local t = ev.type
-  if t == "text" or t == "think" then
-    acc.first = acc.first or mirza.now()
-    acc.deltas = acc.deltas + (ev.deltas or 1) -- a merged event joins several
-    acc.chars = acc.chars + #ev.text
-  elseif t == "progress" then
-    if ev.decode_tok_s then acc.live_tok_s = ev.decode_tok_s end
-  elseif t == "done" or t == "error" then
-    acc.t1 = mirza.now()
-    acc.final = ev
-  end
-end
 
 -- Sum of an array of numbers (MTP acceptance by depth).
 local function sum(a)
@@ -77,7 +54,7 @@ local function speed_of(acc, st, tm, tokens, t1, total)
 end
 
 ---The figures of a turn (see the module comment).
----@param acc table
+---@param acc mirza.Reducer
 ---@return table stats
 function M.stats(acc)
   local fin = acc.final or {}

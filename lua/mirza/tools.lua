@@ -270,20 +270,13 @@ end
 local RUN_KEYS = { tools = true, max_rounds = true, run_calls = true, on_event = true, on_result = true,
   tool_choice = true, parallel_tool_calls = true }
 
--- One round: the stream's events through the stage; text, reasoning and
--- calls collected.
+-- One round: the stream's events through the stage, read into a result
+-- (mirza.result): the result, or nil, message, code and the partial one.
 local function round(req, on_event)
-  local mirza = require "mirza"
+  local mirza, result = require "mirza", require "mirza.result"
   local s <close> = mirza.open(req)
-  local text, think, last, calls = {}, {}, nil, nil
-  local events = M.stage(function() return s:next() end)
-  for ev in events do
-    if on_event then on_event(ev) end
-    if ev.type == "text" then text[#text + 1] = ev.text
-    elseif ev.type == "think" then think[#think + 1] = ev.text
-    elseif ev.type == "done" or ev.type == "error" then last = ev; calls = ev.tool_calls end
-  end
-  return table.concat(text), table.concat(think), last, calls
+  local acc = result.drain(result.new(), M.stage(function() return s:next() end), on_event)
+  return result.result(acc)
 end
 
 ---The tool loop over plain requests: `opts` are `mirza.open`'s (`body` a
@@ -312,12 +305,12 @@ function M.run(opts)
   local max = topts.max_rounds or M.MAX_ROUNDS
   while true do
     res.rounds = res.rounds + 1
-    local text, think, last, calls = round(req, topts.on_event)
-    res.text, res.think = text, think
-    if not last or last.type ~= "done" then
-      return nil, last and last.message or "stream ended", last and last.code or "closed", res
-    end
-    res.finish_reason, res.usage, res.stats = last.finish_reason, last.usage, last.stats
+    local r, msg, code, partial = round(req, topts.on_event)
+    local got = r or partial
+    res.text, res.think = got.text, got.think
+    if not r then return nil, msg, code, res end
+    res.finish_reason, res.usage, res.stats = r.finish_reason, r.usage, r.stats
+    local calls, text = r.tool_calls, r.text
     local m = { role = "assistant", content = text, tool_calls = M.wire(calls) }
     if m.tool_calls and text == "" then m.content = json().null end
     body.messages[#body.messages + 1] = m

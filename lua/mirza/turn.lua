@@ -33,6 +33,8 @@
 --- the stats with `.error`).
 local mirza = require "mirza"
 local policy = require "mirza.policy"
+local reducer = require "mirza.result"
+local retry = require "mirza.retry"
 local stats = require "mirza.stats"
 
 local M = {}
@@ -67,18 +69,6 @@ local function check_turn_opts(opts)
   return opts or {}
 end
 
--- Deltas kept per turn are joined every KEEP_RUN into one string: a long
--- answer then costs about its bytes, not a table slot and a string per token.
-local KEEP_RUN = 1024
-
--- The answer so far: the joined runs, then the deltas of the current run.
-local function answer_text(t)
-  local a = t.answer
-  if t.run_n > 0 then a[#a + 1] = table.concat(t.run, "", 1, t.run_n) end
-  t.run, t.run_n = {}, 0
-  return table.concat(a)
-end
-
 ---@class mirza.Turn
 ---@field cancelled boolean
 ---@field finished boolean
@@ -94,10 +84,10 @@ function Turn:finish()
   acc.t1 = acc.t1 or mirza.now()
   e.last = stats.stats(acc)
   -- routed by say with nothing between the tap and the router: its text is the answer, one copy
-  local answer = self.router and self.router:text("answer") or answer_text(self)
+  local answer = self.router and self.router:text("answer") or reducer.join(acc.text)
   local tools = require "mirza.tools"
   -- whole calls from the done event; a turn cut short keeps what came
-  local calls = tools.wire(self.tool_calls or tools.finish(self.tool_acc))
+  local calls = tools.wire(acc.tool_calls or tools.finish(self.tool_acc))
   local done = acc.final and acc.final.type == "done"
   if done then
     self.prompt.add_turn(e.history, self.info.current, answer, { tool_calls = calls })
@@ -148,26 +138,17 @@ function Turn:close()
 end
 Turn.__close = Turn.close
 
--- The stats tap: observes every event, keeps the answer and tool calls.
+-- The stats tap: every event into the turn's reducer (mirza.result: the
+-- figures, the answer unless the router keeps it, the tool calls), and
+-- the live decode speed on the engine.
 local function tap_stage(e, t)
-  local observe, acc, concat = stats.observe, t.acc, table.concat
+  local feed, acc = reducer.feed, t.acc
   return function(up)
     return function()
       local ev = up()
       if ev then
-        observe(acc, ev)
-        local ty = ev.type
-        if ty == "text" and not t.router then
-          local n = t.run_n + 1
-          t.run[n], t.run_n = ev.text, n
-          if n == KEEP_RUN then
-            local a = t.answer
-            a[#a + 1] = concat(t.run, "", 1, n)
-            t.run, t.run_n = {}, 0
-          end
-        elseif ty == "think" then t.think_bytes = t.think_bytes + #ev.text
-        elseif ty == "done" then t.tool_calls = ev.tool_calls
-        elseif ty == "progress" and ev.decode_tok_s then e.live_tok_s = ev.decode_tok_s end
+        feed(acc, ev)
+        if ev.type == "progress" and ev.decode_tok_s then e.live_tok_s = ev.decode_tok_s end
       end
       return ev
     end
@@ -184,7 +165,7 @@ local function busy(e, t, ev)
   local left = (e.cfg.busy_wait or 0) - (mirza.now() - t.acc.t0)
   if left <= 0 then return false end
   t.busy_tries = (t.busy_tries or 0) + 1
-  mirza.sleep(math.min(left, 0.025 * 2 ^ math.min(t.busy_tries, 5)))
+  mirza.sleep(math.min(left, retry.backoff(t.busy_tries, 0.05, 0.8))) -- 50 ms doubling to 0.8 s
   return not t.cancelled
 end
 
@@ -193,8 +174,7 @@ end
 -- each endpoint tried at most once per turn; the pool's rule (P.blame)
 -- rests the failed one for its own failures only (one turn's HTTP 500 does not).
 local function failover(e, t, ev)
-  local pool = require "mirza.pool"
-  if not t.endpoint or not pool.endpoint_failure(ev.code, ev.status) then return false end
+  if not t.endpoint or not retry.blame(ev.code, ev.status) then return false end
   t.tried = (t.tried or 1) + 1
   if t.tried > #e.pool.endpoints then return false end
   e.pool:report(t.endpoint, { code = ev.code, status = ev.status, message = ev.message }, t)
@@ -335,7 +315,7 @@ local function turn(e, input, opts)
     e._endpoint = endpoint
     e:_set_base(endpoint.base)
   end
-  local acc = stats.new_acc() -- TTFT counts from here: request sent → first delta
+  local acc = reducer.new { think = false } -- TTFT counts from here: request sent → first delta
   local req = { url = e.chat_url, body = e:body(messages, plan, opts), headers = e:headers(),
     api_key = e.cfg.api_key, stall_timeout = e.cfg.stall_timeout, timeout = e.cfg.connect_timeout,
     header_timeout = e.cfg.header_timeout,
@@ -346,7 +326,6 @@ local function turn(e, input, opts)
   end
   local s = open()
   local t = setmetatable({ engine = e, s = s, open = open, acc = acc, plan = plan, endpoint = endpoint,
-    answer = {}, run = {}, run_n = 0, think_bytes = 0,
     info = info, tool_acc = require("mirza.tools").accumulator(), input = input, prompt = prompt, cancelled = false,
     finished = false }, Turn)
   e._turn, e.live_tok_s = t, nil
@@ -388,7 +367,7 @@ local function routed(e, input, topts, ropts)
   do
     local _ <close> = t
     local r, guarded = policy.router(e, ropts)
-    if builtin_only(e, topts) and not guarded then t.router = r end
+    if builtin_only(e, topts) and not guarded then t.router, t.acc.text = r, false end -- one copy of the answer
     for ev in it do r:feed(ev) end
     result = r:finish()
   end
@@ -432,7 +411,7 @@ local function say(e, input, opts)
     result.rounds = rounds
     local err = result.error
     if err then return nil, err.message or "error", err.code or "error", result end
-    local calls = t.tool_calls
+    local calls = t.acc.tool_calls
     result.tool_calls = calls
     if not (tools and calls and #calls > 0) or result.cut then return e.last, result end
     -- later rounds think like the first (same request fields: the cache hits)
