@@ -109,7 +109,7 @@ commands = {
 }
 
 local dim, undim = "", ""
-if os.execute("test -t 2") == true then dim, undim = "\27[2m", "\27[0m" end
+if require("mirza").isatty(2) then dim, undim = "\27[2m", "\27[0m" end
 
 local function turn(line)
   refresh()

@@ -8,7 +8,7 @@
 --- sentence as a speech engine would receive it, stats follow each turn.
 local engine = require "mirza.engine"
 
-local tty = os.getenv("TERM") and os.execute("test -t 1") == true
+local tty = os.getenv("TERM") and require("mirza").isatty(1)
 local dim, reset = tty and "\27[2m" or "", tty and "\27[0m" or ""
 
 local e = engine.new {

@@ -15,6 +15,7 @@
 #include <lauxlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "l_util.h"
 #include "mirza.h"
@@ -272,6 +273,14 @@ static int l_redact_url(lua_State *L) {
   return 1;
 }
 
+/* mirza.isatty(fd) -> whether the descriptor is a terminal (progress lines
+ * redraw in place there); asked without spawning a shell. */
+static int l_isatty(lua_State *L) {
+  lua_Integer fd = luaL_checkinteger(L, 1);
+  lua_pushboolean(L, fd >= 0 && fd <= 1024 && isatty((int)fd));
+  return 1;
+}
+
 static int l_streams(lua_State *L) {
   lua_pushinteger(L, (lua_Integer)mz_client_streams(mz_l_ctx(L)->client));
   return 1;
@@ -287,6 +296,7 @@ int luaopen_mirza_core(lua_State *L) {
                                    {"redact_url", l_redact_url},
                                    {"on_warning", l_on_warning},
                                    {"plain_remote", l_plain_remote},
+                                   {"isatty", l_isatty},
                                    {NULL, NULL}};
   mz_l_ctx(L);
   luaL_newlib(L, funcs);   /* [core] */

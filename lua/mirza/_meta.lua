@@ -149,6 +149,12 @@ function mirza.now() end
 ---@return integer n open streams of this Lua state
 function mirza.streams() end
 
+---Whether a file descriptor is a terminal (`mirza.isatty(2)`: stderr),
+---without spawning a shell; false for a bad descriptor.
+---@param fd integer
+---@return boolean
+function mirza.isatty(fd) end
+
 ---File modification time, size, kind and identity (hot reload watches files
 ---with it; batch jobs tell a pipe from a file, and INPUT from OUTPUT).
 ---Available as `require("mirza.core").stat`.

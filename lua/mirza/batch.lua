@@ -52,11 +52,7 @@ B.defaults = {
 
 -- ------------------------------------------------------------ input
 
-local function copy(t)
-  local c = {}
-  for k, v in pairs(t or {}) do c[k] = v end
-  return c
-end
+local copy = require("mirza.util").copy
 
 -- A body from a {"prompt": ...} line: other fields go into the body.
 local function prompt_body(obj)
@@ -529,13 +525,9 @@ function B.progress_line(st, o)
   return ("%s; every endpoint down for %s%s"):format(line, fmt_time(down), quit)
 end
 
-local function is_terminal()
-  return os.execute("test -t 2") == true
-end
-
 -- A task printing progress until cancelled.
 local function progress_task(stats, opts)
-  local live = opts.progress == true or (opts.progress == "auto" and is_terminal())
+  local live = opts.progress == true or (opts.progress == "auto" and core.isatty(2))
   local every = live and 0.25 or opts.progress_every
   local log = opts.log or function(line, is_live)
     io.stderr:write(is_live and ("\r\27[K" .. line) or (line .. "\n"))

@@ -318,7 +318,7 @@ end
 -- rewritten each second when stderr is a terminal.
 local stderr_tty
 local function show_progress(elapsed, d)
-  if stderr_tty == nil then stderr_tty = os.execute("test -t 2") == true end
+  if stderr_tty == nil then stderr_tty = core.isatty(2) end
   local last = d._shown or 0
   local every = stderr_tty and 1 or PROGRESS_EVERY
   if elapsed - last < every then return end

@@ -104,10 +104,7 @@ local function coerce(v, ty)
   return v
 end
 
-local function merge(into, from)
-  for k, v in pairs(from or {}) do into[k] = v end
-  return into
-end
+local merge = require("mirza.util").merge
 
 -- The line of a config file's text that sets key (for an error message), or nil.
 local function line_of(text, key)

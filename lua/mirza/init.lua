@@ -18,11 +18,11 @@ local M = {
   defaults = core.defaults,
   on_warning = core.on_warning,
   plain_remote = core.plain_remote,
+  isatty = core.isatty,
 }
 
--- MIRZA_RECORD=DIR records every request (mirza.record); read once.
-local RECORD = os.getenv("MIRZA_RECORD")
-if RECORD == "" then RECORD = nil end
+-- MIRZA_RECORD=DIR records every request (mirza.record reads it, once).
+local RECORD = require("mirza.record").env_dir
 
 ---Start a request (`mirza.core.open`, see _meta.lua). With `record = DIR`
 ---(or `MIRZA_RECORD` set, unless `record = false`) the request and the
@@ -45,8 +45,7 @@ M.open = open
 ---@return string? code error code: "http", "refused", "timeout", ...
 ---@return integer? status HTTP status of an "http" error
 function M.request(opts)
-  local req = {}
-  for k, v in pairs(opts) do req[k] = v end
+  local req = require("mirza.util").copy(opts)
   req.plain = true
   local s <close> = open(req)
   local ev = s:next()

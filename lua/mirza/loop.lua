@@ -33,8 +33,6 @@ local M = {}
 local SUSPEND = setmetatable({}, { __name = "mirza.loop.suspend" })
 local CANCEL = setmetatable({}, { __name = "mirza.loop.cancel", __tostring = function() return "cancelled" end })
 
-M.SUSPEND = SUSPEND
-
 -- The scheduler resuming a task right now (nil outside any task).
 local running_loop = nil
 -- Stream -> the scheduler with a task waiting on it.

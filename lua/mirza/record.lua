@@ -29,6 +29,7 @@
 local M = {}
 
 local core = require "mirza.core"
+local util = require "mirza.util"
 
 -- Per directory: the last number used (found by probing on first use).
 local counters = {}
@@ -113,8 +114,7 @@ end
 ---@return table req
 ---@return string id
 function M.prepare(opts, dir)
-  local req = {}
-  for k, v in pairs(opts) do req[k] = v end
+  local req = util.copy(opts)
   if type(req.body) == "table" then req.body = core.json.encode(req.body) end
   local id = next_id(dir)
   local method = req.method or (req.body and "POST" or "GET")
@@ -136,8 +136,7 @@ end
 function M.open(opts)
   local dir = opts.record
   if dir == nil then dir = M.env_dir end
-  local req = {}
-  for k, v in pairs(opts) do req[k] = v end
+  local req = util.copy(opts)
   req.record = nil
   if not dir then return core.open(req) end
   local id

@@ -296,8 +296,7 @@ function M.run(opts)
     if RUN_KEYS[k] then topts[k] = v else req[k] = v end
   end
   local tools = M.resolve(topts.tools) or {}
-  local body = {}
-  for k, v in pairs(req.body or {}) do body[k] = v end
+  local body = require("mirza.util").copy(req.body)
   body.messages = { table.unpack(body.messages or {}) }
   M.add_to_body(body, tools, topts)
   req.body = body

@@ -219,10 +219,7 @@ local function source(e, t)
   end
 end
 
-local function merge(into, from)
-  for k, v in pairs(from or {}) do into[k] = v end
-  return into
-end
+local merge = require("mirza.util").merge
 
 -- The turn's stages: think tags, stats, repetition guard, the script's,
 -- the turn's own.

@@ -1,0 +1,22 @@
+--- mirza.util: the table helpers the library's modules share (one copy
+--- instead of one per module).
+local M = {}
+
+---Set into[k] = v for every pair of `from` (nil: nothing); returns `into`.
+---@generic T: table
+---@param into T
+---@param from? table
+---@return T
+function M.merge(into, from)
+  for k, v in pairs(from or {}) do into[k] = v end
+  return into
+end
+
+---A shallow copy of t (nil: an empty table).
+---@param t? table
+---@return table
+function M.copy(t)
+  return M.merge({}, t)
+end
+
+return M
