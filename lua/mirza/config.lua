@@ -226,4 +226,20 @@ function M.new_session_id()
   return ("mirza-%08x%04x"):format(math.random(0, 0x7fffffff), math.random(0, 0xffff))
 end
 
+-- Presets whose daemon has a port of its own (Ollama's 11434, vLLM's
+-- 8000), used unless a port or base URL was given.
+local own_port = { ollama = true, vllm = true }
+
+---The options of the supervisor (mirza.daemon) of a supervised endpoint.
+---@param cfg table a resolved configuration
+---@return table
+function M.daemon_options(cfg)
+  local port = (cfg._given_port or not own_port[cfg.preset]) and cfg.port or nil
+  return merge({
+    preset = cfg.preset, host = cfg.host, port = port, model = cfg.model, model_id = cfg.model_id,
+    context_window = cfg.context_window, kv_bits = cfg.kv_bits, depth = cfg.depth, api_key = cfg.api_key,
+    autostart = cfg.autostart, keep_alive = cfg.keep_alive, restart = cfg.restart,
+  }, cfg.daemon)
+end
+
 return M

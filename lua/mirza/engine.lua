@@ -24,6 +24,7 @@
 --- code it started with. The turn logic lives in mirza.turn.
 local mirza = require "mirza"
 local reload = require "mirza.reload"
+local stats = require "mirza.stats"
 
 local E = {}
 local Engine = {}
@@ -38,20 +39,6 @@ local config = require "mirza.config"
 E.preset_models, E.defaults, E.ENV = config.preset_models, config.defaults, config.ENV
 E.config, E.config_file, E.new_session_id = config.config, config.config_file, config.new_session_id
 local merge = require("mirza.util").merge
-
--- Presets whose daemon has a port of its own (Ollama's 11434, vLLM's
--- 8000), used unless a port or base URL was given.
-local own_port = { ollama = true, vllm = true }
-
--- The supervisor of a supervised endpoint.
-local function new_daemon(cfg)
-  local port = (cfg._given_port or not own_port[cfg.preset]) and cfg.port or nil
-  return mirza.daemon(merge({
-    preset = cfg.preset, host = cfg.host, port = port, model = cfg.model, model_id = cfg.model_id,
-    context_window = cfg.context_window, kv_bits = cfg.kv_bits, depth = cfg.depth, api_key = cfg.api_key,
-    autostart = cfg.autostart, keep_alive = cfg.keep_alive, restart = cfg.restart,
-  }, cfg.daemon))
-end
 
 ---Create an engine (does not contact the daemon: see `load`).
 ---@param opts? table see `Engine.defaults`
@@ -68,7 +55,7 @@ function E.new(opts)
     watcher = mirza.watcher(),
     stages = {},          -- the script's own stages (pipeline specs)
   }, Engine)
-  if cfg.daemon ~= false then self.daemon = new_daemon(cfg) end
+  if cfg.daemon ~= false then self.daemon = mirza.daemon(config.daemon_options(cfg)) end
   -- Policies loaded from disk (--lua-dir / MIRZA_LUA_DIR) are watched too;
   -- embedded ones have no file to watch.
   for _, name in ipairs(E.policies) do
@@ -430,7 +417,205 @@ function Engine:tools(opts)
   return require("mirza.tools").resolve(t)
 end
 
--- Turns: mirza.turn adds Engine:turn, Engine:cancel and Engine:say.
-require("mirza.turn").install(Engine)
+-- ------------------------------------------------------------ turns
+--
+-- Two owners, one boundary. A turn (mirza.turn) owns one request of the
+-- conversation: its stream, its reducer (mirza.result), its pipeline, its
+-- cancel, its busy-wait, the endpoint it holds while it runs. The engine
+-- owns the conversation: the daemon, the history, the thinking plan, the
+-- stages, the endpoint the next request goes to, the last turn's stats,
+-- the turn in flight. mirza.turn asks the engine through the `_turn_*`
+-- methods below and otherwise uses only its public face (`cfg`, `stages`,
+-- `log`, `tools`, `turn`, `last`); the engine calls a turn's `cancel` and
+-- `finish` only. They are two files because they are two
+-- concerns — keeping a session, reading one response through a pipeline —
+-- that meet at this interface, not one class split for size.
+
+local policy = require "mirza.policy"
+local retry = require "mirza.retry"
+
+---Start one turn (mirza.turn: the generic-for quadruple `iter, stream,
+---nil, turn`). A turn still in flight on this engine is cancelled first
+---(one turn at a time per session).
+---@param input string|table a prompt string, a message list, or a JSON message list
+---@param opts? mirza.TurnOptions
+---@return (fun(): table|nil)|nil iter
+---@return mirza.Stream|string stream_or_message
+---@return string? code
+---@return mirza.Turn? turn the closing value
+function Engine:turn(input, opts)
+  local t = self._turn
+  if t then
+    t:cancel()
+    t:finish()
+  end
+  return require("mirza.turn").start(self, input, opts)
+end
+
+---Run a turn to the end with output routing and the tool loop (mirza.turn).
+---@param input string|table
+---@param opts? table turn, route and tool loop options (see mirza.turn)
+---@return table|nil stats
+---@return table|string result_or_message
+---@return string? code
+---@return table? result on failure: what was routed before it
+function Engine:say(input, opts)
+  return require("mirza.turn").say(self, input, opts)
+end
+
+---Cancel the turn in flight, if any (barge-in).
+---@return boolean cancelled
+function Engine:cancel()
+  local t = self._turn
+  return t ~= nil and t:cancel()
+end
+
+-- Everything before the request: the daemon up, reload, the plan, the
+-- messages. Returns plan, messages, info, prompt module, or nil, msg, code.
+function Engine:_prepare(input, opts)
+  if not self.loaded then
+    local ok, msg, code = self:load()
+    if not ok then return nil, msg, code end
+  end
+  if self.daemon and self.daemon._proc then -- our child: restart or diagnose a dead one
+    local ok, msg, code = self.daemon:ensure()
+    if not ok then return nil, msg, code end
+  end
+  if self.cfg.auto_reload then self:reload() end -- between turns only
+  -- a reloaded version that raises gives way to the last one that worked (mirza.policy)
+  local prompt, thinking = policy.module(self, "mirza.prompt"), policy.module(self, "mirza.thinking")
+  local user, err = prompt.messages(input)
+  if not user then return nil, err, "prompt" end
+  local plan = thinking.plan(self.thinking, prompt.last_user_text(user), self.cfg.dialect,
+    { max_tokens = self.cfg.max_tokens, max_tokens_thinking = self.cfg.max_tokens_thinking }, opts.budget)
+  if opts.max_tokens then plan.max_tokens = opts.max_tokens end
+  local messages, info, code = prompt.build(self.history, input,
+    { context_window = self.cfg.context_window, reserve = plan.max_tokens or 0 })
+  if not messages then return nil, info, code end
+  if not info.fits then self:log("warning", "the prompt does not fit the context window even alone") end
+  return plan, messages, info, prompt
+end
+
+---@class mirza.TurnSpec what the engine gives a starting turn (mirza.turn)
+---@field plan table the thinking plan (mirza.thinking)
+---@field open fun(): mirza.Stream opens the request (again: to the current endpoint)
+---@field endpoint mirza.Endpoint|nil the pool's slot the turn holds
+---@field busy_wait number seconds a 409 on the session may be waited out
+---@field progress fun(tok_s: number) the live decode speed
+---@field ctx table the engine's own (handed back to `_turn_end`)
+
+---The start of turn `t`: the daemon up, the plan and messages, an
+---endpoint (a pool's: the last turn's while it has room, its session
+---cache, else the least loaded), the request; `t` becomes the turn in
+---flight. Returns the spec, or nil, message, code.
+---@param t mirza.Turn
+---@param input string|table
+---@param opts mirza.TurnOptions
+---@return mirza.TurnSpec|nil spec
+---@return string? message
+---@return string? code
+function Engine:_turn_begin(t, input, opts)
+  local plan, messages, info, prompt = self:_prepare(input, opts)
+  if not plan then return nil, messages, info end
+  local endpoint
+  if self.pool then
+    local msg, code
+    endpoint, msg, code = self.pool:acquire(self.cfg.connect_timeout, self._endpoint)
+    if not endpoint then return nil, msg, code end
+    self._endpoint = endpoint
+    self:_set_base(endpoint.base)
+  end
+  local merged = opts.merge -- deltas that arrived together as one event: the turn's option, else the engine's
+  if merged == nil then merged = self.cfg.merge end
+  local req = { url = self.chat_url, body = self:body(messages, plan, opts), headers = self:headers(),
+    api_key = self.cfg.api_key, stall_timeout = self.cfg.stall_timeout, timeout = self.cfg.connect_timeout,
+    header_timeout = self.cfg.header_timeout,
+    record = self.cfg.record, merge = merged == true }
+  self._turn, self.live_tok_s = t, nil
+  return { plan = plan, endpoint = endpoint, busy_wait = self.cfg.busy_wait or 0,
+    ctx = { info = info, prompt = prompt }, progress = function(v) self.live_tok_s = v end,
+    open = function()
+      req.url = self.chat_url
+      return self:_with_warnings(mirza.open, req) -- a credential over plain http: said in the engine's log
+    end }
+end
+
+---An engine over a pool: a failure of endpoint `ep` before anything
+---arrived (refused, cut, timeout, 5xx: mirza.retry) sends the request to
+---another one, each endpoint tried at most once per turn (`avoid`: those
+---it left); the pool's rule rests the failed one for its own failures
+---only (one turn's HTTP 500 does not). Returns the endpoint to try next
+---(nil: none) and whether `ep` was given back to the pool.
+---@param ep mirza.Endpoint|nil
+---@param ev table the error event
+---@param avoid table<mirza.Endpoint, boolean>
+---@param key any the turn (its HTTP 500s count once)
+---@return mirza.Endpoint|nil next
+---@return boolean released
+function Engine:_turn_failover(ep, ev, avoid, key)
+  if not ep or not retry.blame(ev.code, ev.status) then return nil, false end
+  local tried = 2 -- this endpoint and the next, plus those left before
+  for _ in pairs(avoid) do tried = tried + 1 end
+  if tried > #self.pool.endpoints then return nil, false end
+  self.pool:report(ep, { code = ev.code, status = ev.status, message = ev.message }, key)
+  avoid[ep] = true
+  local nxt = self.pool:acquire(self.cfg.connect_timeout, nil, avoid)
+  if not nxt then return nil, true end
+  self:log("warning", ("%s: %s; trying %s"):format(self.base_url, ev.message or ev.code, nxt.base))
+  self._endpoint = nxt
+  self:_set_base(nxt.base)
+  return nxt, true
+end
+
+---A stream error the turn gives up on: a dead daemon of ours diagnosed
+---("exited" with the status and log tail), else the event as it is.
+---@param ev table
+---@return table ev
+function Engine:_turn_error(ev)
+  if self.daemon then return self.daemon:stream_error(ev) end
+  return ev
+end
+
+---The end of turn `t`, once, with its spec's `ctx` and `out` = {acc (its
+---mirza.result reducer), answer, calls (wire form), cancelled, stream, endpoint}. The stats
+---(`e.last`), the history (a done turn; a cancelled one's part, marked
+---interrupted), the policies' fallbacks, the run log, the pool's slot.
+---@param t mirza.Turn
+---@param ctx table
+---@param out {acc: mirza.Reducer, answer: string, calls: table[]|nil, cancelled: boolean, stream: mirza.Stream,
+---  endpoint: mirza.Endpoint|nil}
+function Engine:_turn_end(t, ctx, out)
+  local acc = out.acc
+  self.last = stats.stats(acc)
+  local done = acc.final ~= nil and acc.final.type == "done"
+  if done then
+    ctx.prompt.add_turn(self.history, ctx.info.current, out.answer, { tool_calls = out.calls })
+  elseif out.cancelled then
+    self.last.interrupted = true
+    if out.answer ~= "" or out.calls then
+      ctx.prompt.add_turn(self.history, ctx.info.current, out.answer, { tool_calls = out.calls, interrupted = true })
+    end
+  end
+  policy.turn_end(self) -- the policy versions that ran without raising: the next fallback
+  if self.cfg.record then require("mirza.record").log_turn(self, out, ctx.info.current) end
+  if out.endpoint then -- the pool's slot back, with the outcome: the pool's rule says whom it blames
+    local fin = acc.final
+    if fin then
+      self.pool:report(out.endpoint, { ok = done, code = fin.code, status = fin.status, message = fin.message }, t)
+    else
+      self.pool:release(out.endpoint, false, false)
+    end
+  end
+  if self._turn == t then self._turn = nil end
+end
+
+---After `say`'s last round allowed, the calls' results still go to the
+---history: an assistant message with tool_calls must be answered by tool
+---messages for the next request to be valid.
+---@param msgs table[] the `role = "tool"` messages
+function Engine:_turn_results(msgs)
+  local prompt = require "mirza.prompt"
+  for _, m in ipairs(msgs) do prompt.add(self.history, m) end
+end
 
 return setmetatable(E, { __index = Engine })

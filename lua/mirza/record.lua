@@ -176,17 +176,18 @@ local STATS = { "ttft_ms", "server_ttft_ms", "tok_s", "tokens", "prompt_tokens",
 
 ---The run log line of a finished turn (a table, see the module comment).
 ---@param e mirza.Engine
----@param t mirza.Turn
----@param answer string
+---@param out {acc: mirza.Reducer, answer: string, cancelled: boolean, stream: mirza.Stream} the turn's outcome
+---@param messages table[] the messages it sent
 ---@return table
-function M.turn_line(e, t, answer)
-  local fin = t.acc.final or {}
+function M.turn_line(e, out, messages)
+  local acc = out.acc
+  local fin = acc.final or {}
   local line = {
     time = os.date("!%Y-%m-%dT%H:%M:%SZ"), endpoint = M.scrub_url(e.chat_url), model = e:model(),
     session = e.cfg.session_id,
-    request = M.ids[t.s], prompt = M.summary(t.info.current), answer = answer, reasoning_bytes = t.acc.think_bytes,
-    finish_reason = fin.finish_reason, tool_calls = t.acc.tool_calls and #t.acc.tool_calls or 0,
-    interrupted = t.cancelled or nil, stats = {},
+    request = M.ids[out.stream], prompt = M.summary(messages), answer = out.answer,
+    reasoning_bytes = acc.think_bytes, finish_reason = fin.finish_reason,
+    tool_calls = acc.tool_calls and #acc.tool_calls or 0, interrupted = out.cancelled or nil, stats = {},
   }
   for _, k in ipairs(STATS) do line.stats[k] = e.last and e.last[k] end
   if fin.type == "error" then
@@ -198,12 +199,12 @@ end
 ---Append a finished turn's line to `<record dir>/runs.jsonl`. A failure
 ---to write is logged, never raised (the turn is over).
 ---@param e mirza.Engine
----@param t mirza.Turn
----@param answer string
-function M.log_turn(e, t, answer)
+---@param out table the turn's outcome (see `turn_line`)
+---@param messages table[] the messages it sent
+function M.log_turn(e, out, messages)
   local dir = e.cfg.record
   local ok, err = pcall(function()
-    local text = core.json.encode(M.turn_line(e, t, answer))
+    local text = core.json.encode(M.turn_line(e, out, messages))
     local f = assert(io.open(dir .. "/runs.jsonl", "ab"))
     f:write(text, "\n")
     f:close()

@@ -31,11 +31,16 @@
 --- (daemon down, bad input) or during the stream (`result` then holds the
 --- partial answer; the error also went to the error sink, and `e.last` has
 --- the stats with `.error`).
+---
+--- A turn owns its request (stream, reducer, pipeline, cancel, busy-wait,
+--- the endpoint it holds); the engine owns the conversation. A turn asks
+--- the engine only through `e:_turn_begin`, `_turn_failover`, `_turn_error`,
+--- `_turn_end` and `_turn_results` (see "turns" in mirza.engine) and reads
+--- its public face (`cfg`, `stages`, `log`, `tools`, `turn`, `last`).
 local mirza = require "mirza"
 local policy = require "mirza.policy"
 local reducer = require "mirza.result"
 local retry = require "mirza.retry"
-local stats = require "mirza.stats"
 
 local M = {}
 
@@ -75,40 +80,23 @@ end
 local Turn = {}
 Turn.__index = Turn
 
--- The end of the turn, once: stats, history, stream closed.
+---The end of the turn, once: the stream closed, the outcome to the
+---engine (stats, history, run log, the pool's slot: `e:_turn_end`).
 function Turn:finish()
   if self.finished then return end
   self.finished = true
-  local e, acc = self.engine, self.acc
+  local acc = self.acc
   self.s:close()
   acc.t1 = acc.t1 or mirza.now()
-  e.last = stats.stats(acc)
   -- routed by say with nothing between the tap and the router: its text is the answer, one copy
   local answer = self.router and self.router:text("answer") or reducer.join(acc.text)
   local tools = require "mirza.tools"
   -- whole calls from the done event; a turn cut short keeps what came
   local calls = tools.wire(acc.tool_calls or tools.finish(self.tool_acc))
-  local done = acc.final and acc.final.type == "done"
-  if done then
-    self.prompt.add_turn(e.history, self.info.current, answer, { tool_calls = calls })
-  elseif self.cancelled then
-    e.last.interrupted = true
-    if answer ~= "" or calls then
-      self.prompt.add_turn(e.history, self.info.current, answer, { tool_calls = calls, interrupted = true })
-    end
-  end
-  policy.turn_end(e) -- the policy versions that ran without raising: the next fallback
-  if e.cfg.record then require("mirza.record").log_turn(e, self, answer) end
-  if self.endpoint then -- the pool's slot back, with the outcome: the pool's rule says whom it blames
-    local fin = acc.final
-    if fin then
-      e.pool:report(self.endpoint, { ok = done, code = fin.code, status = fin.status, message = fin.message }, self)
-    else
-      e.pool:release(self.endpoint, false, false)
-    end
-    self.endpoint = nil
-  end
-  if e._turn == self then e._turn = nil end
+  local ep = self.endpoint
+  self.endpoint = nil
+  self.engine:_turn_end(self, self.spec.ctx, { acc = acc, answer = answer, calls = calls, cancelled = self.cancelled,
+    stream = self.s, endpoint = ep })
 end
 
 ---Stop the turn: the request is closed now; the iterator then yields a
@@ -116,9 +104,9 @@ end
 ---@return boolean cancelled false when the turn was over already
 function Turn:cancel()
   if self.finished or self.cancelled then return false end
-  if self.acc.final then return false end -- the last event came: nothing to stop
+  if self.acc and self.acc.final then return false end -- the last event came: nothing to stop
   self.cancelled = true
-  self.s:close()
+  if self.s then self.s:close() end -- nil: cancelled while its request was being opened
   return true
 end
 
@@ -141,14 +129,14 @@ Turn.__close = Turn.close
 -- The stats tap: every event into the turn's reducer (mirza.result: the
 -- figures, the answer unless the router keeps it, the tool calls), and
 -- the live decode speed on the engine.
-local function tap_stage(e, t)
-  local feed, acc = reducer.feed, t.acc
+local function tap_stage(t)
+  local feed, acc, progress = reducer.feed, t.acc, t.spec.progress
   return function(up)
     return function()
       local ev = up()
       if ev then
         feed(acc, ev)
-        if ev.type == "progress" and ev.decode_tok_s then e.live_tok_s = ev.decode_tok_s end
+        if ev.type == "progress" and ev.decode_tok_s then progress(ev.decode_tok_s) end
       end
       return ev
     end
@@ -160,9 +148,9 @@ end
 -- client saw its end, or closed it, first): MTPLX frees a session only
 -- after its last write, or once it notices a disconnect between tokens.
 -- The source waits and asks again, up to `cfg.busy_wait` seconds in all.
-local function busy(e, t, ev)
+local function busy(t, ev)
   if ev.type ~= "error" or ev.status ~= 409 or t.got_any then return false end
-  local left = (e.cfg.busy_wait or 0) - (mirza.now() - t.acc.t0)
+  local left = t.spec.busy_wait - (mirza.now() - t.acc.t0)
   if left <= 0 then return false end
   t.busy_tries = (t.busy_tries or 0) + 1
   mirza.sleep(math.min(left, retry.backoff(t.busy_tries, 0.05, 0.8))) -- 50 ms doubling to 0.8 s
@@ -170,22 +158,11 @@ local function busy(e, t, ev)
 end
 
 -- An engine over a pool: a failure of the endpoint before anything
--- arrived (refused, cut, timeout, 5xx) sends the request to another one,
--- each endpoint tried at most once per turn; the pool's rule (P.blame)
--- rests the failed one for its own failures only (one turn's HTTP 500 does not).
+-- arrived goes to another one (`e:_turn_failover` says which).
 local function failover(e, t, ev)
-  if not t.endpoint or not retry.blame(ev.code, ev.status) then return false end
-  t.tried = (t.tried or 1) + 1
-  if t.tried > #e.pool.endpoints then return false end
-  e.pool:report(t.endpoint, { code = ev.code, status = ev.status, message = ev.message }, t)
-  t.avoid = t.avoid or {}
-  t.avoid[t.endpoint], t.endpoint = true, nil
-  local ep = e.pool:acquire(e.cfg.connect_timeout, nil, t.avoid)
-  if not ep then return false end
-  e:log("warning", ("%s: %s; trying %s"):format(e.base_url, ev.message or ev.code, ep.base))
-  t.endpoint, e._endpoint = ep, ep
-  e:_set_base(ep.base)
-  return not t.cancelled
+  local ep, released = e:_turn_failover(t.endpoint, ev, t.avoid, t)
+  if released then t.endpoint = ep end
+  return ep ~= nil and not t.cancelled
 end
 
 -- The source: the stream's events (a 409 from the engine's own previous
@@ -208,13 +185,13 @@ local function source(e, t)
         t.got_any = true
         return ev
       end
-      if not busy(e, t, ev) and (t.got_any or not failover(e, t, ev)) then
-        if e.daemon then ev = e.daemon:stream_error(ev) end
+      if not busy(t, ev) and (t.got_any or not failover(e, t, ev)) then
+        ev = e:_turn_error(ev)
         t.got_any = true
         return ev
       end
       s:close()
-      t.s = t.open()
+      t.s = t.spec.open()
     end
   end
 end
@@ -231,7 +208,7 @@ local function stages_of(e, t, opts, plan)
     { name = "tool_calls", fn = require("mirza.tools").stage, opts = { acc = t.tool_acc } },
     { name = "think_tags", fn = policy.policy_stage(e, "mirza.thinktags"),
       opts = { mode = tags, hold = plan.budget > 0 } },
-    { name = "stats", fn = tap_stage(e, t) },
+    { name = "stats", fn = tap_stage(t) },
   }
   if cfg.repetition ~= false then
     local ropts = merge({ on_cut = function(info)
@@ -246,32 +223,6 @@ local function stages_of(e, t, opts, plan)
   return list
 end
 
--- Everything before the request: the daemon up, reload, the plan, the
--- messages. Returns plan, messages, info, prompt module, or nil, msg, code.
-local function prepare(e, input, opts)
-  if not e.loaded then
-    local ok, msg, code = e:load()
-    if not ok then return nil, msg, code end
-  end
-  if e.daemon and e.daemon._proc then -- our child: restart or diagnose a dead one
-    local ok, msg, code = e.daemon:ensure()
-    if not ok then return nil, msg, code end
-  end
-  if e.cfg.auto_reload then e:reload() end -- between turns only
-  -- a reloaded version that raises gives way to the last one that worked (mirza.policy)
-  local prompt, thinking = policy.module(e, "mirza.prompt"), policy.module(e, "mirza.thinking")
-  local user, err = prompt.messages(input)
-  if not user then return nil, err, "prompt" end
-  local plan = thinking.plan(e.thinking, prompt.last_user_text(user), e.cfg.dialect,
-    { max_tokens = e.cfg.max_tokens, max_tokens_thinking = e.cfg.max_tokens_thinking }, opts.budget)
-  if opts.max_tokens then plan.max_tokens = opts.max_tokens end
-  local messages, info, code = prompt.build(e.history, input,
-    { context_window = e.cfg.context_window, reserve = plan.max_tokens or 0 })
-  if not messages then return nil, info, code end
-  if not info.fits then e:log("warning", "the prompt does not fit the context window even alone") end
-  return plan, messages, info, prompt
-end
-
 -- Whether a say turn's events reach the router as the stats tap saw them:
 -- no stage of the script's own (the engine's or the turn's) in between.
 -- Then the router needs no event per delta (say merges) and its answer is
@@ -280,53 +231,26 @@ local function builtin_only(e, topts)
   return #e.stages == 0 and topts.stages == nil
 end
 
--- Whether the turn's deltas come merged: the turn's option, else the
--- engine's (`say` sets the turn's, see builtin_only).
-local function merge_of(e, opts)
-  local m = opts.merge
-  if m == nil then m = e.cfg.merge end
-  return m == true
-end
-
----Start one turn (see the module comment). A turn still in flight on this
----engine is cancelled first (one turn at a time per session).
+---Start one turn on engine `e` (`e:turn`, which first ends the turn in
+---flight; see the module comment).
+---@param e mirza.Engine
 ---@param input string|table a prompt string, a message list, or a JSON message list
 ---@param opts? mirza.TurnOptions
 ---@return (fun(): table|nil)|nil iter
 ---@return mirza.Stream|string stream_or_message
 ---@return string? code
 ---@return mirza.Turn? turn the closing value
-local function turn(e, input, opts)
+function M.start(e, input, opts)
   opts = check_turn_opts(opts)
-  if e._turn then
-    e._turn:cancel()
-    e._turn:finish()
-  end
-  local plan, messages, info, prompt = prepare(e, input, opts)
-  if not plan then return nil, messages, info end
-  local endpoint
-  if e.pool then -- the endpoint of the last turn while it has room (its session cache), else the least loaded
-    local msg, code
-    endpoint, msg, code = e.pool:acquire(e.cfg.connect_timeout, e._endpoint)
-    if not endpoint then return nil, msg, code end
-    e._endpoint = endpoint
-    e:_set_base(endpoint.base)
-  end
-  local acc = reducer.new { think = false } -- TTFT counts from here: request sent → first delta
-  local req = { url = e.chat_url, body = e:body(messages, plan, opts), headers = e:headers(),
-    api_key = e.cfg.api_key, stall_timeout = e.cfg.stall_timeout, timeout = e.cfg.connect_timeout,
-    header_timeout = e.cfg.header_timeout,
-    record = e.cfg.record, merge = merge_of(e, opts) }
-  local function open()
-    req.url = e.chat_url
-    return e:_with_warnings(mirza.open, req) -- a credential over plain http: said in the engine's log
-  end
-  local s = open()
-  local t = setmetatable({ engine = e, s = s, open = open, acc = acc, plan = plan, endpoint = endpoint,
-    info = info, tool_acc = require("mirza.tools").accumulator(), input = input, prompt = prompt, cancelled = false,
-    finished = false }, Turn)
-  e._turn, e.live_tok_s = t, nil
-  local it, _, _, closer = require("mirza.pipeline").compose(source(e, t), stages_of(e, t, opts, plan))
+  local t = setmetatable({ engine = e, input = input, cancelled = false, finished = false, avoid = {},
+    tool_acc = require("mirza.tools").accumulator() }, Turn)
+  local spec, msg, code = e:_turn_begin(t, input, opts)
+  if not spec then return nil, msg, code end
+  t.spec, t.plan, t.endpoint = spec, spec.plan, spec.endpoint
+  t.acc = reducer.new { think = false } -- TTFT counts from here: request sent → first delta
+  local s = spec.open()
+  t.s = s
+  local it, _, _, closer = require("mirza.pipeline").compose(source(e, t), stages_of(e, t, opts, spec.plan))
   t.pipeline_closer = closer
   return function()
     if t.finished then return nil end
@@ -334,13 +258,6 @@ local function turn(e, input, opts)
     if ev == nil then t:finish() end
     return ev
   end, s, nil, t
-end
-
----Cancel the turn in flight, if any (barge-in).
----@return boolean cancelled
-local function cancel(e)
-  local t = e._turn
-  return t ~= nil and t:cancel()
 end
 
 local function split_opts(opts)
@@ -358,7 +275,7 @@ end
 -- One turn routed to the sinks: the route's result and the turn, or nil,
 -- message, code when it could not start.
 local function routed(e, input, topts, ropts)
-  local it, s, code, t = turn(e, input, topts)
+  local it, s, code, t = e:turn(input, topts)
   if not it then return nil, s, code end
   local result
   do
@@ -375,8 +292,7 @@ end
 -- history: an assistant message with tool_calls must be answered by tool
 -- messages for the next request to be valid.
 local function over_limit(e, msgs, max, result)
-  local prompt = require "mirza.prompt"
-  for _, m in ipairs(msgs) do prompt.add(e.history, m) end
+  e:_turn_results(msgs)
   return nil, ("tool loop: no answer after %d rounds"):format(max), "rounds", result
 end
 
@@ -388,6 +304,7 @@ end
 ---`tool_calls` message and the `role = "tool"` results, and
 ---`result.rounds` counts the requests. Past `max_rounds` (default 8) it
 ---fails with code "rounds".
+---@param e mirza.Engine
 ---@param input string|table
 ---@param opts? table turn options (`TURN_KEYS`), route options (`ROUTE_KEYS`, or under
 ---`sinks`), tool loop options (`LOOP_KEYS`: max_rounds, run_calls, on_tool_result)
@@ -395,7 +312,7 @@ end
 ---@return table|string result_or_message
 ---@return string? code
 ---@return table? result on failure: what was routed before it
-local function say(e, input, opts)
+function M.say(e, input, opts)
   local topts, ropts, lopts = split_opts(opts)
   if topts.merge == nil and e.cfg.merge == nil then topts.merge = builtin_only(e, topts) end
   local tools_mod = require "mirza.tools"
@@ -416,12 +333,6 @@ local function say(e, input, opts)
     input = tools_mod.run_calls(calls, tools, run)
     if rounds >= max then return over_limit(e, input, max, result) end
   end
-end
-
----Add turn, cancel and say to the engine's class.
----@param Engine table
-function M.install(Engine)
-  Engine.turn, Engine.cancel, Engine.say = turn, cancel, say
 end
 
 return M
