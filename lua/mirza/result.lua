@@ -28,6 +28,7 @@
 ---     final         the terminal event (`done` or `error`), nil while there is none
 ---     cut           the repetition guard's `cut` event, if any
 ---     live_tok_s    the last decode speed a progress event gave
+---     on_progress   called with it, when set (the engine's live figure)
 local mirza = require "mirza"
 
 local concat, now = table.concat, mirza.now
@@ -102,6 +103,7 @@ local join = R.join
 ---@field final table|nil
 ---@field cut table|nil
 ---@field live_tok_s number|nil
+---@field on_progress fun(tok_s: number)|nil
 
 ---A fresh reducer; its clock starts now (call it just before sending).
 ---`text`/`think` false: that text is counted, not kept; `calls` true:
@@ -121,22 +123,29 @@ end
 ---@param ev table
 function R.feed(acc, ev)
   local ty = ev.type
-  if ty == "text" or ty == "think" then
+  if ty == "text" then -- the deltas first, one comparison each
     local text = ev.text
     acc.first = acc.first or now()
     acc.deltas = acc.deltas + (ev.deltas or 1) -- a merged event joins several
     acc.chars = acc.chars + #text
-    local rope
-    if ty == "text" then rope = acc.text
-    else
-      acc.think_bytes = acc.think_bytes + #text
-      rope = acc.think
-    end
+    local rope = acc.text
+    if rope then push(rope, text) end
+  elseif ty == "think" then
+    local text = ev.text
+    acc.first = acc.first or now()
+    acc.deltas = acc.deltas + (ev.deltas or 1)
+    acc.chars = acc.chars + #text
+    acc.think_bytes = acc.think_bytes + #text
+    local rope = acc.think
     if rope then push(rope, text) end
   elseif ty == "tool_call" then
     if acc.calls then require("mirza.tools").add(acc.calls, ev.calls) end
   elseif ty == "progress" then
-    if ev.decode_tok_s then acc.live_tok_s = ev.decode_tok_s end
+    local v = ev.decode_tok_s
+    if v then
+      acc.live_tok_s = v
+      if acc.on_progress then acc.on_progress(v) end
+    end
   elseif ty == "done" or ty == "error" then
     acc.t1, acc.final = now(), ev
     if ev.tool_calls then acc.tool_calls = ev.tool_calls end

@@ -127,17 +127,14 @@ end
 Turn.__close = Turn.close
 
 -- The stats tap: every event into the turn's reducer (mirza.result: the
--- figures, the answer unless the router keeps it, the tool calls), and
--- the live decode speed on the engine.
+-- figures, the answer unless the router keeps it, the tool calls, the
+-- live decode speed given to the engine).
 local function tap_stage(t)
-  local feed, acc, progress = reducer.feed, t.acc, t.spec.progress
+  local feed, acc = reducer.feed, t.acc
   return function(up)
     return function()
       local ev = up()
-      if ev then
-        feed(acc, ev)
-        if ev.type == "progress" and ev.decode_tok_s then progress(ev.decode_tok_s) end
-      end
+      if ev then feed(acc, ev) end
       return ev
     end
   end
@@ -248,6 +245,7 @@ function M.start(e, input, opts)
   if not spec then return nil, msg, code end
   t.spec, t.plan, t.endpoint = spec, spec.plan, spec.endpoint
   t.acc = reducer.new { think = false } -- TTFT counts from here: request sent → first delta
+  t.acc.on_progress = spec.progress
   local s = spec.open()
   t.s = s
   local it, _, _, closer = require("mirza.pipeline").compose(source(e, t), stages_of(e, t, opts, spec.plan))
