@@ -163,6 +163,13 @@ describe("mirza.result", function()
     assert.equal(table.concat(want), result.join(rope))
     assert.equal(1, #rope.runs) -- kept as one string: asking again gives it, not another copy
     assert.equal(table.concat(want), result.join(rope))
+    local long, parts = result.rope(), {} -- runs of KEEP_RUN joined as they fill, read only at the end
+    for i = 1, 2 * result.KEEP_RUN + 3 do
+      parts[i] = ("<%d>"):format(i)
+      result.push(long, parts[i])
+    end
+    assert.equal(2, #long.runs)
+    assert.equal(table.concat(parts), result.join(long))
     assert.equal("", result.join(result.rope()))
     assert.equal("", result.join(false))
   end)
