@@ -18,8 +18,8 @@ local M = {
   defaults = core.defaults,
   on_warning = core.on_warning,
   plain_remote = core.plain_remote,
-  isatty = core.isatty,
 }
+M.isatty = core.isatty -- is this descriptor a terminal (progress lines redrawn in place)
 
 -- MIRZA_RECORD=DIR records every request (mirza.record reads it, once).
 local RECORD = require("mirza.record").env_dir
