@@ -1,7 +1,7 @@
 -- mirza-sim against the recorded traces of the real daemons (issue 21):
 -- the simulator's frames, field by field, beside llama-server's captures
--- and MTPLX's reconstructed frames (tests/fixtures/traces, a copy of
--- shared/protocol/traces). For each kind of frame (role, reasoning, text,
+-- and MTPLX's reconstructed frames (tests/fixtures/traces, the captures
+-- the project was founded on). For each kind of frame (role, reasoning, text,
 -- tool call, finish, usage, progress, heartbeat, error) the paths of its
 -- members, in order and with their JSON types, must be the trace's; the
 -- frame kinds must come in the trace's order; ids, created and
