@@ -96,7 +96,8 @@ enum { MZ_NEXT_EVENT = 1, MZ_NEXT_TIMEOUT = 0, MZ_NEXT_END = -1, MZ_NEXT_INTERRU
 mz_client *mz_client_new(volatile sig_atomic_t *interrupt);
 /* Closes every stream still open (cancelling transfers) and frees. */
 void mz_client_free(mz_client *c);
-/* Wake a wait in progress; async-signal-safe (a write to a socketpair). */
+/* Wake a wait in progress; async-signal-safe (one write to a non-blocking
+ * pipe). */
 void mz_client_wakeup(mz_client *c);
 
 /* Start a request. Returns the stream, or NULL with a message in err

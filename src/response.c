@@ -1,0 +1,392 @@
+/*
+ * response.c - what a response means: libcurl's write and header callbacks
+ * for one transfer, and the end of it (see client_int.h for the units).
+ *
+ * The status and content type, read at the first body byte (classify),
+ * choose how the body is read: an SSE stream (sse.c -> decode.c or the
+ * fastframe.c token path -> queued events), a JSON body where a stream was
+ * asked for (the same events), an error body (kept up to ERRBODY_MAX for
+ * the message and ev.error), or a plain response (kept whole, up to
+ * PLAINBODY_MAX). mz_on_complete turns how the transfer ended into the
+ * one terminal event; every path that ends a stream flushes the UTF-8
+ * carry first, so nothing received is dropped.
+ *
+ * No callback here ever leaves C (no Lua); an error is recorded as the
+ * terminal event and, when the transfer must stop, s->abort makes the
+ * write callback return 0 (libcurl then ends it with CURLE_WRITE_ERROR,
+ * which the first cause, already set, outranks). Once a stream has its
+ * terminal event the rest of the body is read and dropped, so the
+ * connection can be reused. Response headers are kept (names in
+ * lowercase, up to HEADERS_MAX) for ev.headers and Retry-After.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "client_int.h"
+#include "decode.h"
+#include "fastframe.h"
+#include "mirza.h"
+
+#define ERRBODY_MAX (64u << 10)   /* error bodies: what we keep */
+#define HEADERS_MAX (16u << 10)   /* response headers kept for ev.headers */
+#define PLAINBODY_MAX (64u << 20) /* plain responses */
+
+/* ------------------------------------------------------- frame handling */
+
+static void replace(cJSON **slot, cJSON *v) {
+  cJSON_Delete(*slot);
+  *slot = v;
+}
+
+/* Take a top-level item out of the frame's tree (NULL-safe). */
+static cJSON *take(mz_frame *f, const cJSON *it) {
+  return it ? cJSON_DetachItemViaPointer(f->root, (cJSON *)it) : NULL;
+}
+
+static int known_key(const char *k) {
+  static const char *const keys[] = {"id",      "object", "created", "model",       "system_fingerprint",
+                                     "choices", "usage",  "timings", "mtplx_stats", "mtplx_progress",
+                                     "error",   NULL};
+  for (int i = 0; keys[i]; i++)
+    if (strcmp(k, keys[i]) == 0) return 1;
+  return 0;
+}
+
+/* Unknown top-level fields are kept (last value wins) in done.extra. */
+static void keep_unknown(mz_stream *s, mz_frame *f) {
+  if (!s->extra && !(s->extra = cJSON_CreateObject())) return;
+  for (cJSON *it = f->root->child; it;) {
+    cJSON *nx = it->next;
+    if (it->string && !known_key(it->string)) {
+      const char *k = it->string;
+      cJSON_DeleteItemFromObjectCaseSensitive(s->extra, k);
+      cJSON *v = cJSON_DetachItemViaPointer(f->root, it);
+      cJSON_AddItemToObject(s->extra, v->string, v);
+    }
+    it = nx;
+  }
+}
+
+static cJSON *make_done(mz_stream *s) {
+  cJSON *d = cJSON_CreateObject();
+  if (!d) return NULL;
+  if (s->finish_reason[0]) cJSON_AddStringToObject(d, "finish_reason", s->finish_reason);
+  if (s->done_id[0]) cJSON_AddStringToObject(d, "id", s->done_id);
+  if (s->usage) cJSON_AddItemToObject(d, "usage", s->usage);
+  if (s->stats) cJSON_AddItemToObject(d, "stats", s->stats);
+  if (s->timings) cJSON_AddItemToObject(d, "timings", s->timings);
+  if (s->extra) cJSON_AddItemToObject(d, "extra", s->extra);
+  if (s->no_done) cJSON_AddTrueToObject(d, "no_done_marker");
+  if (s->invalid_utf8) cJSON_AddNumberToObject(d, "invalid_utf8", (double)s->invalid_utf8);
+  if (s->skipped_frames) cJSON_AddNumberToObject(d, "skipped_frames", (double)s->skipped_frames);
+  s->usage = s->stats = s->timings = s->extra = NULL;
+  return d;
+}
+
+static void finish_done(mz_stream *s) {
+  mz_flush_carry(s);
+  mz_set_terminal(s, MZ_EV_DONE, NULL, NULL);
+  s->term_json = make_done(s);
+}
+
+static void handle_choice(mz_stream *s, const mz_choice *c) {
+  if (c->reasoning_len) mz_push_text(s, MZ_EV_THINK, c->index, c->reasoning, c->reasoning_len, 0);
+  if (c->content_len) mz_push_text(s, MZ_EV_TEXT, c->index, c->content, c->content_len, 0);
+  if (c->tool_calls) mz_push_json(s, MZ_EV_TOOL_CALL, c->index, cJSON_Duplicate(c->tool_calls, 1));
+  if (c->finish_reason && (c->index == 0 || !s->finish_reason[0]))
+    snprintf(s->finish_reason, sizeof s->finish_reason, "%s", c->finish_reason);
+}
+
+static void handle_error_value(mz_stream *s, mz_frame *f) {
+  const char *type = NULL;
+  char code[64] = "";
+  const char *msg = mz_error_message(f->error, &type, code, sizeof code);
+  mz_flush_carry(s);
+  mz_set_terminal(s, MZ_EV_ERROR, MZ_E_SERVER, "server error: %s", msg ? msg : "(no message)");
+  s->term_json = take(f, f->error);
+}
+
+/* One decoded payload: text first, then side data, then errors/end, so
+ * everything a frame carries is queued before the terminal event. */
+static void handle_frame(mz_stream *s, mz_frame *f) {
+  if (f->done) {
+    finish_done(s);
+    return;
+  }
+  mz_choice c;
+  /* token frames (the fast path) skip the id; the role and finish frames carry it too */
+  if (f->id && !s->done_id[0]) snprintf(s->done_id, sizeof s->done_id, "%s", f->id);
+  for (int i = 0; i < f->nchoices; i++)
+    if (mz_frame_choice(f, i, &c) == 0) handle_choice(s, &c);
+  if (f->progress) mz_push_json(s, f->heartbeat ? MZ_EV_HEARTBEAT : MZ_EV_PROGRESS, 0, take(f, f->progress));
+  if (f->usage) replace(&s->usage, take(f, f->usage));
+  if (f->timings) replace(&s->timings, take(f, f->timings));
+  if (f->stats) replace(&s->stats, take(f, f->stats));
+  if (f->unknown) keep_unknown(s, f);
+  if (f->error) handle_error_value(s, f);
+}
+
+/* A token frame read by the fast path: same events as handle_choice. */
+static void handle_fast(mz_stream *s, const mz_fast *f) {
+  if (f->reasoning.len) mz_push_text(s, MZ_EV_THINK, f->index, f->reasoning.p, f->reasoning.len, f->reasoning.esc);
+  if (f->content.len) mz_push_text(s, MZ_EV_TEXT, f->index, f->content.p, f->content.len, f->content.esc);
+}
+
+int mz_on_sse_event(void *ud, const mz_sse_event *e) {
+  mz_stream *s = ud;
+  char err[128];
+  mz_frame f;
+  if (s->term) return 1;
+  int is_error = e->type_len == 5 && memcmp(e->type, "error", 5) == 0;
+  if (!is_error && strcmp(e->type, "message") != 0) return 0; /* other event types: not ours */
+  mz_fast ff;                                                 /* most frames are plain tokens: no cJSON tree for them */
+  if (!is_error && mz_fast_frame(e->data, e->data_len, &ff)) {
+    handle_fast(s, &ff);
+    return s->term ? 1 : 0;
+  }
+  int bad = mz_frame_decode(&f, e->data, e->data_len, err, sizeof err) != 0;
+  if (is_error && (bad || !f.error)) { /* event: error, plain text or no error object */
+    mz_flush_carry(s);
+    mz_set_terminal(s, MZ_EV_ERROR, MZ_E_SERVER, "server error: %.200s", e->data);
+  } else if (bad) {
+    if (s->skip_bad) { /* a server known to emit junk */
+      s->skipped_frames++;
+      mz_frame_free(&f);
+      return 0;
+    }
+    mz_flush_carry(s);
+    mz_set_terminal(s, MZ_EV_ERROR, MZ_E_PROTOCOL, "malformed frame (%s): %.80s", err, e->data);
+    s->abort = 1;
+  } else {
+    handle_frame(s, &f);
+  }
+  mz_frame_free(&f);
+  return s->term ? 1 : 0;
+}
+
+/* ------------------------------------------------------ curl callbacks */
+
+/* Decide how to read the body from the status and content type. */
+static void classify(mz_stream *s) {
+  char *ct = NULL;
+  curl_easy_getinfo(s->easy, CURLINFO_RESPONSE_CODE, &s->status);
+  curl_easy_getinfo(s->easy, CURLINFO_CONTENT_TYPE, &ct);
+  if (s->status >= 300) s->mode = MODE_ERRBODY; /* redirects are not followed */
+  else if (s->plain) s->mode = MODE_PLAIN;
+  else if (ct && strstr(ct, "json") && !strstr(ct, "event-stream")) s->mode = MODE_JSON;
+  else s->mode = MODE_SSE;
+}
+
+/* A response byte came: the stall timer runs from now. */
+static void received(mz_stream *s) {
+  s->last_rx = mz_now();
+  if (!s->got_rx) {
+    s->got_rx = 1;
+    if (s->stall_s > 0) mz_note_deadline(s->c, s->last_rx + s->stall_s);
+  }
+}
+
+size_t mz_on_write(char *p, size_t size, size_t n, void *ud) {
+  mz_stream *s = ud;
+  size_t len = size * n;
+  if (s->rec) fwrite(p, 1, len, s->rec); /* recording: the bytes before any parsing */
+  received(s);
+  if (s->mode == MODE_UNKNOWN) classify(s);
+  if (s->abort) return 0;
+  if (s->term) return len; /* read to the end so the connection is reused */
+  if (s->mode == MODE_SSE) {
+    int rc = mz_sse_feed(&s->sse, p, len);
+    if (rc < 0) {
+      mz_flush_carry(s);
+      mz_set_terminal(s, MZ_EV_ERROR, MZ_E_PROTOCOL, "%s (limit %zu bytes)", mz_sse_strerror(rc), s->sse.max);
+      s->abort = 1;
+    }
+    return s->abort ? 0 : len;
+  }
+  size_t cap = s->mode == MODE_ERRBODY ? ERRBODY_MAX : PLAINBODY_MAX;
+  size_t room = s->body.len < cap ? cap - s->body.len : 0;
+  if (room && mz_buf_add(&s->body, p, len < room ? len : room)) mz_out_of_memory(s);
+  if (len > room && s->mode != MODE_ERRBODY) {
+    mz_set_terminal(s, MZ_EV_ERROR, MZ_E_PROTOCOL, "response body over %u bytes", PLAINBODY_MAX);
+    return 0;
+  }
+  return s->abort ? 0 : len;
+}
+
+/* One line of the response head into a recording: a header whose name
+ * looks like a credential (Set-Cookie, ...: mz_is_secret) as "Name:
+ * [redacted]", the line end kept. */
+static void record_header(FILE *f, const char *p, size_t len) {
+  const char *colon = memchr(p, ':', len);
+  if (colon && colon > p && !(len >= 5 && memcmp(p, "HTTP/", 5) == 0) && mz_is_secret(p, (size_t)(colon - p))) {
+    size_t eol = len;
+    while (eol && (p[eol - 1] == '\n' || p[eol - 1] == '\r')) eol--;
+    fwrite(p, 1, (size_t)(colon - p), f);
+    fputs(": [redacted]", f);
+    fwrite(p + eol, 1, len - eol, f);
+    return;
+  }
+  fwrite(p, 1, len, f);
+}
+
+/* One line of the response head. Every line counts as received data for
+ * the stall timer (a slow head is no stall). A status line starts a new
+ * head (after a 1xx), so only the final response's headers are kept. */
+size_t mz_on_header(char *p, size_t size, size_t n, void *ud) {
+  mz_stream *s = ud;
+  size_t len = size * n, name;
+  if (s->rec) record_header(s->rec, p, len); /* recording: status line, headers, blank line */
+  received(s);
+  if (len >= 5 && memcmp(p, "HTTP/", 5) == 0) {
+    s->headers.len = 0;
+    return len;
+  }
+  while (len && (p[len - 1] == '\n' || p[len - 1] == '\r')) len--;
+  if (!len) { /* the blank line: a final head unless 1xx */
+    long st = 0;
+    curl_easy_getinfo(s->easy, CURLINFO_RESPONSE_CODE, &st);
+    s->head_done = st >= 200;
+    return size * n;
+  }
+  const char *colon = memchr(p, ':', len);
+  if (!colon || colon == p || s->headers.len + len + 2 > HEADERS_MAX) return size * n;
+  name = (size_t)(colon - p);
+  size_t at = s->headers.len;
+  if (mz_buf_add(&s->headers, p, len) || mz_buf_add(&s->headers, "\n", 1)) return size * n;
+  for (size_t i = 0; i < name; i++) s->headers.p[at + i] = (char)tolower((unsigned char)s->headers.p[at + i]);
+  return size * n;
+}
+
+/* The value of a kept response header (name in lowercase), trimmed, into
+ * out; NULL when absent. */
+static const char *header_value(const mz_stream *s, const char *name, char *out, size_t outlen) {
+  size_t n = strlen(name);
+  for (const char *l = s->headers.p, *end = l + s->headers.len; l && l < end;) {
+    const char *nl = memchr(l, '\n', (size_t)(end - l));
+    if (!nl) break;
+    if ((size_t)(nl - l) > n && memcmp(l, name, n) == 0 && l[n] == ':') {
+      const char *v = l + n + 1;
+      while (v < nl && (*v == ' ' || *v == '\t')) v++;
+      size_t vl = (size_t)(nl - v);
+      while (vl && (v[vl - 1] == ' ' || v[vl - 1] == '\t')) vl--;
+      snprintf(out, outlen, "%.*s", (int)vl, v);
+      return out;
+    }
+    l = nl + 1;
+  }
+  return NULL;
+}
+
+/* Retry-After in seconds from now: delta-seconds or an HTTP-date (a date
+ * in the past is 0); -1 when absent or unreadable. */
+static double retry_after(const mz_stream *s) {
+  char v[128], *end;
+  if (!header_value(s, "retry-after", v, sizeof v) || !*v) return -1;
+  errno = 0;
+  long secs = strtol(v, &end, 10);
+  if (*end == '\0' && end != v && !errno) return secs < 0 ? -1 : (double)secs;
+  time_t t = curl_getdate(v, NULL);
+  if (t == (time_t)-1) return -1;
+  double d = difftime(t, time(NULL));
+  return d > 0 ? d : 0;
+}
+
+/* ------------------------------------------------------ completion */
+
+/* A 3xx: not followed (a redirect silently re-sending a chat request is
+ * rarely what a local setup wants): a clear error naming the target. */
+static void finish_redirect(mz_stream *s) {
+  char *to = NULL, *shown;
+  curl_easy_getinfo(s->easy, CURLINFO_REDIRECT_URL, &to);
+  shown = to ? mz_redact_url(to) : NULL; /* a Location may carry credentials too */
+  const char *reason = mz_http_reason(s->status);
+  mz_set_terminal(s, MZ_EV_ERROR, MZ_E_HTTP, "HTTP %ld%s%s to %s (redirects are not followed: use that url)", s->status,
+                  *reason ? " " : "", reason,
+                  shown ? shown
+                  : to  ? "(a url)"
+                        : "(no Location)");
+  free(shown);
+}
+
+static void finish_http_error(mz_stream *s) {
+  char msg[sizeof s->term_msg];
+  s->retry_after = retry_after(s);
+  if (s->status < 400) {
+    finish_redirect(s);
+    return;
+  }
+  mz_http_error_message(s->status, s->body.p, s->body.len, msg, sizeof msg);
+  mz_set_terminal(s, MZ_EV_ERROR, MZ_E_HTTP, "%s", msg);
+  s->term_json = mz_http_error_object(s->body.p, s->body.len); /* ev.error */
+}
+
+/* A 200 with a JSON body where a stream was asked for: a non-streamed
+ * chat.completion (some servers ignore "stream"). Same events as a stream. */
+static void finish_json_body(mz_stream *s) {
+  mz_frame f;
+  char err[128];
+  if (mz_frame_decode(&f, s->body.p ? s->body.p : "", s->body.len, err, sizeof err) != 0) {
+    mz_set_terminal(s, MZ_EV_ERROR, MZ_E_PROTOCOL, "malformed response (%s)", err);
+  } else {
+    handle_frame(s, &f);
+    finish_done(s);
+  }
+  mz_frame_free(&f);
+}
+
+/* Which of libcurl's two clocks ended the transfer, and what to change. */
+static const char *which_clock(const mz_stream *s) {
+  curl_off_t connected = 0;
+  curl_easy_getinfo(s->easy, CURLINFO_CONNECT_TIME_T, &connected);
+  if (!connected && s->connect_ms && (!s->deadline_ms || s->connect_ms <= s->deadline_ms))
+    return "connect timeout: no TCP connection in time; raise the `timeout` option (engine, batch: `connect_timeout`), "
+           "or check the address";
+  return "deadline: the whole request took longer than the `deadline` option; raise it, or false for none";
+}
+
+static void finish_transport_error(mz_stream *s, CURLcode rc) {
+  const char *code = MZ_E_IO;
+  int closed = 0;
+  switch (rc) {
+  case CURLE_COULDNT_CONNECT:
+  case CURLE_COULDNT_RESOLVE_HOST: code = MZ_E_REFUSED; break;
+  case CURLE_OPERATION_TIMEDOUT: code = MZ_E_TIMEOUT; break;
+  case CURLE_PARTIAL_FILE:
+  case CURLE_RECV_ERROR:
+  case CURLE_GOT_NOTHING:
+  case CURLE_SEND_ERROR:
+    code = MZ_E_CLOSED;
+    closed = 1;
+    break;
+  default: break;
+  }
+  mz_flush_carry(s);
+  const char *why = s->errbuf[0] ? s->errbuf : curl_easy_strerror(rc);
+  if (closed && s->status) mz_set_terminal(s, MZ_EV_ERROR, code, "connection closed mid-stream (%s)", why);
+  else if (rc == CURLE_OPERATION_TIMEDOUT)
+    mz_set_terminal(s, MZ_EV_ERROR, code, "%s: %s (%s)", s->url, why, which_clock(s));
+  else mz_set_terminal(s, MZ_EV_ERROR, code, "%s: %s", s->url, why);
+}
+
+void mz_on_complete(mz_stream *s, CURLcode rc) {
+  if (s->mode == MODE_UNKNOWN && rc == CURLE_OK) classify(s);
+  if (s->mode == MODE_ERRBODY && (rc == CURLE_OK || s->body.len)) finish_http_error(s);
+  else if (rc != CURLE_OK) finish_transport_error(s, rc);
+  else if (s->mode == MODE_PLAIN) mz_set_terminal(s, MZ_EV_RESPONSE, NULL, NULL);
+  else if (s->mode == MODE_JSON) finish_json_body(s);
+  else if (!s->term) {
+    int partial = mz_sse_finish(&s->sse);
+    if (!s->term && !partial && s->finish_reason[0]) {
+      s->no_done = 1; /* servers and proxies that never send [DONE] */
+      finish_done(s);
+    } else if (!s->term) {
+      mz_flush_carry(s);
+      mz_set_terminal(s, MZ_EV_ERROR, MZ_E_CLOSED, "stream ended without [DONE]%s",
+                      partial ? " (cut inside an event)" : "");
+    }
+  }
+}

@@ -1,0 +1,41 @@
+/*
+ * watch.h - the wait of the client's driver, behind one interface with one
+ * backend per file (as libuv keeps src/unix/linux.c and kqueue.c apart):
+ * watch_epoll.c (Linux) and watch_poll.c (anywhere POSIX; cmake
+ * -DMIRZA_POLL=ON builds it on Linux too, scripts/test's sanitizer build).
+ * CMake picks the file; the driver and its structs never see which.
+ *
+ * The set holds the wake pipe's read end (given to mz_watch_new, never
+ * removed) and the sockets libcurl asks for (mz_watch_set with its
+ * CURL_POLL_* values, from the socket callback). Readiness is
+ * level-triggered: what is not reported by one wait (more than
+ * MZ_FIRED_MAX sockets ready) is reported by the next.
+ */
+#ifndef MIRZA_WATCH_H
+#define MIRZA_WATCH_H
+
+#include <curl/curl.h>
+#include <stddef.h>
+
+typedef struct mz_watch mz_watch; /* backend-defined */
+
+typedef struct mz_fired {
+  curl_socket_t fd;
+  int ev; /* CURL_CSELECT_* */
+} mz_fired;
+
+enum { MZ_FIRED_MAX = 64 }; /* sockets reported per wait */
+
+/* A set watching wake_fd for reading; NULL when out of resources. */
+mz_watch *mz_watch_new(int wake_fd);
+void mz_watch_free(mz_watch *w); /* NULL is fine */
+/* Watch fd for what (CURL_POLL_IN/OUT/INOUT), or forget it
+ * (CURL_POLL_REMOVE: never fails). -1 when it cannot be watched. */
+int mz_watch_set(mz_watch *w, curl_socket_t fd, int what);
+/* Wait up to ms (0: only what is ready now; <0: until something is) and
+ * fill out with up to MZ_FIRED_MAX ready sockets; returns how many. Sets
+ * *woken when the wake pipe is readable (it is not drained here), and
+ * *eintr when a signal cut the wait short; never clears either. */
+size_t mz_watch_wait(mz_watch *w, int ms, mz_fired *out, int *woken, int *eintr);
+
+#endif

@@ -1,0 +1,72 @@
+/*
+ * watch_poll.c - the wait backend of watch.h with poll(), for systems
+ * without epoll (and the sanitizer build on Linux: cmake -DMIRZA_POLL=ON).
+ * The set is an array of pollfd: [0] is the wake pipe, then libcurl's
+ * sockets in no order (a removal moves the last one into the hole). A
+ * wait costs every socket watched; there are few (one per transfer).
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+
+#include "watch.h"
+
+struct mz_watch {
+  struct pollfd *pfd; /* [0]: the wake pipe; then libcurl's sockets */
+  size_t npfd, cappfd;
+};
+
+mz_watch *mz_watch_new(int wake_fd) {
+  mz_watch *w = malloc(sizeof *w);
+  if (!w || !(w->pfd = malloc(16 * sizeof *w->pfd))) {
+    free(w);
+    return NULL;
+  }
+  w->pfd[0] = (struct pollfd){.fd = wake_fd, .events = POLLIN};
+  w->npfd = 1;
+  w->cappfd = 16;
+  return w;
+}
+
+void mz_watch_free(mz_watch *w) {
+  if (!w) return;
+  free(w->pfd);
+  free(w);
+}
+
+int mz_watch_set(mz_watch *w, curl_socket_t fd, int what) {
+  size_t i = 1;
+  while (i < w->npfd && w->pfd[i].fd != fd) i++;
+  if (what == CURL_POLL_REMOVE) {
+    if (i < w->npfd) w->pfd[i] = w->pfd[--w->npfd];
+    return 0;
+  }
+  if (i == w->npfd) {
+    if (w->npfd == w->cappfd) {
+      struct pollfd *p = realloc(w->pfd, 2 * w->cappfd * sizeof *p);
+      if (!p) return -1;
+      w->pfd = p;
+      w->cappfd *= 2;
+    }
+    w->npfd++;
+  }
+  w->pfd[i] = (struct pollfd){
+      .fd = fd, .events = (short)(((what & CURL_POLL_IN) ? POLLIN : 0) | ((what & CURL_POLL_OUT) ? POLLOUT : 0))};
+  return 0;
+}
+
+size_t mz_watch_wait(mz_watch *w, int ms, mz_fired *out, int *woken, int *eintr) {
+  int n = poll(w->pfd, (nfds_t)w->npfd, ms);
+  if (n < 0 && errno == EINTR) *eintr = 1;
+  size_t k = 0;
+  if (n > 0 && w->pfd[0].revents) *woken = 1, n--;
+  for (size_t i = 1; n > 0 && i < w->npfd && k < MZ_FIRED_MAX; i++) {
+    short r = w->pfd[i].revents;
+    if (!r) continue;
+    n--;
+    out[k].fd = w->pfd[i].fd;
+    out[k++].ev = ((r & (POLLIN | POLLHUP)) ? CURL_CSELECT_IN : 0) | ((r & POLLOUT) ? CURL_CSELECT_OUT : 0) |
+                  ((r & (POLLERR | POLLNVAL)) ? CURL_CSELECT_ERR : 0);
+  }
+  return k;
+}
