@@ -24,15 +24,20 @@
 --- An engine recording also appends one JSON line per turn to `runs.jsonl`
 --- (`log_turn`): time, endpoint, model, session, request number, a prompt
 --- summary, the answer, the reasoning length, tool calls, stats, error.
---- Numbers continue after the files already in the directory; one process
---- records into a directory at a time.
+--- Numbers continue after the files already in the directory, and several
+--- processes may record into one directory at once: a number is claimed
+--- by appending one byte to the directory's `.ids` file (O_APPEND, so each
+--- claim lands at its own offset, which is the number), never by looking
+--- for a free name, and each runs.jsonl line goes out in one write, so
+--- lines of several processes never interleave.
 local M = {}
 
 local core = require "mirza.core"
 local util = require "mirza.util"
 
--- Per directory: the last number used (found by probing on first use).
-local counters = {}
+-- Per directory: the number past the files found there when this process
+-- first recorded into it (claims start there at the least).
+local floors = {}
 
 ---The request number a stream was recorded under.
 ---@type table<mirza.Stream, string>
@@ -48,15 +53,32 @@ local function exists(path)
   return f ~= nil
 end
 
+-- Claim request numbers in dir: append bytes to its `.ids` so that the
+-- last one claimed is at least `least`; returns that number. Appends are
+-- atomic (O_APPEND, one unbuffered write): the offset after ours is ours
+-- alone, whoever else appends at the same time.
+local function claim(dir, least)
+  local f, err = io.open(dir .. "/.ids", "ab")
+  if not f then error("mirza.open: cannot record into " .. dir .. ": " .. err, 5) end
+  f:setvbuf("no")
+  local have = f:seek("end")
+  f:write(("\n"):rep(math.max(1, least - have)))
+  local n = f:seek("cur")
+  f:close()
+  return n
+end
+
 local function next_id(dir)
-  local n = counters[dir]
-  if not n then
+  local least = floors[dir]
+  if not least then
     os.execute("mkdir -p '" .. dir:gsub("'", "'\\''") .. "'")
-    n = 0
-    while exists(("%s/%06d.request"):format(dir, n + 1)) do n = n + 1 end
+    least = 1
+    while exists(("%s/%06d.request"):format(dir, least)) do least = least + 1 end
+    floors[dir] = least
   end
-  n = n + 1
-  counters[dir] = n
+  local n = claim(dir, least)
+  -- a file not claimed through .ids (an older recording, a copy) keeps its number
+  while exists(("%s/%06d.request"):format(dir, n)) do n = claim(dir, n + 1) end
   return ("%06d"):format(n)
 end
 
@@ -206,7 +228,8 @@ function M.log_turn(e, out, messages)
   local ok, err = pcall(function()
     local text = core.json.encode(M.turn_line(e, out, messages))
     local f = assert(io.open(dir .. "/runs.jsonl", "ab"))
-    f:write(text, "\n")
+    f:setvbuf("no") -- the whole line in one write (O_APPEND): never interleaved with another process's
+    f:write(text .. "\n")
     f:close()
   end)
   if not ok then e:log("warning", "run log: " .. tostring(err)) end
