@@ -11,9 +11,13 @@
  * queue's text is one contiguous range of the arena. A popped event points
  * into the arena (no copy); its json is owned by the stream until the next
  * pop (mz_release_popped deletes it). The arena and the items are reset
- * when the queue has drained, never before (the offsets of items still
- * queued point into it): a steady stream does no allocation per token
- * beyond cJSON's own parse. Both only grow (doubling), with no cap of
+ * by the pop that drains the queue, never before (the offsets of items
+ * still queued point into it): the event it hands out stays readable, as
+ * nothing writes the arena until the next push, and a push only comes
+ * from a call into the client, after which the event is no longer valid
+ * (client.h). So a steady stream does no allocation per token beyond
+ * cJSON's own parse, also when pushes come between a pop and the next
+ * (a scheduler's wait for other streams). Both only grow (doubling), with no cap of
  * their own: the SSE event cap (mz_request.max_event_bytes) bounds what
  * one callback can push, and a reader that pops keeps them small.
  *
@@ -224,15 +228,11 @@ void mz_flush_carry(mz_stream *s) {
   }
 }
 
-/* Drop what the previous pop handed out, and reset the arena when the
- * queue has drained: the caller has copied it by now (see client.h). */
+/* Drop the json the previous pop handed out: the caller has copied what it
+ * needs by now (see client.h). */
 void mz_release_popped(mz_stream *s) {
   cJSON_Delete(s->popped_json);
   s->popped_json = NULL;
-  if (s->qhead == s->qlen && s->qlen) {
-    s->qhead = s->qlen = 0;
-    s->arena.len = 0;
-  }
 }
 
 /* Join the deltas queued right behind `it` into e: same channel and
@@ -270,6 +270,10 @@ const mz_event *mz_pop(mz_stream *s) {
     e->json = s->popped_json = it->json;
     e->deltas = 1;
     if (s->merge && (e->type == MZ_EV_TEXT || e->type == MZ_EV_THINK)) merge_run(s, e, it);
+    if (s->qhead == s->qlen) { /* drained: reused from the next push on */
+      s->qhead = s->qlen = 0;
+      s->arena.len = 0;
+    }
     return e;
   }
   s->term_popped = 1;
