@@ -21,42 +21,10 @@
 #include <string.h>
 
 #include "decode.h"
+#include "fixture.h"
 #include "sse.h"
 
 /* ---- fixtures ---- */
-
-static const char *fixture_dir(int traces) {
-  static char buf[2][1024];
-  const char *env = getenv(traces ? "MIRZA_TRACES" : "MIRZA_FIXTURES");
-  char *slash;
-  if (env && *env) return env;
-  snprintf(buf[traces], sizeof buf[traces], "%s", __FILE__);
-  slash = strrchr(buf[traces], '/');
-  if (slash) *slash = '\0';
-  else snprintf(buf[traces], sizeof buf[traces], ".");
-  strncat(buf[traces], traces ? "/../fixtures/traces" : "/../fixtures", sizeof buf[traces] - strlen(buf[traces]) - 1);
-  return buf[traces];
-}
-
-static char *slurp(int traces, const char *name, size_t *len) {
-  char path[1200];
-  FILE *f;
-  char *b;
-  long n;
-  snprintf(path, sizeof path, "%s/%s", fixture_dir(traces), name);
-  f = fopen(path, "rb");
-  if (!f) fail_msg("cannot open %s", path);
-  fseek(f, 0, SEEK_END);
-  n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  b = malloc((size_t)n + 1);
-  assert_non_null(b);
-  assert_int_equal(fread(b, 1, (size_t)n, f), (size_t)n);
-  b[n] = '\0';
-  fclose(f);
-  *len = (size_t)n;
-  return b;
-}
 
 /* The data payloads of a recorded stream, in order. */
 typedef struct {
@@ -76,7 +44,7 @@ static int collect(void *ud, const mz_sse_event *ev) {
 
 static void load_events(int traces, const char *name, events *e) {
   size_t len;
-  char *buf = slurp(traces, name, &len);
+  char *buf = fixture_read(traces, name, &len);
   mz_sse p;
   memset(e, 0, sizeof *e);
   mz_sse_init(&p, 0, collect, e);
@@ -115,7 +83,7 @@ static double num(const cJSON *obj, const char *key) {
 /* Body and status of a recorded HTTP response (headers, CRLF CRLF, body). */
 static char *http_body(const char *name, long *status, size_t *len) {
   size_t n;
-  char *raw = slurp(1, name, &n), *body = strstr(raw, "\r\n\r\n"), *out;
+  char *raw = fixture_read(1, name, &n), *body = strstr(raw, "\r\n\r\n"), *out;
   assert_non_null(body);
   assert_int_equal(sscanf(raw, "HTTP/1.1 %ld", status), 1);
   body += 4;

@@ -27,6 +27,7 @@
 
 #include "decode.h"
 #include "fastframe.h"
+#include "fixture.h"
 #include "sse.h"
 
 /* ---- fixtures ---- */
@@ -36,18 +37,6 @@ typedef struct {
   size_t *len;
   int n, cap;
 } payloads;
-
-static const char *fixture_dir(int traces) {
-  static char buf[2][1024];
-  const char *env = getenv(traces ? "MIRZA_TRACES" : "MIRZA_FIXTURES");
-  char *slash;
-  if (env && *env) return env;
-  snprintf(buf[traces], sizeof buf[traces], "%s", __FILE__);
-  slash = strrchr(buf[traces], '/');
-  if (slash) *slash = '\0';
-  strncat(buf[traces], traces ? "/../fixtures/traces" : "/../fixtures", sizeof buf[traces] - strlen(buf[traces]) - 1);
-  return buf[traces];
-}
 
 static void add_payload(payloads *p, const char *data, size_t len) {
   if (p->n == p->cap) {
@@ -69,22 +58,6 @@ static int collect(void *ud, const mz_sse_event *ev) {
   return 0;
 }
 
-static char *slurp(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  char *b;
-  long n;
-  if (!f) fail_msg("cannot open %s", path);
-  fseek(f, 0, SEEK_END);
-  n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  b = malloc((size_t)n + 1);
-  assert_non_null(b);
-  assert_int_equal(fread(b, 1, (size_t)n, f), (size_t)n);
-  fclose(f);
-  *len = (size_t)n;
-  return b;
-}
-
 /* The payloads of one recorded stream, appended to p. */
 static void load_file(const char *dir, const char *name, payloads *p) {
   char path[1400];
@@ -92,7 +65,7 @@ static void load_file(const char *dir, const char *name, payloads *p) {
   char *buf;
   mz_sse sse;
   snprintf(path, sizeof path, "%s/%s", dir, name);
-  buf = slurp(path, &len);
+  buf = fixture_slurp(path, &len);
   mz_sse_init(&sse, 0, collect, p);
   assert_int_equal(mz_sse_feed(&sse, buf, len), MZ_SSE_OK);
   mz_sse_finish(&sse);

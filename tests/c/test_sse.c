@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fixture.h"
 #include "sse.h"
 
 #define FEED(p, lit) mz_sse_feed((p), (lit), sizeof(lit) - 1)
@@ -125,36 +126,6 @@ static void check_all_splits(const char *buf, size_t len, const rec *ref, int re
 
 /* ---- fixtures ---- */
 
-static const char *fixture_dir(int traces) {
-  static char buf[2][1024];
-  const char *env = getenv(traces ? "MIRZA_TRACES" : "MIRZA_FIXTURES");
-  char *slash;
-  if (env && *env) return env;
-  snprintf(buf[traces], sizeof buf[traces], "%s", __FILE__);
-  slash = strrchr(buf[traces], '/');
-  if (slash) *slash = '\0';
-  else snprintf(buf[traces], sizeof buf[traces], ".");
-  strncat(buf[traces], traces ? "/../fixtures/traces" : "/../fixtures", sizeof buf[traces] - strlen(buf[traces]) - 1);
-  return buf[traces];
-}
-
-static char *slurp(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  char *b;
-  long n;
-  if (!f) fail_msg("cannot open %s", path);
-  fseek(f, 0, SEEK_END);
-  n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  b = malloc((size_t)n + 1);
-  assert_non_null(b);
-  assert_int_equal(fread(b, 1, (size_t)n, f), (size_t)n);
-  b[n] = '\0';
-  fclose(f);
-  *len = (size_t)n;
-  return b;
-}
-
 typedef struct {
   char path[64][1200];
   int n, ntraces;
@@ -234,7 +205,7 @@ static void test_fixtures_every_split(void **state) {
   (void)state;
   for (i = 0; i < fl->n; i++) {
     size_t len;
-    char *buf = slurp(fl->path[i], &len);
+    char *buf = fixture_slurp(fl->path[i], &len);
     rec ref = {0};
     int pending = run(buf, len, 0, 0, &ref);
     assert_true(ref.n > 0);
@@ -253,7 +224,7 @@ static void test_fixtures_random_pieces(void **state) {
   (void)state;
   for (i = 0; i < fl->n; i++) {
     size_t len;
-    char *buf = slurp(fl->path[i], &len);
+    char *buf = fixture_slurp(fl->path[i], &len);
     rec ref = {0};
     int pending = run(buf, len, 0, 0, &ref);
     for (k = 0; k < 200; k++) {
@@ -286,7 +257,7 @@ static void test_fixtures_crlf_and_cr(void **state) {
   (void)state;
   for (i = 0; i < fl->n; i++) {
     size_t len, lf_len, v_len;
-    char *buf = slurp(fl->path[i], &len), *lf = with_eol(buf, len, "\n", &lf_len);
+    char *buf = fixture_slurp(fl->path[i], &len), *lf = with_eol(buf, len, "\n", &lf_len);
     rec ref = {0}, r = {0};
     int pending = run(lf, lf_len, 0, 0, &ref);
     for (e = 0; e < 2; e++) {
@@ -311,7 +282,7 @@ static void test_fixtures_with_bom(void **state) {
   (void)state;
   for (i = 0; i < fl->n; i++) {
     size_t len;
-    char *buf = slurp(fl->path[i], &len), *b = malloc(len + 3);
+    char *buf = fixture_slurp(fl->path[i], &len), *b = malloc(len + 3);
     rec ref = {0}, r = {0};
     int pending = run(buf, len, 0, 0, &ref);
     memcpy(b, "\xEF\xBB\xBF", 3);
@@ -634,7 +605,7 @@ static void test_stop_every_event_fixtures(void **state) {
   (void)state;
   for (i = 0; i < fl->n; i++) {
     size_t len, cut;
-    char *buf = slurp(fl->path[i], &len);
+    char *buf = fixture_slurp(fl->path[i], &len);
     rec ref = {0};
     int pending = run(buf, len, 0, 0, &ref);
     for (cut = 0; cut < len; cut += 7) {
@@ -688,13 +659,11 @@ static void test_strerror(void **state) {
 
 /* The hand-written fixtures say what they mean. */
 static void test_fixture_multiline(void **state) {
-  char path[1200];
   size_t len;
   char *buf;
   rec r = {0};
   (void)state;
-  snprintf(path, sizeof path, "%s/multiline_data.sse", fixture_dir(0));
-  buf = slurp(path, &len);
+  buf = fixture_read(0, "multiline_data.sse", &len);
   assert_int_equal(run(buf, len, 0, 0, &r), 0);
   assert_int_equal(r.n, 5);
   /* the data lines joined by '\n', each without the one space after "data:" */
@@ -710,15 +679,13 @@ static void test_fixture_multiline(void **state) {
   expect(&r, 4, "message", "[DONE]", "42");
   rec_free(&r);
   free(buf);
-  snprintf(path, sizeof path, "%s/crlf_comments.sse", fixture_dir(0));
-  buf = slurp(path, &len);
+  buf = fixture_read(0, "crlf_comments.sse", &len);
   assert_int_equal(run(buf, len, 0, 0, &r), 0);
   assert_int_equal(r.n, 5);
   expect(&r, 4, "message", "[DONE]", "");
   rec_free(&r);
   free(buf);
-  snprintf(path, sizeof path, "%s/truncated.sse", fixture_dir(0));
-  buf = slurp(path, &len);
+  buf = fixture_read(0, "truncated.sse", &len);
   assert_int_equal(run(buf, len, 0, 0, &r), 1);
   assert_int_equal(r.n, 2);
   rec_free(&r);
