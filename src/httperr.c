@@ -174,7 +174,8 @@ static const char *json_str(const cJSON *o, const char *k) {
 }
 
 /* The server's message: error.message (or error as a string), else a
- * top-level "detail" (FastAPI) or "message". */
+ * top-level "detail" (FastAPI) or "message" (vLLM's {"object": "error",
+ * "message": ...}). */
 static const char *json_message(const cJSON *root) {
   const char *m;
   if (!cJSON_IsObject(root)) return NULL;
@@ -182,6 +183,39 @@ static const char *json_message(const cJSON *root) {
   if (m && *m) return m;
   if ((m = json_str(root, "detail"))) return m;
   return json_str(root, "message");
+}
+
+static void put_str(line *l, const char *s) {
+  while (*s && !l->cut) put(l, *s++);
+}
+
+/* FastAPI's validation errors (vLLM's 422), {"detail": [{"loc": ["body",
+ * "messages"], "msg": "Field required", ...}, ...]}: the first as
+ * "body.messages: Field required", then how many more. 0 (l untouched)
+ * when root is no such list. */
+static int detail_list(const cJSON *root, line *l) {
+  const cJSON *d = cJSON_IsObject(root) ? cJSON_GetObjectItemCaseSensitive(root, "detail") : NULL;
+  const cJSON *first = cJSON_IsArray(d) ? cJSON_GetArrayItem(d, 0) : NULL, *p;
+  const char *msg = cJSON_IsObject(first) ? json_str(first, "msg") : NULL;
+  char num[32];
+  int parts = 0;
+  if (!msg) return 0;
+  l->max = MESSAGE_MAX;
+  cJSON_ArrayForEach(p, cJSON_GetObjectItemCaseSensitive(first, "loc")) {
+    const char *s = cJSON_IsString(p) ? p->valuestring : NULL;
+    if (cJSON_IsNumber(p)) snprintf(num, sizeof num, "%.0f", p->valuedouble), s = num;
+    if (!s || !*s) continue;
+    if (parts++) put(l, '.');
+    put_str(l, s);
+  }
+  if (parts) put_str(l, ": ");
+  for (size_t i = 0; msg[i] && msg[i] != '\n' && msg[i] != '\r'; i++) put(l, msg[i]);
+  int more = cJSON_GetArraySize(d) - 1;
+  if (more > 0) {
+    snprintf(num, sizeof num, " (and %d more)", more);
+    put_str(l, num);
+  }
+  return 1;
 }
 
 cJSON *mz_http_error_object(const char *body, size_t len) {
@@ -235,6 +269,8 @@ char *mz_http_error_message(long status, const char *body, size_t len, char *out
   if (msg) {
     l.max = MESSAGE_MAX;
     first_text_line(msg, strlen(msg), &l);
+  } else if (detail_list(root, &l)) {
+    /* l holds the first validation error */
   } else if (looks_html(body, len)) {
     html_summary(body, len, &l);
   } else {
