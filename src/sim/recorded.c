@@ -54,15 +54,19 @@ static int parse_request(recording *rec, char *text, size_t n) {
   return 0;
 }
 
+/* DIR/NAME.request and its DIR/NAME.response. A path that does not fit,
+ * the .response one included (a byte longer), is refused, never cut. */
 static int load_one(recording *rec, const char *dir, const char *name) {
   char path[4096];
-  size_t n;
-  snprintf(path, sizeof path, "%s/%s", dir, name);
+  size_t n, stem;
+  int len = snprintf(path, sizeof path, "%s/%s", dir, name);
+  if (len < 0 || (size_t)len + strlen(".response") - strlen(".request") >= sizeof path) return -1;
+  stem = (size_t)len - strlen(".request"); /* name ends in .request (recorded_load) */
   char *text = sim_slurp(path, 0, &n);
   if (!text) return -1;
   int rc = parse_request(rec, text, n);
   free(text);
-  snprintf(path + strlen(path) - strlen(".request"), sizeof path, ".response");
+  memcpy(path + stem, ".response", sizeof ".response");
   if (rc || !(rec->resp = sim_slurp(path, 0, &rec->resp_len))) return -1;
   return 0;
 }
@@ -83,7 +87,7 @@ int recorded_load(server *s, const char *dir, bool by_body) {
     }
   }
   closedir(d);
-  qsort(names, n, sizeof *names, by_name);
+  if (n) qsort(names, n, sizeof *names, by_name); /* names is NULL when there are none */
   struct recorded_set *set = calloc(1, sizeof *set);
   if (!set || !(set->r = calloc(n ? n : 1, sizeof *set->r))) abort();
   set->by_body = by_body;
