@@ -82,7 +82,8 @@ describe("a batch item failing on one endpoint of two", function()
   end)
 
   it("moves it on HTTP 500 and a server error frame, without resting that endpoint", function()
-    for _, c in ipairs { { "500", { "--fault", "http=500:bad field" } }, { "frame", { "--fault", "error-after=2" } } } do
+    for _, c in ipairs { { "500", { "--fault", "http=500:bad field" } },
+      { "frame", { "--fault", "error-after=2" } } } do
       local rec, e = through(c[2])
       moved(rec, c[1])
       assert.same({ 0, 0 }, { e.fails, e.failed }, c[1] .. ": rested for one request's failure")
