@@ -705,9 +705,13 @@ function B.run(opts)
   end
   local out, done, stream = open_output(o)
   if not out then return nil, done, stream end
+  -- closed (standard output flushed) however the run ends, also when the
+  -- task running it is cancelled: no file left open until a collection
+  local _ <close> = setmetatable({}, { __close = function()
+    if out == io.stdout then out:flush() elseif io.type(out) == "file" then out:close() end
+  end })
   local run = { out = out, stream = stream, name = o.output == "-" and "standard output" or o.output }
   local ok, stats = run_guarded(o, items, done, run)
-  if out == io.stdout then out:flush() else out:close() end
   if run.write_error then return nil, run.write_error, "write" end
   if not ok then
     if not o.quiet then io.stderr:write(stopped_line(run, o, items, stats), "\n") end

@@ -51,6 +51,15 @@ local function n_records(path)
   return n
 end
 
+-- Whether this process has `path` open (a descriptor in /proc/PID/fd).
+local function open_here(path)
+  local dir = "/proc/" .. H.self_pid() .. "/fd"
+  local p = assert(io.popen("readlink " .. dir .. "/* 2>/dev/null"))
+  local links = p:read("a")
+  p:close()
+  return links:find("\n" .. path .. "\n", 1, true) ~= nil or links:find(path .. "\n", 1, true) == 1
+end
+
 -- The rerun: it skips exactly what is there and does exactly the rest.
 local function rerun_completes(input, output, sim, before)
   local ids0, text0 = records(output)
@@ -77,18 +86,22 @@ describe("a batch stopped before its end", function()
   it("cancelled from Lua: join says cancelled, records whole, the pool's slots back, a rerun does the rest", function()
     local input, output = write_input(N), H.tmpname(".jsonl")
     local p = pool.new({ sim.base }, { limit = 2 })
-    local outcome, written, inflight
+    local outcome, written, inflight, still_open
+    collectgarbage("stop") -- a collection would close a file left open
     loop.run(function()
       local job = loop.spawn(batch.run, { input = input, output = output, pool = p, model = "m", quiet = true,
         progress = false })
       assert(H.wait_for(function() return n_records(output) >= 2 end, 30, 0.005), "no record came")
       assert.equal(2, p.endpoints[1].inflight) -- both workers in an attempt
       job:cancel()
+      still_open = open_here(output)
       outcome = { job:join() }
       inflight, written = p.endpoints[1].inflight, H.read_file(output)
       mirza.sleep(0.3) -- another item would finish meanwhile, were one still running
     end)
+    collectgarbage("restart")
     assert.same({ nil, "cancelled", "cancelled" }, outcome)
+    assert.is_false(still_open, "OUTPUT left open by the cancelled batch")
     assert.equal(0, inflight) -- the attempts cut short gave their slots back
     assert.equal(0, mirza.streams())
     assert.equal(written, H.read_file(output))
