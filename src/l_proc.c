@@ -180,16 +180,8 @@ static int p_tostring(lua_State *L) {
 
 static const char *const spawn_keys[] = {"argv", "env", "cwd", "log", "keep_alive", "grace", "pidfile", NULL};
 
-static void check_keys(lua_State *L, int idx) {
-  lua_pushnil(L);
-  while (lua_next(L, idx)) {
-    lua_pop(L, 1);
-    const char *k = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
-    int ok = 0;
-    for (int i = 0; k && spawn_keys[i]; i++) ok |= strcmp(k, spawn_keys[i]) == 0;
-    if (!ok) luaL_error(L, "mirza.spawn: unknown option '%s'", k ? k : luaL_typename(L, -1));
-  }
-}
+static const mz_l_option spawn_grace = {"mirza.spawn", "grace", "a number of seconds 0..1e6", 0, 1e6, 0};
+static const mz_l_option spawn_pidfile = {"mirza.spawn", "pidfile", "a port 1..65535", 1, 65535, 1};
 
 /* opts[k] as a string or NULL; it stays referenced by the opts table. */
 static const char *field_str(lua_State *L, int idx, const char *k) {
@@ -252,7 +244,7 @@ static const char **push_env(lua_State *L, int idx) {
 static int l_spawn(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   lua_settop(L, 1);
-  check_keys(L, 1);
+  mz_l_check_keys(L, 1, spawn_keys, "mirza.spawn");
   lproc *u = lua_newuserdatauv(L, sizeof *u, 1); /* [opts, u] created closed */
   memset(u, 0, sizeof *u);
   luaL_setmetatable(L, MZ_PROC_MT);
@@ -263,14 +255,9 @@ static int l_spawn(lua_State *L) {
   lua_setiuservalue(L, 2, 1);
   lua_getfield(L, 1, "keep_alive");
   o.keep_alive = u->keep_alive = lua_toboolean(L, -1);
-  lua_getfield(L, 1, "grace"); /* [opts, u, keep_alive, grace] */
-  u->grace_ms = opt_grace(L, 4, DEFAULT_GRACE_MS);
-  lua_getfield(L, 1, "pidfile"); /* [opts, u, keep_alive, grace, pidfile] */
-  if (!lua_isnil(L, 5)) {
-    lua_Integer port = luaL_checkinteger(L, 5);
-    luaL_argcheck(L, port > 0 && port <= 65535, 1, "pidfile must be a port 1..65535");
-    u->pidfile = (int)port;
-  }
+  lua_pop(L, 1);
+  u->grace_ms = (int)(mz_l_opt_field(L, 1, &spawn_grace, DEFAULT_GRACE_MS / 1000.0) * 1000.0 + 0.5);
+  u->pidfile = (int)mz_l_opt_field(L, 1, &spawn_pidfile, 0);
   o.argv = push_argv(L, 1);
   o.env = push_env(L, 1);
   char err[512];
@@ -356,19 +343,6 @@ static int l_pidfile_path(lua_State *L) {
   return 1;
 }
 
-/* mkdir -p with mode 0700 for every missing component of dir (modified
- * in place and restored). */
-static int mkdir_p(char *dir) {
-  for (char *s = dir + 1; *s; s++) {
-    if (*s != '/') continue;
-    *s = '\0';
-    int r = mkdir(dir, 0700);
-    *s = '/';
-    if (r < 0 && errno != EEXIST) return -1;
-  }
-  return mkdir(dir, 0700) < 0 && errno != EEXIST ? -1 : 0;
-}
-
 /* runtime_dir() -> the directory of the pid files, created 0700 (daemon
  * logs go there too) | nil, message, "io" */
 static int l_runtime_dir(lua_State *L) {
@@ -376,7 +350,7 @@ static int l_runtime_dir(lua_State *L) {
   if (!mz_pidfile_path(0, buf, sizeof buf)) return fail_errno(L, "no runtime directory for port", 0);
   char *slash = strrchr(buf, '/');
   if (slash && slash != buf) *slash = '\0';
-  if (mkdir_p(buf) < 0) return mz_l_failf(L, MZ_E_IO, "cannot create %s: %s", buf, strerror(errno));
+  if (mz_mkdir_p(buf) < 0) return mz_l_failf(L, MZ_E_IO, "cannot create %s: %s", buf, strerror(errno));
   lua_pushstring(L, buf);
   return 1;
 }
@@ -408,12 +382,7 @@ int luaopen_mirza_proc(lua_State *L) {
                                    {"runtime_dir", l_runtime_dir},
                                    {"file_tail", l_file_tail},
                                    {NULL, NULL}};
-  if (luaL_newmetatable(L, MZ_PROC_MT)) { /* [core, mt] */
-    luaL_setfuncs(L, meta, 0);
-    luaL_newlib(L, methods);
-    lua_setfield(L, -2, "__index");
-  }
-  lua_pop(L, 1);
+  mz_l_newclass(L, MZ_PROC_MT, meta, methods);
   luaL_setfuncs(L, funcs, 0);
   return 0;
 }

@@ -562,8 +562,7 @@ static int dir_is_safe(const char *dir) {
   return 0;
 }
 
-/* mkdir -p with mode 0700 for every missing component. */
-static int mkdir_p(char *dir) {
+int mz_mkdir_p(char *dir) {
   for (char *s = dir + 1; *s; s++) {
     if (*s != '/') continue;
     *s = '\0';
@@ -592,7 +591,7 @@ int mz_pidfile_write(int port, pid_t pid) {
   if (pid <= 0) return errno = EINVAL, -1;
   if (!mz_pidfile_path(port, path, sizeof path)) return -1;
   strcpy(dir, path);
-  if (mkdir_p(dir_part(dir)) < 0 || dir_is_safe(dir) < 0) return -1;
+  if (mz_mkdir_p(dir_part(dir)) < 0 || dir_is_safe(dir) < 0) return -1;
   snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
   int n = snprintf(line, sizeof line, "%ld\n", (long)pid);
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);

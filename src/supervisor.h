@@ -80,4 +80,8 @@ int mz_pidfile_write(int port, pid_t pid); /* 0 or -1 (errno) */
 pid_t mz_pidfile_read(int port);           /* pid, or 0 if none/unreadable */
 int mz_pidfile_remove(int port);           /* 0 (also when absent) or -1 */
 
+/* mkdir -p with mode 0700 for every missing component of dir (modified in
+ * place and restored). 0, or -1 with errno. */
+int mz_mkdir_p(char *dir);
+
 #endif
