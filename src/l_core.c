@@ -9,6 +9,7 @@
 #include "l_core.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,6 +85,9 @@ void mz_l_pushctx(lua_State *L) {
   mz_ctx *ctx = lua_newuserdatauv(L, sizeof *ctx, 0);
   ctx->client = NULL;
   ctx->warned_plain = 0;
+  ctx->in_task = 0;
+  ctx->slice = 0;
+  ctx->slice_max = 64;
   lua_createtable(L, 0, 1);
   lua_pushcfunction(L, ctx_gc);
   lua_setfield(L, -2, "__gc");
@@ -107,18 +111,11 @@ mz_ctx *mz_l_ctx(lua_State *L) {
   return ctx;
 }
 
-static long opt_ms(lua_State *L, int idx) {
-  if (lua_isnoneornil(L, idx)) return -1;
-  lua_Number s = luaL_checknumber(L, idx);
-  luaL_argcheck(L, s >= 0, idx, "negative timeout");
-  return s > 1e9 ? -1 : (long)(s * 1000.0 + 0.5);
-}
-
 /* mirza.wait([timeout]) -> number of streams with events ready (0 on
  * timeout). Drives every open transfer; never yields. */
 static int l_wait(lua_State *L) {
   mz_ctx *ctx = mz_l_ctx(L);
-  double end = mz_l_end_of(opt_ms(L, 1));
+  double end = mz_l_end_of(mz_l_opt_ms(L, 1));
   int n;
   while ((n = mz_client_wait(ctx->client, mz_l_left_ms(end))) == MZ_NEXT_SIGNAL) mz_l_after_signal(L);
   if (n == MZ_NEXT_INTERRUPTED) return mz_l_raise_interrupt(L);
@@ -126,16 +123,64 @@ static int l_wait(lua_State *L) {
   return 1;
 }
 
-/* mirza.sleep(seconds): transfers keep flowing meanwhile. */
+static int slept(lua_State *L, int status, lua_KContext k) {
+  (void)L, (void)status, (void)k;
+  return 0;
+}
+
+/* mirza.sleep(seconds): transfers keep flowing meanwhile. Inside a task
+ * the scheduler sleeps instead (other tasks run meanwhile). */
 static int l_sleep(lua_State *L) {
   mz_ctx *ctx = mz_l_ctx(L);
-  long ms = opt_ms(L, 1);
+  long ms = mz_l_opt_ms(L, 1);
   luaL_argcheck(L, ms >= 0, 1, "number expected");
+  if (mz_l_in_task(L, ctx)) {
+    lua_settop(L, 1);
+    mz_l_push_hook(L);
+    lua_pushliteral(L, "sleep");
+    lua_pushvalue(L, 1);
+    lua_callk(L, 2, 0, 0, slept); /* yields: no curl frame below us */
+    return 0;
+  }
   double end = mz_l_end_of(ms);
   int rc;
   while ((rc = mz_client_sleep(ctx->client, mz_l_left_ms(end))) == MZ_NEXT_SIGNAL) mz_l_after_signal(L);
   if (rc == MZ_NEXT_INTERRUPTED) return mz_l_raise_interrupt(L);
   return 0;
+}
+
+/* ---- tasks --------------------------------------------------------------
+ * A scheduler (mirza.loop) tells the core when it resumes one of its tasks;
+ * inside one, a pull with nothing to take and a sleep call the hook (kept
+ * in the registry) with ("wait", stream, seconds|nil) -> why,
+ * ("turn") (the task took slice_max events in a row: others first) or
+ * ("sleep", seconds), all three yielding to the scheduler; ("open",
+ * stream) when the task opens one and ("closed", stream) when a stream a
+ * task waits on is closed, neither yielding. Nothing is replaced: outside
+ * a task every function behaves as if no scheduler existed. */
+static const char hook_key = 0;
+
+int mz_l_push_hook(lua_State *L) { return lua_rawgetp(L, LUA_REGISTRYINDEX, &hook_key); }
+
+/* mirza.core.task(hook|false [, slice]) -> the previous hook, or false:
+ * a scheduler calls it with its hook before it resumes a task and with
+ * what it returned after. slice (default 64): events a task may take in
+ * a row before the other tasks run. */
+static int l_task(lua_State *L) {
+  mz_ctx *ctx = mz_l_ctx(L);
+  int on = lua_toboolean(L, 1);
+  if (on) luaL_checktype(L, 1, LUA_TFUNCTION);
+  lua_Number slice = luaL_optnumber(L, 2, 64);
+  if (ctx->in_task) mz_l_push_hook(L);
+  else lua_pushboolean(L, 0);
+  if (on) {
+    lua_pushvalue(L, 1);
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &hook_key); /* kept after: a close outside a task wakes its waiter */
+  }
+  ctx->in_task = on;
+  ctx->slice = 0;
+  ctx->slice_max = !(slice < (lua_Number)LONG_MAX) ? LONG_MAX : slice < 1 ? 1 : (long)slice;
+  return 1;
 }
 
 static int l_now(lua_State *L) {
@@ -201,7 +246,7 @@ void mz_l_stream_opened(lua_State *L, mz_stream *s, int idx) {
  * in [1..n]; entries past n are cleared. Never yields. */
 static int l_ready(lua_State *L) {
   mz_ctx *ctx = mz_l_ctx(L);
-  long ms = opt_ms(L, 1);
+  long ms = mz_l_opt_ms(L, 1);
   if (lua_isnoneornil(L, 2)) {
     lua_newtable(L);
   } else {
@@ -297,6 +342,7 @@ int luaopen_mirza_core(lua_State *L) {
                                    {"on_warning", l_on_warning},
                                    {"plain_remote", l_plain_remote},
                                    {"isatty", l_isatty},
+                                   {"task", l_task},
                                    {NULL, NULL}};
   mz_l_ctx(L);
   luaL_newlib(L, funcs);   /* [core] */

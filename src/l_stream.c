@@ -10,6 +10,8 @@
  * tears the transfer down.
  */
 #include <lauxlib.h>
+#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +25,7 @@
 typedef struct lstream {
   mz_stream *s; /* NULL when closed */
   mz_ctx *ctx;  /* kept alive by uservalue 1 */
+  int awaited;  /* a task waits on it through the scheduler's hook */
 } lstream;
 
 static lstream *to_stream(lua_State *L, int idx) { return luaL_checkudata(L, idx, MZ_STREAM_MT); }
@@ -162,13 +165,6 @@ static void push_event(lua_State *L, const mz_ctx *ctx, const mz_event *e) {
 
 /* ------------------------------------------------------------ methods */
 
-static long timeout_ms(lua_State *L, int idx) {
-  if (lua_isnoneornil(L, idx)) return -1;
-  lua_Number t = luaL_checknumber(L, idx);
-  luaL_argcheck(L, t >= 0, idx, "negative timeout");
-  return t > 1e9 ? -1 : (long)(t * 1000.0 + 0.5);
-}
-
 /* Shared by next() and the events() iterator. Returns the number of Lua
  * results. */
 static int pull(lua_State *L, lstream *u, long ms) {
@@ -188,10 +184,80 @@ static int pull(lua_State *L, lstream *u, long ms) {
   }
 }
 
+/* ------------------------------------------------------------ in a task
+ * Inside a scheduler's task (mz_l_in_task) a pull never blocks: when the
+ * stream has nothing to take it calls the scheduler's hook, which
+ * suspends the task until the stream has news (or the timeout), and takes
+ * up again in the continuation. The yield happens in the hook, in Lua,
+ * with no libcurl frame on the C stack (mz_stream_next has returned).
+ * Stack of a cooperative pull: the call's arguments at 1..3 (next_batch's
+ * max at 3), the stream at CO_STREAM, the deadline (mz_now() seconds, -1:
+ * none) at CO_END. */
+enum { OP_NEXT, OP_BATCH };
+#define CO_STREAM 4
+#define CO_END 5
+
+static int batch(lua_State *L, lstream *u, long ms, lua_Integer max);
+
+static int has_news(const lstream *u) { return mz_stream_pending(u->s) || mz_stream_finished(u->s); }
+
+static int take(lua_State *L, lstream *u, int op) {
+  return op == OP_BATCH ? batch(L, u, 0, luaL_optinteger(L, 3, 0)) : pull(L, u, 0);
+}
+
+static int coop_step(lua_State *L, lstream *u, int op);
+
+/* The task was resumed: the hook's answer (why it woke) on top. */
+static int coop_resumed(lua_State *L, int status, lua_KContext op) {
+  (void)status;
+  lstream *u = lua_touserdata(L, CO_STREAM);
+  int timer = lua_type(L, -1) == LUA_TSTRING && strcmp(lua_tostring(L, -1), "timer") == 0;
+  lua_settop(L, CO_END);
+  u->awaited = 0;
+  if (timer && u->s && !has_news(u)) return mz_l_fail(L, "timeout", MZ_E_TIMEOUT);
+  return coop_step(L, u, (int)op);
+}
+
+/* Take what is there (after slice_max events in a row, let the other
+ * tasks run first), else hand the wait to the scheduler. */
+static int coop_step(lua_State *L, lstream *u, int op) {
+  mz_ctx *ctx = u->ctx;
+  if (!u->s) return luaL_error(L, "attempt to use a closed stream");
+  if (has_news(u)) {
+    if (++ctx->slice <= ctx->slice_max) return take(L, u, op);
+    ctx->slice = 0;
+    mz_l_push_hook(L);
+    lua_pushliteral(L, "turn");
+    lua_callk(L, 1, 1, op, coop_resumed);
+    return coop_resumed(L, LUA_OK, op);
+  }
+  ctx->slice = 0;
+  lua_Number end = lua_tonumber(L, CO_END), left = end < 0 ? -1 : end - mz_now();
+  if (end >= 0 && left <= 0) return take(L, u, op); /* polls once more */
+  u->awaited = 1;
+  mz_l_push_hook(L);
+  lua_pushliteral(L, "wait");
+  lua_pushvalue(L, CO_STREAM);
+  if (left >= 0) lua_pushnumber(L, left);
+  else lua_pushnil(L);
+  lua_callk(L, 3, 1, op, coop_resumed);
+  return coop_resumed(L, LUA_OK, op);
+}
+
+/* A pull in a task: the stream is at CO_STREAM already. */
+static int coop(lua_State *L, lstream *u, long ms, int op) {
+  lua_pushnumber(L, ms < 0 ? -1 : mz_now() + (double)ms / 1000.0); /* CO_END */
+  return coop_step(L, u, op);
+}
+
 /* s:next([timeout]) -> event | nil (ended) | nil, "timeout", "timeout" */
 static int s_next(lua_State *L) {
   lstream *u = check_stream(L, 1);
-  return pull(L, u, timeout_ms(L, 2));
+  long ms = mz_l_opt_ms(L, 2);
+  if (!mz_l_in_task(L, u->ctx)) return pull(L, u, ms);
+  lua_settop(L, 3);
+  lua_pushvalue(L, 1); /* CO_STREAM */
+  return coop(L, u, ms, OP_NEXT);
 }
 
 /*
@@ -203,9 +269,16 @@ static int s_next(lua_State *L) {
  */
 static int s_next_batch(lua_State *L) {
   lstream *u = check_stream(L, 1);
-  long ms = timeout_ms(L, 2);
+  long ms = mz_l_opt_ms(L, 2);
   lua_Integer max = luaL_optinteger(L, 3, 0);
   luaL_argcheck(L, max >= 0, 3, "negative count");
+  if (!mz_l_in_task(L, u->ctx)) return batch(L, u, ms, max);
+  lua_settop(L, 3);
+  lua_pushvalue(L, 1); /* CO_STREAM */
+  return coop(L, u, ms, OP_BATCH);
+}
+
+static int batch(lua_State *L, lstream *u, long ms, lua_Integer max) {
   size_t n = mz_stream_pending(u->s);
   if (max && n > (size_t)max) n = (size_t)max;
   lua_createtable(L, n ? (int)(n < 4096 ? n : 4096) : 1, 0); /* [s, timeout, max, batch] */
@@ -226,7 +299,10 @@ static int s_next_batch(lua_State *L) {
 static int events_iter(lua_State *L) {
   lstream *u = lua_touserdata(L, lua_upvalueindex(1));
   if (!u->s) return luaL_error(L, "attempt to use a closed stream");
-  return pull(L, u, -1);
+  if (!mz_l_in_task(L, u->ctx)) return pull(L, u, -1);
+  lua_settop(L, 3);
+  lua_pushvalue(L, lua_upvalueindex(1)); /* CO_STREAM */
+  return coop(L, u, -1, OP_NEXT);
 }
 
 /* for ev in s:events() do ... end (four values: the stream closes the loop) */
@@ -240,11 +316,27 @@ static int s_events(lua_State *L) {
   return 4;
 }
 
-static int s_close(lua_State *L) {
+static int s_gc(lua_State *L) {
   lstream *u = to_stream(L, 1);
   if (u->s) {
     if (u->ctx->client) mz_stream_close(u->s); /* else freed with the client */
     u->s = NULL;
+  }
+  return 0;
+}
+
+/* close() and __close also wake a task waiting on the stream (its pull
+ * then raises "attempt to use a closed stream", as it would outside). */
+static int s_close(lua_State *L) {
+  lstream *u = to_stream(L, 1);
+  s_gc(L);
+  if (u->awaited) {
+    u->awaited = 0;
+    if (mz_l_push_hook(L) == LUA_TFUNCTION) {
+      lua_pushliteral(L, "closed");
+      lua_pushvalue(L, 1);
+      lua_call(L, 2, 0);
+    }
   }
   return 0;
 }
@@ -279,17 +371,6 @@ static const char *const request_keys[] = {
     "url",    "body",  "headers",        "api_key",      "timeout",     "stall_timeout", "deadline", "max_event_bytes",
     "method", "plain", "header_timeout", "on_bad_frame", "record_file", "merge",         NULL};
 
-static void check_keys(lua_State *L, int idx) {
-  lua_pushnil(L);
-  while (lua_next(L, idx)) {
-    lua_pop(L, 1);
-    const char *k = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
-    int ok = 0;
-    for (int i = 0; k && request_keys[i]; i++) ok |= strcmp(k, request_keys[i]) == 0;
-    if (!ok) luaL_error(L, "mirza.open: unknown option '%s'", k ? k : luaL_typename(L, -1));
-  }
-}
-
 /* The default clocks of mirza.open (and so of collect, request, the engine
  * and batch), in seconds: nothing waits forever unless told to with
  * `false`. They fill `mirza.defaults` (upvalue 1 of open), which a script
@@ -303,6 +384,14 @@ static const struct {
     {"stall_timeout", 120},  /* silence once the response began */
 };
 
+/* 0 (the default cap, 4 MiB) is asked for by leaving the option out. */
+static const mz_l_option max_event_bytes = {"mirza.open",
+                                            "max_event_bytes",
+                                            "a positive integer (bytes)",
+                                            1,
+                                            (lua_Number)(SIZE_MAX / 2 < LUA_MAXINTEGER ? SIZE_MAX / 2 : LUA_MAXINTEGER),
+                                            1};
+
 /* A clock option in seconds -> ms: nil takes mirza.defaults[k] (nil there:
  * 0, the C default), false `off`. */
 static long field_ms(lua_State *L, int idx, const char *k, long off) {
@@ -315,9 +404,8 @@ static long field_ms(lua_State *L, int idx, const char *k, long off) {
   if (t == LUA_TBOOLEAN && !lua_toboolean(L, -1)) {
     ms = off;
   } else if (t != LUA_TNIL) {
-    lua_Number v = lua_tonumber(L, -1);
-    if (!lua_isnumber(L, -1) || v < 0)
-      luaL_error(L, "mirza.open: '%s' must be a non-negative number of seconds, or false for none", k);
+    const mz_l_option o = {"mirza.open", k, "a non-negative number of seconds, or false for none", 0, HUGE_VAL, 0};
+    lua_Number v = mz_l_check_option(L, -1, &o);
     ms = v > 2e9 ? 2000000000L : (long)(v * 1000.0 + 0.5);
     if (v > 0 && ms == 0) ms = 1;
   }
@@ -400,11 +488,12 @@ static void warn_plain(lua_State *L, mz_ctx *ctx, const char *url) {
 static int l_open(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   lua_settop(L, 1);
-  check_keys(L, 1);
+  mz_l_check_keys(L, 1, request_keys, "mirza.open");
   mz_ctx *ctx = mz_l_ctx(L);
   lstream *u = lua_newuserdatauv(L, sizeof *u, 1); /* [req, u] created closed */
   u->s = NULL;
   u->ctx = ctx;
+  u->awaited = 0;
   luaL_setmetatable(L, MZ_STREAM_MT);
   mz_l_pushctx(L);
   lua_setiuservalue(L, 2, 1);
@@ -429,9 +518,8 @@ static int l_open(lua_State *L) {
   r.plain = lua_toboolean(L, -1);
   lua_getfield(L, 1, "merge");
   r.merge = lua_toboolean(L, -1);
-  lua_getfield(L, 1, "max_event_bytes");
-  r.max_event_bytes = (size_t)luaL_optinteger(L, -1, 0);
-  lua_pop(L, 3);
+  lua_pop(L, 2);
+  r.max_event_bytes = (size_t)mz_l_opt_field(L, 1, &max_event_bytes, 0);
   r.body = get_body(L, 1, &r.body_len); /* stays on the stack */
   r.headers = build_headers(L, 1);      /* stays on the stack */
 
@@ -440,6 +528,12 @@ static int l_open(lua_State *L) {
   if (!ctx->warned_plain && sends_credentials(&r) && mz_url_plain_remote(r.url)) warn_plain(L, ctx, r.url);
   lua_settop(L, 2);
   mz_l_stream_opened(L, u->s, 2); /* mirza.ready() hands it out */
+  if (ctx->in_task) {             /* the task's stream: cancelling the task closes it */
+    mz_l_push_hook(L);
+    lua_pushliteral(L, "open");
+    lua_pushvalue(L, 2);
+    lua_call(L, 2, 0);
+  }
   return 1;
 }
 
@@ -448,13 +542,8 @@ int luaopen_mirza_stream(lua_State *L) {
       {"next", s_next},         {"events", s_events}, {"close", s_close},           {"pending", s_pending},
       {"finished", s_finished}, {"closed", s_closed}, {"next_batch", s_next_batch}, {NULL, NULL}};
   static const luaL_Reg meta[] = {
-      {"__gc", s_close}, {"__close", s_close}, {"__tostring", s_tostring}, {"__index", NULL}, {NULL, NULL}};
-  if (luaL_newmetatable(L, MZ_STREAM_MT)) {
-    luaL_setfuncs(L, meta, 0);
-    luaL_newlib(L, methods);
-    lua_setfield(L, -2, "__index");
-  }
-  lua_pop(L, 1);
+      {"__gc", s_gc}, {"__close", s_close}, {"__tostring", s_tostring}, {"__index", NULL}, {NULL, NULL}};
+  mz_l_newclass(L, MZ_STREAM_MT, meta, methods);
   lua_createtable(L, 0, 4); /* mirza.defaults */
   for (size_t i = 0; i < sizeof default_clocks / sizeof *default_clocks; i++) {
     lua_pushinteger(L, default_clocks[i].s);

@@ -9,13 +9,16 @@
 --- of open streams. Outside a task those calls block as they always did, so
 --- a script that uses no scheduler is unchanged.
 ---
---- The seam is narrow on purpose: loading this module wraps the Stream
---- methods `next`/`events`, `mirza.core.open` and `mirza.sleep` (the C originals
---- stay available as `raw_next`, `raw_events`, `core.raw_open`); the wrappers
---- only yield when a scheduler is resuming a task. Any code that pulls a
---- stream — an engine turn and its pipeline stages included — becomes
---- cooperative without being rewritten. A coroutine of your own inside a
---- task must pass foreign yields through to its resumer, as
+--- The seam is narrow on purpose, and it is the core's own: loading this
+--- module changes nothing (the Stream methods, `mirza.core.open` and
+--- `mirza.sleep` stay the C functions they are). The scheduler tells the
+--- core when it resumes a task (`mirza.core.task`); inside one, a pull
+--- (`s:next`, the `events()` iterator, `s:next_batch`) with nothing to take
+--- and `mirza.sleep` hand their wait to the scheduler's hook, which yields
+--- the task, instead of blocking. Any code that pulls a stream — an engine
+--- turn and its pipeline stages included — is cooperative in a task without
+--- being rewritten, and exactly as before outside one. A coroutine of your
+--- own inside a task must pass foreign yields through to its resumer, as
 --- `mirza.pipeline` does; a task that computes without pulling or sleeping
 --- holds the others up.
 ---
@@ -29,6 +32,7 @@ local core = require "mirza.core"
 local mirza = require "mirza"
 
 local M = {}
+local core_task = core.task
 
 local SUSPEND = setmetatable({}, { __name = "mirza.loop.suspend" })
 local CANCEL = setmetatable({}, { __name = "mirza.loop.cancel", __tostring = function() return "cancelled" end })
@@ -190,13 +194,17 @@ function Loop:_settle(t, r)
   self:_finish(t, false, tostring(r[3]), "error")
 end
 
+local hook -- the core's way into the scheduler (below)
+
 -- Resume t once, with `args` (a packed table).
 function Loop:_step(t, args)
   local prev_loop, prev = running_loop, self.current
   running_loop, self.current = self, t
   t.status = "running"
   self.resumes = self.resumes + 1
+  local prev_hook = core_task(hook, M.SLICE) -- the core's pulls now yield to us
   local r = table.pack(coroutine.resume(t.co, table.unpack(args, 1, args.n)))
+  core_task(prev_hook, M.SLICE)
   running_loop, self.current = prev_loop, prev
   if coroutine.status(t.co) == "dead" then return self:_settle(t, r) end
   if t.status == "done" then return end -- cancelled itself while closing
@@ -265,16 +273,10 @@ local function this_task()
   return nil
 end
 
----Sleep `seconds` in the current task (other tasks and transfers go on);
----outside a task, the core's sleep.
+---Sleep `seconds`: `mirza.sleep` itself (in a task, other tasks and
+---transfers go on meanwhile).
 ---@param seconds number
-function M.sleep(seconds)
-  local t, l = this_task()
-  if not t then return core.sleep(seconds) end
-  local token = l:_arm(t)
-  l:at(mirza.now() + seconds, function() l:_wake(t, token, "timer") end)
-  suspend()
-end
+M.sleep = core.sleep
 
 ---Let the other ready tasks run, then continue (outside a task: no-op).
 function M.yield()
@@ -283,7 +285,7 @@ end
 
 -- Wait for stream s to have news (or `timeout` seconds): "stream" or "timer".
 function Loop:_await_stream(t, s, timeout)
-  if self.waiting[s] then error("mirza.loop: two tasks wait on the same stream", 3) end
+  if self.waiting[s] then error("mirza.loop: two tasks wait on the same stream", 4) end
   local token = self:_arm(t)
   self.waiting[s] = t
   awaited[s] = self
@@ -307,83 +309,46 @@ function Loop:_unwait(t)
   end
 end
 
--- ------------------------------------------------------------- the hooks
-
-local Stream = debug.getregistry()["mirza.Stream"].__index
-Stream.raw_next = Stream.raw_next or Stream.next
-Stream.raw_events = Stream.raw_events or Stream.events
-core.raw_open = core.raw_open or core.open
-Stream.raw_close = Stream.raw_close or Stream.close
-local raw_next, raw_events, raw_open, raw_close = Stream.raw_next, Stream.raw_events, core.raw_open, Stream.raw_close
+-- ------------------------------------------------------------- the hook
 
 -- Events a task may take from queued streams before it lets the others
 -- run: a stream flat out always has more queued, and without a slice one
--- task would run its whole turn while every other stream waits.
+-- task would run its whole turn while every other stream waits. Counted
+-- by the core since the task was last resumed (read at each resume).
 M.SLICE = 64
 
----Stream:next inside a task: pops what is queued, else suspends the task
----until the stream has news (no transfer is driven here: the scheduler's
----one wait drives them all). After `M.SLICE` events taken in a row without
----suspending, the task yields its turn to the other ready tasks first.
----@param s mirza.Stream
----@param timeout? number
-function Stream.next(s, timeout)
-  local t, l = this_task()
-  if not t then return raw_next(s, timeout) end
-  local t_end = timeout and mirza.now() + timeout
-  while true do
-    if s:pending() > 0 or s:finished() then
-      local n = t.slice + 1
-      if n > M.SLICE then
-        n = 1
-        coroutine.yield() -- back of the ready queue; the scheduler polls meanwhile
-      end
-      t.slice = n
-      return raw_next(s, 0)
-    end
-    t.slice = 0
-    local left = t_end and t_end - mirza.now()
-    if left and left <= 0 then return raw_next(s, 0) end -- polls once more
-    if l:_await_stream(t, s, left) == "timer" and not (s:pending() > 0 or s:finished()) then
-      return nil, "timeout", "timeout"
-    end
+-- What the core asks of the scheduler, inside a task that can yield
+-- (`mirza.core.task`, around every resume in `_step`):
+--  "wait", x=stream, timeout  a pull found nothing to take: suspend until
+--                      the stream has news or the timer; returns why
+--                      ("stream", "timer", "closed"): the core then takes
+--                      or says "timeout"
+--  "turn"              the task took M.SLICE events in a row: others first
+--  "sleep", x=seconds  mirza.sleep in a task
+--  "open", x=stream    core.open in a task: the stream is the task's
+--                      (cancel closes it), recorded or not
+--  "closed", x=stream  a stream a task waits on was closed (from anywhere,
+--                      not yielding): wake that task (its pull then raises)
+function hook(op, x, timeout)
+  local l = running_loop
+  if op == "wait" then return l:_await_stream(l.current, x, timeout) end
+  if op == "turn" then
+    coroutine.yield() -- back of the ready queue; the scheduler polls meanwhile
+    return "turn"
+  end
+  if op == "sleep" then
+    local t = l.current
+    local token = l:_arm(t)
+    l:at(mirza.now() + x, function() l:_wake(t, token, "timer") end)
+    suspend()
+  elseif op == "open" then
+    l.current.streams[x] = true
+  elseif op == "closed" then
+    local w = awaited[x]
+    local t = w and w.waiting[x]
+    if t then w:_wake(t, t.token, "closed") end
   end
 end
-
-local function events_iter(s)
-  if s:closed() then error("attempt to use a closed stream", 2) end
-  return Stream.next(s)
-end
-
----Stream:events inside a task: the cooperative iterator (same quadruple).
----@param s mirza.Stream
-function Stream.events(s)
-  if not this_task() then return raw_events(s) end
-  if s:closed() then error("attempt to use a closed stream", 2) end
-  return events_iter, s, nil, s
-end
-
----Stream:close also wakes a task waiting on the stream (its next() then
----raises "attempt to use a closed stream", as it would have outside).
----@param s mirza.Stream
-function Stream.close(s)
-  raw_close(s)
-  local l = awaited[s]
-  local t = l and l.waiting[s]
-  if t then l:_wake(t, t.token, "closed") end
-end
-
--- core.open in a task: the stream is the task's (cancel closes it).
--- mirza.open itself stays (its recording wrapper calls core.open), so
--- every stream a task opens, recorded or not, is tracked here.
-local function open(opts)
-  local s = raw_open(opts)
-  local t = running_loop and running_loop.current
-  if t then t.streams[s] = true end
-  return s
-end
-core.open = open
-mirza.sleep = M.sleep
 
 -- ------------------------------------------------------------- the loop
 

@@ -245,12 +245,11 @@ function M.run_calls(calls, tools, opts)
   local fns = {}
   for i, c in ipairs(calls) do fns[i] = function() return M.call(tools, c) end end
   local results
-  local loop = package.loaded["mirza.loop"]
-  local task = #fns > 1 and loop and loop.current()
+  local task = #fns > 1 and require("mirza.loop").current()
   if opts.run_calls then
     results = opts.run_calls(fns)
   elseif task then -- inside a scheduler task: the calls as tasks of its loop
-    results = loop.gather(fns, { loop = task.loop })
+    results = require("mirza.loop").gather(fns, { loop = task.loop })
   else
     results = {}
     for i, f in ipairs(fns) do results[i] = f() end
