@@ -125,9 +125,16 @@ void mz_push_text(mz_stream *s, mz_evtype t, int index, const char *p, size_t le
 void mz_push_json(mz_stream *s, mz_evtype t, int index, cJSON *json);
 void mz_flush_carry(mz_stream *s); /* the stream is over: held-back bytes -> U+FFFD */
 void mz_unmark_ready(mz_stream *s);
-void mz_release_popped(mz_stream *s); /* before each pop: drop the last one */
 const mz_event *mz_pop(mz_stream *s); /* only when mz_ready(s) */
 void mz_queue_free(mz_stream *s);     /* everything the queue and the terminal event own */
+
+/* Before each pop: drop the json the previous pop handed out (the caller
+ * has copied what it needs by now, see client.h). Inline with mz_ready:
+ * both run once per event, from client.c. */
+static inline void mz_release_popped(mz_stream *s) {
+  cJSON_Delete(s->popped_json);
+  s->popped_json = NULL;
+}
 
 /* Something to pop: a queued event, or the terminal event not yet popped. */
 static inline int mz_ready(const mz_stream *s) { return s->qhead < s->qlen || (s->term && !s->term_popped); }

@@ -228,13 +228,6 @@ void mz_flush_carry(mz_stream *s) {
   }
 }
 
-/* Drop the json the previous pop handed out: the caller has copied what it
- * needs by now (see client.h). */
-void mz_release_popped(mz_stream *s) {
-  cJSON_Delete(s->popped_json);
-  s->popped_json = NULL;
-}
-
 /* Join the deltas queued right behind `it` into e: same channel and
  * choice, no json, their text next in the arena. Items are laid out back
  * to back, so a run is one range of the arena and the join is a longer
