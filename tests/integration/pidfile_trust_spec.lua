@@ -86,7 +86,9 @@ describe("a pid file", function()
 
   describe("when /health reports no pid", function()
     local sim
-    setup(function() sim = H.start_sim { "--tok-rate", "0", "--ttft-ms", "0", "--route", '/health={"status":"ok"}' } end)
+    setup(function()
+      sim = H.start_sim { "--tok-rate", "0", "--ttft-ms", "0", "--route", '/health={"status":"ok"}' }
+    end)
     teardown(function() sim.stop() end)
 
     local function adopt(pid, setup_code)
@@ -118,7 +120,8 @@ describe("a pid file", function()
 
     it("is not when its directory is writable by others, sticky bit or not, or by its group", function()
       for _, mode in ipairs { "0777", "1777", "0770" } do
-        local out = adopt(sim.pid, ("assert(core.pidfile_write(PORT, PID)); os.execute('chmod %s ' .. DIR)"):format(mode))
+        local out = adopt(sim.pid,
+          ("assert(core.pidfile_write(PORT, PID)); os.execute('chmod %s ' .. DIR)"):format(mode))
         assert.is_nil(out.read, mode)
         refused(out, NO_PID)
       end
