@@ -11,13 +11,16 @@
 ---@field timeout? number|false      connect timeout in seconds, TCP connect only (default 10, `mirza.defaults.timeout`); false: libcurl's own limit (300 s)
 ---@field stall_timeout? number|false  seconds without any received byte (head or body, even part of a header line; heartbeats count) before the stream fails with code "timeout"; runs from the first line of the response head on, so a request queued by the daemon (no head yet) never stalls; default 120 (`mirza.defaults.stall_timeout`); false or 0: none
 ---@field deadline? number|false     whole-request limit in seconds; default none
----@field max_event_bytes? integer   cap on one SSE event (default 4 MiB); over it: error code "protocol"
+---@field max_event_bytes? integer   cap on one SSE event, a positive integer (default 4 MiB: leave it out); over it: error code "protocol"
 ---@field plain? boolean             not a stream: one {type="response"} event with the body
 ---@field header_timeout? number|false  seconds from the start until the whole response head arrived (a queued request or a long prefill waits that long), else code "timeout"; default 600 (`mirza.defaults.header_timeout`); false or 0: none
 ---@field on_bad_frame? "error"|"skip"  a frame that is not JSON: "error" (default) ends the stream with code "protocol", text before it kept; "skip" drops it and counts it in done.skipped_frames
 ---@field record_file? string        write the response as received into this file (created or truncated): the head (status line, headers) then the body as libcurl delivers it (de-chunked, decoded); closed when the transfer ends. Use `record = DIR` (mirza.record) for whole recordings
 ---@field merge? boolean            join what arrived together: a think or text delta comes with the deltas of the same channel already queued right behind it, as one event with `deltas` = how many (never waits for more; what a sink that only needs text wants: one event per read instead of per token). Default false: one event per delta
 ---@field record? string|false       (Lua `mirza.open`) record the request and its response into directory DIR (mirza.record); false: not even with MIRZA_RECORD
+--- A wrong value raises a message naming the option, what it must be and
+--- what was given ("mirza.open: 'max_event_bytes' must be a positive
+--- integer (bytes) (got -1)").
 --- Nothing waits forever by default: without a clock option the request
 --- takes `mirza.defaults` (connect 10 s, response head 600 s, stall 120 s,
 --- no deadline); each timeout's message names the clock that fired and the
@@ -55,6 +58,13 @@
 
 ---@class mirza.Stream
 local Stream = {}
+--- Inside a `mirza.loop` task, `next`, the `events()` iterator and
+--- `next_batch` never block: when nothing is queued they hand the wait to
+--- the scheduler (the task is suspended until the stream has news or the
+--- timeout, other tasks run meanwhile), and a task that took 64 events in a
+--- row (`mirza.loop.SLICE`) lets the others run first. Outside any task
+--- (a plain coroutine included) they block as described. These are the
+--- methods themselves: no module replaces them (`mirza.core.task`).
 
 ---Next event, waiting up to `timeout` seconds (nil: until one comes; 0: poll).
 ---While waiting, every other open transfer makes progress too. Ctrl-C
@@ -139,9 +149,25 @@ function mirza.wait(timeout) end
 ---@return integer n
 function mirza.ready(timeout, list) end
 
----Sleep while every open transfer keeps making progress.
+---Sleep while every open transfer keeps making progress. Inside a
+---`mirza.loop` task the scheduler sleeps instead: the other tasks run
+---meanwhile (the same function: no module replaces it).
 ---@param seconds number
 function mirza.sleep(seconds) end
+
+---For a scheduler (`mirza.loop` calls it around every resume of a task):
+---`hook` is the scheduler's entry while a task runs (false: none). Inside
+---a task that can yield, the core's pulls and `mirza.sleep` call
+---`hook("wait", stream, seconds|nil) -> why` ("timer" when the time ran
+---out), `hook("turn")` after `slice` events in a row and
+---`hook("sleep", seconds)`, each of which yields the task; `hook("open",
+---stream)` when the task opens a stream and `hook("closed", stream)` when
+---a stream a task waits on is closed, which do not. Outside a task nothing
+---calls it. Only in `require("mirza.core")` (not re-exported by `mirza`).
+---@param hook fun(op: string, x?: any, timeout?: number): string?|false
+---@param slice? number events a task may take in a row (default 64)
+---@return function|false previous the hook that was in effect, or false
+function mirza.task(hook, slice) end
 
 ---@return number seconds monotonic clock
 function mirza.now() end
