@@ -29,7 +29,9 @@
 --- by appending one byte to the directory's `.ids` file (O_APPEND, so each
 --- claim lands at its own offset, which is the number), never by looking
 --- for a free name, and each runs.jsonl line goes out in one write, so
---- lines of several processes never interleave.
+--- lines of several processes never interleave. Numbers are unique, not
+--- always consecutive (two processes starting on an older recording at
+--- once may skip a few), and go on after `rm DIR/*`, which leaves `.ids`.
 local M = {}
 
 local core = require "mirza.core"
