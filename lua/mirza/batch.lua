@@ -268,6 +268,7 @@ local function completion(item, r)
       if c.id == "" then c.id = nil end -- a server that sent no id: none in the record either
     end
     msg.tool_calls = json.array(calls)
+    if r.text == "" then msg.content = json.null end -- calls alone: content null, as the server's own answer
   end
   local fin = r.final or {}
   local reason = r.cut and "repetition" or fin.finish_reason or json.null
