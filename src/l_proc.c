@@ -369,8 +369,7 @@ int luaopen_mirza_proc(lua_State *L) {
   static const luaL_Reg methods[] = {
       {"pid", p_pid},           {"poll", p_poll},   {"stop", p_stop},     {"log_tail", p_log_tail},
       {"log_path", p_log_path}, {"close", p_close}, {"closed", p_closed}, {NULL, NULL}};
-  static const luaL_Reg meta[] = {
-      {"__gc", p_close}, {"__close", p_close}, {"__tostring", p_tostring}, {"__index", NULL}, {NULL, NULL}};
+  static const luaL_Reg meta[] = {{"__gc", p_close}, {"__close", p_close}, {"__tostring", p_tostring}, {NULL, NULL}};
   static const luaL_Reg funcs[] = {{"spawn", l_spawn},
                                    {"pid_stop", l_pid_stop},
                                    {"pid_alive", l_pid_alive},

@@ -541,8 +541,7 @@ int luaopen_mirza_stream(lua_State *L) {
   static const luaL_Reg methods[] = {
       {"next", s_next},         {"events", s_events}, {"close", s_close},           {"pending", s_pending},
       {"finished", s_finished}, {"closed", s_closed}, {"next_batch", s_next_batch}, {NULL, NULL}};
-  static const luaL_Reg meta[] = {
-      {"__gc", s_gc}, {"__close", s_close}, {"__tostring", s_tostring}, {"__index", NULL}, {NULL, NULL}};
+  static const luaL_Reg meta[] = {{"__gc", s_gc}, {"__close", s_close}, {"__tostring", s_tostring}, {NULL, NULL}};
   mz_l_newclass(L, MZ_STREAM_MT, meta, methods);
   lua_createtable(L, 0, 4); /* mirza.defaults */
   for (size_t i = 0; i < sizeof default_clocks / sizeof *default_clocks; i++) {
