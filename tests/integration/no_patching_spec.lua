@@ -105,7 +105,7 @@ describe("the core's pulls inside mirza.loop tasks", function()
     local l, order = loop.new(), {}
     local function reader(tag, use_next)
       return function()
-        local s <close> = open(words(tag, 30))
+        local s <close> = open(words(tag, 150))
         local text = {}
         local function take(ev)
           if ev.type == "text" then
@@ -127,12 +127,14 @@ describe("the core's pulls inside mirza.loop tasks", function()
     end
     local a, b = l:spawn(reader("a", true)), l:spawn(reader("b", false))
     l:run()
-    assert.same({ true, words("a", 30) }, { a:join() })
-    assert.same({ true, words("b", 30) }, { b:join() })
+    assert.same({ true, words("a", 150) }, { a:join() })
+    assert.same({ true, words("b", 150) }, { b:join() })
     local switches = 0
     for i = 2, #order do if order[i] ~= order[i - 1] then switches = switches + 1 end end
-    -- paced at 400 tokens/s each, the two streams' tokens alternate
-    assert.is_true(switches >= 10, "switches between the tasks: " .. switches .. " " .. table.concat(order))
+    -- they alternate as tokens come (400/s each); and even when a task finds
+    -- its whole stream queued (a slow machine), it lets the other run after
+    -- loop.SLICE (64) events: a, b, a, b at the least
+    assert.is_true(switches >= 3, "switches between the tasks: " .. switches .. " " .. table.concat(order))
   end)
 
   it("lets the other tasks run while a task sleeps", function()
