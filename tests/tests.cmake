@@ -34,7 +34,7 @@ if(BUSTED)
     foreach(spec ${specs})
       get_filename_component(name ${spec} NAME_WE)
       add_test(NAME ${tier}.${name}
-        COMMAND $<TARGET_FILE:mirza> ${BUSTED}
+        COMMAND $<TARGET_FILE:mirza> ${BUSTED} --config-file=${CMAKE_SOURCE_DIR}/tests/busted-config.lua
                 -o utfTerminal --helper=${CMAKE_SOURCE_DIR}/tests/helper.lua ${spec}
         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
       set_tests_properties(${tier}.${name} PROPERTIES ENVIRONMENT "${TEST_ENV}" LABELS ${tier} TIMEOUT ${MIRZA_TEST_TIMEOUT})
