@@ -33,6 +33,9 @@ double mz_now(void) {
 
 /* ------------------------------------------------------ deadlines */
 
+/* The transfer out of the multi handle and freed: a running one closes its
+ * connection (the daemon stops generating). Idempotent; the stream and its
+ * queue stay until mz_stream_close. */
 static void detach_easy(mz_stream *s) {
   if (!s->easy) return;
   curl_multi_remove_handle(s->c->multi, s->easy);
