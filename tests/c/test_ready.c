@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "client.h"
+#include "client_int.h" /* the queue memory of one stream (test_scheduler_reuses_memory) */
 
 static pid_t sim_pid;
 static char url[128];
@@ -231,11 +232,52 @@ static void test_idle_returns(void **state) {
   mz_client_free(c);
 }
 
+/* A scheduler's reader (wait for the ready list, then pop what is pending,
+ * as next_batch does in a task) keeps a stream's queue memory at the size
+ * of one burst, not of the response: the pop that drains the queue resets
+ * it, although the next pushes come before the next pop: 64 items and
+ * 1 KiB of arena. (Reset at the next pop instead, the queue was never seen
+ * drained: 4,000 paced tokens grew it to 8,192 items and a 32 KiB arena
+ * holding all 25 KB of their text.) */
+static void test_scheduler_reuses_memory(void **state) {
+  (void)state;
+  SKIP_WITHOUT_SIM();
+  enum { TOKENS = 4000 };
+  char body[512], err[128];
+  snprintf(body, sizeof body,
+           "{\"model\":\"x\",\"stream\":true,\"max_tokens\":%d,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+           "\"mirza_sim\":{\"answer_tokens\":%d,\"tok_rate\":4000,\"ttft_ms\":0}}",
+           TOKENS + 10, TOKENS);
+  mz_client *c = mz_client_new(NULL);
+  mz_request r = {.url = url, .body = body, .body_len = strlen(body)};
+  mz_stream *s = mz_stream_open(c, &r, err, sizeof err), *out[4];
+  assert_non_null(s);
+  const mz_event *e;
+  size_t texts = 0, bytes = 0;
+  int done = 0;
+  double end = mz_now() + 60;
+  while (!done && mz_now() < end) {
+    mz_client_wait_ready(c, 100);
+    while (mz_client_ready(c, out, 4) > 0) {}
+    while (!done && mz_stream_pending(s) && mz_stream_next(s, 0, &e) == MZ_NEXT_EVENT) {
+      if (e->type == MZ_EV_TEXT) texts++, bytes += e->len;
+      done = e->type == MZ_EV_DONE || e->type == MZ_EV_ERROR;
+    }
+  }
+  assert_true(done);
+  assert_int_equal(texts, TOKENS);
+  assert_true(s->qcap <= TOKENS / 2);     /* a burst of 2,000 tokens would be a 0.5 s stall */
+  assert_true(s->arena.cap <= bytes / 2); /* the response's text never all in memory at once */
+  mz_stream_close(s);
+  mz_client_free(c);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_lists_only_ready),           cmocka_unit_test(test_edge_triggered),
       cmocka_unit_test(test_event_lists_before_end),     cmocka_unit_test(test_fifo_and_batches),
       cmocka_unit_test(test_drained_and_closed_skipped), cmocka_unit_test(test_idle_returns),
+      cmocka_unit_test(test_scheduler_reuses_memory),
   };
   return cmocka_run_group_tests(tests, start_sim, stop_sim);
 }
