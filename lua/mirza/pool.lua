@@ -15,6 +15,15 @@
 --- task waiting for a slot is suspended on a `mirza.loop` condition, so the
 --- pool holds no thread and no busy loop.
 ---
+--- Prefix affinity: a request given a prefix key (`P.prefix_key` of its
+--- leading messages or prompt) goes to the endpoint that took that key
+--- last while it is healthy and has room, so a daemon's prompt cache
+--- (llama-server's slots, vLLM's prefix caching, MTPLX's sessions) serves
+--- the shared prefix again; when that endpoint is full the request goes
+--- to the least loaded one as without a key, which then holds the key.
+--- The keys are kept in an LRU of `affinity_keys` entries (bounded
+--- memory); `affinity = false` ignores them.
+---
 --- The pool also tells its user when to give up: `unreachable()` (no
 --- endpoint ever answered and all refuse) and `down_for()` (how long every
 --- endpoint has been failing).
@@ -47,6 +56,9 @@ local P = {}
 
 ---@class mirza.Pool
 ---@field endpoints mirza.Endpoint[]
+---@field affinity boolean whether prefix keys steer the choice
+---@field affine integer requests sent to the endpoint their key went to last
+---@field spread integer requests whose key's endpoint had no room (sent to the least loaded)
 local Pool = {}
 Pool.__index = Pool
 
@@ -56,6 +68,9 @@ P.defaults = {
   rest_max = 30,         -- longest rest
   suspect_items = 4,     -- different requests failing with HTTP 500 in a row before the endpoint rests
   unreachable_after = 1, -- seconds every never-answered endpoint refused before unreachable() says so
+  affinity = true,       -- a request with a prefix key goes where that key went last, while it has room
+  affinity_keys = 4096,  -- prefix keys remembered (least recently used forgotten first)
+  prefix_bytes = 512,    -- a prefix key covers at least this many bytes of the request's start
 }
 
 -- "http://h:p", "http://h:p/", "http://h:p/v1" -> "http://h:p/v1"
@@ -74,7 +89,7 @@ end
 ---`clock` replaces `mirza.now` (tests drive the rests with a fake one).
 ---@param endpoints (string|{url: string, limit?: integer})[]
 ---@param opts? {limit?: integer, rest?: number, rest_max?: number, suspect_items?: integer, unreachable_after?: number,
----  loop?: mirza.Loop, clock?: fun(): number}
+---  affinity?: boolean, affinity_keys?: integer, loop?: mirza.Loop, clock?: fun(): number}
 ---@return mirza.Pool
 function P.new(endpoints, opts)
   opts = opts or {}
@@ -82,9 +97,12 @@ function P.new(endpoints, opts)
   if type(endpoints) ~= "table" or #endpoints == 0 then error("mirza.pool: at least one endpoint", 2) end
   local self = setmetatable({ endpoints = {}, cond = loop.condition(opts.loop), clock = opts.clock or mirza.now },
     Pool)
-  for _, k in ipairs { "rest", "rest_max", "suspect_items", "unreachable_after" } do
+  for _, k in ipairs { "rest", "rest_max", "suspect_items", "unreachable_after", "affinity_keys" } do
     self[k] = opts[k] or P.defaults[k]
   end
+  if opts.affinity == nil then self.affinity = P.defaults.affinity else self.affinity = opts.affinity and true end
+  -- the LRU of prefix keys: key -> node {key, e, prev, next}; head the most recent
+  self.keys, self.nkeys, self.affine, self.spread = {}, 0, 0, 0
   for i, e in ipairs(endpoints) do
     local url, limit = e, nil
     if type(e) == "table" then url, limit = e.url, e.limit end
@@ -139,29 +157,145 @@ function Pool:_pick(now, avoid)
   return best, wake
 end
 
+-- ------------------------------------------------------------ prefix keys
+
+-- A 64-bit hash of s (FNV-1a over 8-byte words, then mixed), as 16 hex digits.
+local function hash(s)
+  local h, n = -3750763034362895579, #s -- FNV offset basis (as a signed 64-bit integer)
+  local pad = s .. ("\0"):rep(-n % 8)
+  for i = 1, #pad, 8 do
+    h = (h ~ string.unpack("<i8", pad, i)) * 1099511628211
+    h = h ~ (h >> 29)
+  end
+  h = (h ~ n) * -49064778989728563 -- a final mix (splitmix's constant), so the length counts
+  return ("%016x"):format(h ~ (h >> 32))
+end
+
+-- The text of a message: its content, a list of parts as JSON.
+local function content_of(m)
+  local c = type(m) == "table" and m.content or m
+  if type(c) == "string" then return c end
+  if c == nil then return "" end
+  return mirza.json.encode(c)
+end
+
+---The prefix key of a request: a hash of what its daemon's prompt cache
+---can share with other requests. `x` is a chat request's messages (the
+---leading ones — the system prompt, few-shot examples, earlier turns —
+---are the prefix; when they are shorter than `bytes`, the start of the
+---last message completes them) or a prompt string (its first `bytes`).
+---nil when the request is shorter than `bytes` (default
+---`P.defaults.prefix_bytes`): too short to gain from a cache.
+---@param x table|string messages, or a prompt
+---@param bytes? integer
+---@return string|nil key
+function P.prefix_key(x, bytes)
+  bytes = bytes or P.defaults.prefix_bytes
+  local text
+  if type(x) == "string" then
+    text = x
+  elseif type(x) == "table" then
+    local parts, n = {}, #x
+    for i = 1, n - 1 do parts[#parts + 1] = tostring(x[i].role) .. "\0" .. content_of(x[i]) .. "\0" end
+    text = table.concat(parts)
+    if #text >= bytes then return hash(text) end
+    if n > 0 then text = text .. tostring(x[n].role) .. "\0" .. content_of(x[n]) end
+  else
+    error("mirza.pool.prefix_key: messages (a table) or a prompt (a string) expected, got " .. type(x), 2)
+  end
+  if #text < bytes then return nil end
+  return hash(text:sub(1, bytes))
+end
+
+-- The LRU's node of key, made the most recent; nil when not remembered.
+function Pool:_key_node(key)
+  local node = self.keys[key]
+  if not node or self.keys_head == node then return node end
+  -- unlink, then push at the head
+  if node.prev then node.prev.next = node.next end
+  if node.next then node.next.prev = node.prev end
+  if self.keys_tail == node then self.keys_tail = node.prev end
+  node.prev, node.next = nil, self.keys_head
+  if self.keys_head then self.keys_head.prev = node end
+  self.keys_head = node
+  return node
+end
+
+-- Remember that key went to e (the most recent), forgetting the least
+-- recently used key past `affinity_keys`.
+function Pool:_remember(key, e)
+  local node = self:_key_node(key)
+  if node then
+    node.e = e
+    return
+  end
+  node = { key = key, e = e, next = self.keys_head }
+  if self.keys_head then self.keys_head.prev = node end
+  self.keys_head = node
+  self.keys_tail = self.keys_tail or node
+  self.keys[key], self.nkeys = node, self.nkeys + 1
+  if self.nkeys > self.affinity_keys then
+    local old = self.keys_tail
+    self.keys_tail = old.prev
+    if self.keys_tail then self.keys_tail.next = nil end
+    self.keys[old.key], self.nkeys = nil, self.nkeys - 1
+  end
+end
+
+---The endpoint a prefix key went to last, if the pool remembers it.
+---@param key string
+---@return mirza.Endpoint|nil
+function Pool:affine_endpoint(key)
+  local node = self.keys[key]
+  return node and node.e
+end
+
+---@class mirza.AcquireOptions
+---@field prefer? mirza.Endpoint taken whenever it is free (an engine's conversation)
+---@field avoid? table<mirza.Endpoint, boolean> endpoints the request already failed on
+---@field key? string the request's prefix key (`mirza.pool.prefix_key`)
+
 ---Take a slot on the best endpoint, waiting (suspending the task) while
 ---none is free or every endpoint rests. nil, "timeout" after `timeout`.
 ---`prefer` (an endpoint of this pool) is taken whenever it is free: an
 ---engine keeps its conversation on the daemon that holds its session
----cache while that one is healthy and has room. `avoid` (a set of
+---cache while that one is healthy and has room. `key` (a prefix key,
+---`P.prefix_key`) comes next: the endpoint that took that key last is
+---taken while it is healthy, has room and is not in `avoid`; else the
+---least loaded (the key then goes with it). `avoid` (a set of
 ---endpoints the request already failed on) sends a retry elsewhere while
 ---another endpoint is healthy, waiting for its slot if need be; when none
----is, any endpoint (a probe) will do.
+---is, any endpoint (a probe) will do. The second argument may instead be
+---an options table `{prefer =, avoid =, key =}`.
 ---@param timeout? number seconds
----@param prefer? mirza.Endpoint
+---@param prefer? mirza.Endpoint|mirza.AcquireOptions
 ---@param avoid? table<mirza.Endpoint, boolean>
+---@param key? string
 ---@return mirza.Endpoint|nil endpoint
 ---@return string? message
 ---@return string? code
-function Pool:acquire(timeout, prefer, avoid)
+function Pool:acquire(timeout, prefer, avoid, key)
+  if type(prefer) == "table" and prefer.base == nil then -- an options table, not an endpoint
+    prefer, avoid, key = prefer.prefer, prefer.avoid, prefer.key
+  end
+  if not self.affinity then key = nil end
   local t_end = timeout and self.clock() + timeout
   while true do
     local now = self.clock()
     local e, wake
-    if prefer and free(prefer, now) then e = prefer else e, wake = self:_pick(now, avoid) end
+    local aff = key and self:affine_endpoint(key)
+    if prefer and free(prefer, now) then e = prefer
+    elseif aff and aff.fails == 0 and free(aff, now) and not (avoid and avoid[aff]) then
+      e = aff
+      self.affine = self.affine + 1
+    else
+      e, wake = self:_pick(now, avoid)
+      if aff and e then self.spread = self.spread + 1 end
+    end
     if e then
       e.inflight = e.inflight + 1
       e.peak = math.max(e.peak, e.inflight)
+      if key then self:_remember(key, e) end
       return e
     end
     local left = t_end and t_end - now
