@@ -1,0 +1,825 @@
+--- mirza.schema: JSON Schema for structured answers — compiled once, sent
+--- to the daemon as its constrained-output field, and checked here on the
+--- decoded answer, never trusted.
+---
+--- `compile(S)` takes a schema (a Lua table, or the path of a .json file)
+--- and resolves every `$ref` into `$defs`/`definitions` (any `#/...`
+--- pointer into the same document) once; a cycle of references is a node
+--- that points back to itself, so a recursive schema validates recursive
+--- data. `validate(c, v)` walks the value and stops at the first violation,
+--- giving its JSON pointer (RFC 6901: array indices from 0, as the model
+--- wrote them) and a message the model can act on ("/items/2/price:
+--- expected number, got string \"12\""). `decode(c, text)` is what a
+--- request with `schema =` does with the answer: skip any preamble up to
+--- the first `{` or `[`, take that value (text after it is ignored: a
+--- closing code fence, a remark), decode it with mirza.json, validate.
+---
+--- What "first" means: the keywords of one schema are checked in a fixed
+--- order (type, enum/const, the keywords of the value's type, then the
+--- combinators), members in `required` order and then by name, items in
+--- order, so the same answer always gives the same violation.
+---
+--- Checked: type (integer is a number with no fraction: 3.0 is one), enum,
+--- const (deep equality), minimum/maximum/exclusiveMinimum/
+--- exclusiveMaximum (draft 4's boolean exclusives too), multipleOf,
+--- minLength/maxLength (UTF-8 characters), pattern (see below),
+--- properties, required, additionalProperties (boolean or schema),
+--- patternProperties, propertyNames, min/maxProperties,
+--- dependentRequired, dependentSchemas, items (a schema, or draft 4-7's
+--- array form), prefixItems, additionalItems, contains/minContains/
+--- maxContains, min/maxItems, uniqueItems, allOf/anyOf/oneOf, not,
+--- if/then/else, boolean schemas, $ref. `M.UNCHECKED` lists the keywords
+--- that are accepted and sent but not checked here.
+---
+--- `pattern` is ECMA-262 regex and Lua has none: a pattern made only of
+--- literals, `.`, classes (`\d \w \s`, their negations, `[...]`), the
+--- quantifiers `* + ? {n} {n,} {n,m}` on one of those, and a leading `^` /
+--- trailing `$` is translated into the Lua pattern that matches the same
+--- strings; any other pattern (groups, `|`, lookaround, `\b`, ...) is
+--- left unchecked and listed in `c.unchecked`, never approximated. Lua
+--- matches bytes, the regex code points: a translated pattern holding `.`
+--- or a negated class is not applied to a string with non-ASCII bytes
+--- (unchecked for that string rather than wrong).
+---
+--- Decoded JSON (mirza.json.decode): `null` is `mirza.json.null`, an
+--- integer beyond 2^53 is a float (its type is still integer when it has
+--- no fraction), a duplicated member keeps its last value, and an empty
+--- `[]` and `{}` are both an empty table: an empty table is taken as
+--- either an array or an object (unless marked with mirza.json.array /
+--- mirza.json.object).
+local json = require("mirza.core").json
+
+local M = {}
+
+---Keywords accepted (and sent to the daemon) but not checked here.
+M.UNCHECKED = { "format", "contentEncoding", "contentMediaType", "contentSchema", "unevaluatedProperties",
+  "unevaluatedItems", "$dynamicRef", "$recursiveRef", "dependencies" }
+
+local UNCHECKED_SET = {}
+for _, k in ipairs(M.UNCHECKED) do UNCHECKED_SET[k] = true end
+
+local Compiled = { __name = "mirza.schema" }
+Compiled.__index = Compiled
+
+---@class mirza.Schema
+---@field schema table|boolean the schema as given (or decoded from its file)
+---@field unchecked string[] "keyword at /pointer" for each keyword present in the schema but not checked
+---@field root table the compiled root node
+
+local TYPES = { null = true, boolean = true, number = true, integer = true, string = true, array = true,
+  object = true }
+
+-- Keywords whose value is a list: marked as JSON arrays in the copy sent
+-- to the daemon, so an empty one is `[]`, not `{}`.
+local LISTS = { required = true, enum = true, type = true, anyOf = true, oneOf = true, allOf = true,
+  prefixItems = true, items = true }
+
+-- ------------------------------------------------------------ pointers
+
+local function escape(key)
+  return (tostring(key):gsub("~", "~0"):gsub("/", "~1"))
+end
+
+local function unescape(token)
+  token = token:gsub("%%(%x%x)", function(h) return string.char(tonumber(h, 16)) end)
+  return (token:gsub("~1", "/"):gsub("~0", "~"))
+end
+
+local function where(ptr)
+  return ptr == "" and "(root)" or ptr
+end
+
+-- ------------------------------------------------------------ patterns
+
+-- ECMA class escapes -> Lua, outside and inside a set.
+local CLASS = { d = "%d", D = "%D", w = "[%w_]", W = "[^%w_]", s = "%s", S = "%S" }
+local IN_SET = { d = "%d", w = "%w_", s = "%s" }
+local LITERAL_ESCAPES = { n = "\n", t = "\t", r = "\r", f = "\f", v = "\v" }
+
+local function lua_literal(ch)
+  return ch:find("^[%^%$%(%)%%%.%[%]%*%+%-%?]$") and "%" .. ch or ch
+end
+
+-- One set "[...]" starting at i (the "["): its Lua form and the index
+-- after it, or nil when it uses what cannot be translated.
+local function translate_set(p, i)
+  local out, j = { "[" }, i + 1
+  if p:sub(j, j) == "^" then out[2], j = "^", j + 1 end
+  local first = true
+  while j <= #p do
+    local ch = p:sub(j, j)
+    if ch == "]" and not first then
+      out[#out + 1] = "]"
+      return table.concat(out), j + 1
+    elseif ch == "\\" then
+      local e = p:sub(j + 1, j + 1)
+      if IN_SET[e] then out[#out + 1] = IN_SET[e]
+      elseif LITERAL_ESCAPES[e] then out[#out + 1] = LITERAL_ESCAPES[e]
+      elseif e:find("^%p$") then out[#out + 1] = "%" .. e
+      else return nil end
+      j = j + 2
+    elseif ch == "[" then return nil -- ECMA allows it literally, Lua's [[:x:]] would differ
+    else
+      out[#out + 1] = (ch == "%" or ch == "]") and "%" .. ch or ch
+      j = j + 1
+    end
+    first = false
+  end
+  return nil -- no closing "]"
+end
+
+-- One atom at i: its Lua form, the index after it, and whether it is
+-- byte-wise where the regex is character-wise (".", a negated class).
+local function translate_atom(p, i)
+  local ch = p:sub(i, i)
+  if ch == "." then return "[^\n]", i + 1, true end
+  if ch == "[" then
+    local s, j = translate_set(p, i)
+    return s, j, s ~= nil and s:sub(2, 2) == "^"
+  end
+  if ch == "\\" then
+    local e = p:sub(i + 1, i + 1)
+    if CLASS[e] then return CLASS[e], i + 2, e == "D" or e == "W" or e == "S" end
+    if LITERAL_ESCAPES[e] then return LITERAL_ESCAPES[e], i + 2, false end
+    if e:find("^%p$") then return lua_literal(e), i + 2, false end
+    return nil
+  end
+  if ch:find("^[%(%)|%*%+%?{}%^%$]$") then return nil end
+  return lua_literal(ch), i + 1, false
+end
+
+-- "{n}", "{n,}", "{n,m}" at i: n, m (nil: unbounded), the index after.
+local function braces(p, i)
+  local n, comma, m, j = p:match("^{(%d+)(,?)(%d*)}()", i)
+  if not n then return nil end
+  n = tonumber(n)
+  if comma == "" then return n, n, j end
+  return n, m ~= "" and tonumber(m) or nil, j
+end
+
+-- The Lua pattern for an ECMA regex, and whether it is byte-wise
+-- somewhere; nil when the regex is outside the translated subset.
+local function translate(p)
+  local out, i, bytewise = {}, 1, false
+  if p:sub(1, 1) == "^" then out[1], i = "^", 2 end
+  while i <= #p do
+    if p:sub(i) == "$" then
+      out[#out + 1] = "$"
+      break
+    end
+    local atom, j, bw = translate_atom(p, i)
+    if not atom then return nil end
+    bytewise = bytewise or bw
+    local q = p:sub(j, j)
+    if q == "*" or q == "+" or q == "?" then
+      if p:sub(j + 1, j + 1) == "?" then return nil end -- lazy: not worth the risk
+      out[#out + 1], i = atom .. q, j + 1
+    elseif q == "{" then
+      local n, m, k = braces(p, j)
+      if not n or n > 100 or (m and (m < n or m > 100)) then return nil end
+      out[#out + 1] = atom:rep(n)
+      if m then out[#out + 1] = (atom .. "?"):rep(m - n) else out[#out + 1] = atom .. "*" end
+      i = k
+    else
+      out[#out + 1], i = atom, j
+    end
+  end
+  return table.concat(out), bytewise
+end
+M._translate = translate -- for the specs
+
+-- ------------------------------------------------------------ compiling
+
+local function bad(msg)
+  error({ schema_error = msg }, 0)
+end
+
+local compile_node
+
+local function resolve(ctx, ref, at)
+  if ref:sub(1, 1) ~= "#" then bad(at .. ": $ref " .. ref .. " is not a pointer into this schema (#/...)") end
+  local target = ctx.root
+  for token in ref:sub(2):gmatch("[^/]+") do
+    if type(target) ~= "table" then break end
+    local key = unescape(token)
+    local v = target[key]
+    if v == nil and key:match("^%d+$") then v = target[tonumber(key) + 1] end
+    target = v
+  end
+  if target == nil or (type(target) ~= "table" and type(target) ~= "boolean") then
+    bad(at .. ": $ref " .. ref .. " points to nothing")
+  end
+  return compile_node(ctx, target, ref)
+end
+
+local function node_list(ctx, s, key, at)
+  local list = s[key]
+  if list == nil then return nil end
+  if type(list) ~= "table" or list[1] == nil then bad(at .. "/" .. key .. ": expected a non-empty array of schemas") end
+  local out = {}
+  for i, sub in ipairs(list) do out[i] = compile_node(ctx, sub, at .. "/" .. key .. "/" .. (i - 1)) end
+  return out
+end
+
+local function node_map(ctx, s, key, at)
+  local map = s[key]
+  if map == nil then return nil end
+  if type(map) ~= "table" then bad(at .. "/" .. key .. ": expected an object of schemas") end
+  local names, nodes = {}, {}
+  for k, sub in pairs(map) do
+    names[#names + 1] = k
+    nodes[k] = compile_node(ctx, sub, at .. "/" .. key .. "/" .. escape(k))
+  end
+  table.sort(names)
+  return nodes, names
+end
+
+local function compile_types(t, at)
+  if t == nil then return nil end
+  local list = type(t) == "table" and t or { t }
+  local set = {}
+  for _, name in ipairs(list) do
+    if not TYPES[name] then bad(at .. "/type: unknown type " .. tostring(name)) end
+    set[name] = true
+  end
+  return { set = set, list = list }
+end
+
+local function compile_pattern(ctx, p, at)
+  if type(p) ~= "string" then bad(at .. ": a pattern must be a string") end
+  local lua, bytewise = translate(p)
+  if not lua then
+    ctx.unchecked[#ctx.unchecked + 1] = "pattern " .. p .. " at " .. where(at)
+    return false
+  end
+  return { lua = lua, bytewise = bytewise, source = p }
+end
+
+local function number_kw(s, k, at)
+  local v = s[k]
+  if v ~= nil and type(v) ~= "number" and not (type(v) == "boolean" and k:find("^exclusive")) then
+    bad(at .. "/" .. k .. ": expected a number")
+  end
+  return v
+end
+
+local function compile_object_kws(ctx, n, s, at)
+  n.properties, n.property_names = node_map(ctx, s, "properties", at)
+  local pp, pp_names = node_map(ctx, s, "patternProperties", at)
+  if pp then
+    n.pattern_properties = {}
+    for _, k in ipairs(pp_names) do
+      n.pattern_properties[#n.pattern_properties + 1] = { pattern = compile_pattern(ctx, k, at), node = pp[k] }
+    end
+  end
+  local ap = s.additionalProperties
+  if ap ~= nil then n.additional = compile_node(ctx, ap, at .. "/additionalProperties") end
+  if s.propertyNames ~= nil then n.names = compile_node(ctx, s.propertyNames, at .. "/propertyNames") end
+  if s.required ~= nil then
+    if type(s.required) ~= "table" then bad(at .. "/required: expected an array of names") end
+    n.required = s.required
+  end
+  n.dependent_required = s.dependentRequired
+  n.dependent_schemas = node_map(ctx, s, "dependentSchemas", at)
+end
+
+local function compile_array_kws(ctx, n, s, at)
+  local items = s.items
+  if type(items) == "table" and items[1] ~= nil then -- draft 4-7: a list is prefixItems
+    n.prefix = node_list(ctx, s, "items", at)
+    if s.additionalItems ~= nil then n.items = compile_node(ctx, s.additionalItems, at .. "/additionalItems") end
+  elseif items ~= nil then
+    n.items = compile_node(ctx, items, at .. "/items")
+  end
+  if s.prefixItems ~= nil then n.prefix = node_list(ctx, s, "prefixItems", at) end
+  if s.contains ~= nil then n.contains = compile_node(ctx, s.contains, at .. "/contains") end
+end
+
+function compile_node(ctx, s, at)
+  if s == true or s == false then return { bool = s } end
+  if type(s) ~= "table" then bad(where(at) .. ": a schema must be an object or a boolean, got " .. type(s)) end
+  local known = ctx.memo[s]
+  if known then return known end
+  local n = { s = s }
+  ctx.memo[s] = n -- before the children: a cycle finds this node
+  n.types = compile_types(s.type, at)
+  for _, k in ipairs { "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "minLength",
+    "maxLength", "minItems", "maxItems", "minProperties", "maxProperties", "minContains", "maxContains" } do
+    number_kw(s, k, at)
+  end
+  if s.enum ~= nil and type(s.enum) ~= "table" then bad(at .. "/enum: expected an array") end
+  if s.pattern ~= nil then n.pattern = compile_pattern(ctx, s.pattern, at .. "/pattern") end
+  compile_object_kws(ctx, n, s, at)
+  compile_array_kws(ctx, n, s, at)
+  n.all = node_list(ctx, s, "allOf", at)
+  n.any = node_list(ctx, s, "anyOf", at)
+  n.one = node_list(ctx, s, "oneOf", at)
+  if s["not"] ~= nil then n["not"] = compile_node(ctx, s["not"], at .. "/not") end
+  if s["if"] ~= nil then
+    n["if"] = compile_node(ctx, s["if"], at .. "/if")
+    if s["then"] ~= nil then n["then"] = compile_node(ctx, s["then"], at .. "/then") end
+    if s["else"] ~= nil then n["else"] = compile_node(ctx, s["else"], at .. "/else") end
+  end
+  if s["$ref"] ~= nil then n.ref = resolve(ctx, s["$ref"], at) end
+  for k in pairs(s) do
+    if UNCHECKED_SET[k] then ctx.unchecked[#ctx.unchecked + 1] = k .. " at " .. where(at) end
+  end
+  return n
+end
+
+local function read_schema(path)
+  local f, err = io.open(path, "rb")
+  if not f then return nil, "schema: " .. err, "io" end
+  local text = f:read("a")
+  f:close()
+  local s, msg = json.decode(text)
+  if s == nil then return nil, "schema " .. path .. ": " .. msg, "schema" end
+  return s
+end
+
+---Compile a JSON Schema: a Lua table (or boolean), or the path of a .json
+---file holding one. `$ref`s are resolved here, once.
+---@param S table|boolean|string|mirza.Schema a compiled schema is returned as is
+---@return mirza.Schema|nil c
+---@return string? message
+---@return string? code "io" (the file cannot be read) | "schema" (not JSON, or not a schema)
+function M.compile(S)
+  if getmetatable(S) == Compiled then return S end
+  local s = S
+  if type(S) == "string" then
+    local msg, code
+    s, msg, code = read_schema(S)
+    if s == nil then return nil, msg, code end
+  end
+  local ctx = { root = s, memo = {}, unchecked = {} }
+  local ok, root = pcall(compile_node, ctx, s, "")
+  if not ok then
+    if type(root) == "table" and root.schema_error then return nil, "schema: " .. root.schema_error, "schema" end
+    error(root, 0)
+  end
+  return setmetatable({ schema = s, root = root, unchecked = ctx.unchecked }, Compiled)
+end
+
+-- ------------------------------------------------------------ values
+
+local null = json.null
+
+local function is_array(v)
+  if type(v) ~= "table" then return false end
+  local mt = getmetatable(v)
+  local name = mt and mt.__name
+  if name == "mirza.json.array" then return true end
+  if name == "mirza.json.object" then return false end
+  return v[1] ~= nil or next(v) == nil
+end
+
+local function is_object(v)
+  if type(v) ~= "table" then return false end
+  local mt = getmetatable(v)
+  local name = mt and mt.__name
+  if name == "mirza.json.object" then return true end
+  if name == "mirza.json.array" then return false end
+  return v[1] == nil
+end
+
+local function is_integer(v)
+  return math.type(v) == "integer" or (type(v) == "number" and v == math.floor(v) and v - v == 0)
+end
+
+local TYPE_CHECK = {
+  null = function(v) return v == null end,
+  boolean = function(v) return type(v) == "boolean" end,
+  number = function(v) return type(v) == "number" end,
+  integer = is_integer,
+  string = function(v) return type(v) == "string" end,
+  array = is_array,
+  object = is_object,
+}
+
+local function type_of(v)
+  if v == null then return "null" end
+  local t = type(v)
+  if t == "table" then
+    local mt = getmetatable(v)
+    return (v[1] ~= nil or (mt and mt.__name) == "mirza.json.array") and "array" or "object"
+  end
+  if t == "number" then return is_integer(v) and "integer" or "number" end
+  return t
+end
+
+-- The value as the model would read it, cut to about 60 bytes.
+local function show(v)
+  local ok, text = pcall(json.encode, v)
+  if not ok then text = tostring(v) end
+  if #text > 60 then text = text:sub(1, 57):gsub("[\128-\191]*$", "") .. "..." end
+  return text
+end
+
+local function got(v)
+  local t = type_of(v)
+  if t == "null" then return "got null" end
+  if t == "integer" then t = "number" end
+  return "got " .. t .. " " .. show(v)
+end
+
+local function equal(a, b)
+  if a == b then return true end
+  if type(a) ~= "table" or type(b) ~= "table" then return false end
+  if is_array(a) ~= is_array(b) and next(a) ~= nil then return false end
+  for k, v in pairs(a) do
+    if not equal(v, b[k]) then return false end
+  end
+  for k in pairs(b) do
+    if a[k] == nil then return false end
+  end
+  return true
+end
+M._equal = equal
+
+local function utf8_len(s)
+  return utf8.len(s) or #s
+end
+
+local function matches(pat, s)
+  if pat.bytewise and s:find("[\128-\255]") then return true end
+  return s:find(pat.lua) ~= nil
+end
+
+-- ------------------------------------------------------------ validating
+-- check(n, v, ptr) -> nil when v satisfies node n, else message, pointer.
+
+local check
+
+local function fail(ptr, msg)
+  return where(ptr) .. ": " .. msg, ptr
+end
+
+local function check_type(n, v, ptr)
+  local types = n.types
+  if not types then return nil end
+  for name in pairs(types.set) do
+    if TYPE_CHECK[name](v) then return nil end
+  end
+  return fail(ptr, "expected " .. table.concat(types.list, " or ") .. ", " .. got(v))
+end
+
+local function check_enum(s, v, ptr)
+  if s.enum ~= nil then
+    local found = false
+    for _, e in ipairs(s.enum) do
+      if equal(e, v) then
+        found = true
+        break
+      end
+    end
+    if not found then
+      local shown = {}
+      for i, e in ipairs(s.enum) do shown[i] = show(e) end
+      return fail(ptr, "expected one of " .. table.concat(shown, ", ") .. ", " .. got(v))
+    end
+  end
+  if s.const ~= nil and not equal(s.const, v) then return fail(ptr, "expected " .. show(s.const) .. ", " .. got(v)) end
+end
+
+local function check_number(s, v, ptr)
+  local function bound(ok, rel, limit)
+    if not ok then return fail(ptr, "expected a number " .. rel .. " " .. show(limit) .. ", got " .. show(v)) end
+  end
+  local emin, emax = s.exclusiveMinimum, s.exclusiveMaximum
+  local m, e
+  if s.minimum ~= nil then
+    if emin == true then m, e = bound(v > s.minimum, ">", s.minimum)
+    else m, e = bound(v >= s.minimum, ">=", s.minimum) end
+    if m then return m, e end
+  end
+  if s.maximum ~= nil then
+    if emax == true then m, e = bound(v < s.maximum, "<", s.maximum)
+    else m, e = bound(v <= s.maximum, "<=", s.maximum) end
+    if m then return m, e end
+  end
+  if type(emin) == "number" and v <= emin then return bound(false, ">", emin) end
+  if type(emax) == "number" and v >= emax then return bound(false, "<", emax) end
+  local d = s.multipleOf
+  if d and d > 0 then
+    local q = v / d
+    if math.abs(q - math.floor(q + 0.5)) > 1e-9 * math.max(1, math.abs(q)) then
+      return fail(ptr, "expected a multiple of " .. show(d) .. ", got " .. show(v))
+    end
+  end
+end
+
+local function check_string(n, s, v, ptr)
+  if s.minLength or s.maxLength then
+    local len = utf8_len(v)
+    if s.minLength and len < s.minLength then
+      return fail(ptr, "expected at least " .. s.minLength .. " characters, got " .. len .. " (" .. show(v) .. ")")
+    end
+    if s.maxLength and len > s.maxLength then
+      return fail(ptr, "expected at most " .. s.maxLength .. " characters, got " .. len .. " (" .. show(v) .. ")")
+    end
+  end
+  if n.pattern and not matches(n.pattern, v) then
+    return fail(ptr, "expected a string matching /" .. n.pattern.source .. "/, " .. got(v))
+  end
+end
+
+local function check_members(n, v, ptr)
+  for _, k in ipairs(n.property_names or {}) do
+    if v[k] ~= nil then
+      local m, e = check(n.properties[k], v[k], ptr .. "/" .. escape(k))
+      if m then return m, e end
+    end
+  end
+  local keys = {}
+  for k in pairs(v) do keys[#keys + 1] = tostring(k) end
+  table.sort(keys)
+  for _, k in ipairs(keys) do
+    local sub, kp, known = v[k], ptr .. "/" .. escape(k), n.properties and n.properties[k] ~= nil
+    if n.names then
+      local m = check(n.names, k, kp)
+      if m then return fail(kp, "member name " .. show(k) .. " is not allowed (propertyNames: " .. m .. ")") end
+    end
+    for _, pp in ipairs(n.pattern_properties or {}) do
+      if pp.pattern == false then
+        known = true -- unchecked: take it as matched rather than call the member additional
+      elseif matches(pp.pattern, k) then
+        known = true
+        local m, e = check(pp.node, sub, kp)
+        if m then return m, e end
+      end
+    end
+    if not known and n.additional then
+      if n.additional.bool == false then
+        local names = n.property_names
+        local allowed = names and #names > 0 and table.concat(names, ", ") or "none"
+        return fail(kp, "member not allowed (the object at " .. where(ptr) .. " takes only: " .. allowed .. ")")
+      end
+      local m, e = check(n.additional, sub, kp)
+      if m then return m, e end
+    end
+  end
+end
+
+local function count(t)
+  local c = 0
+  for _ in pairs(t) do c = c + 1 end
+  return c
+end
+
+local function check_object(n, s, v, ptr)
+  for _, k in ipairs(n.required or {}) do
+    if v[k] == nil then return fail(ptr, "missing required member " .. show(k)) end
+  end
+  for k, list in pairs(n.dependent_required or {}) do
+    if v[k] ~= nil then
+      for _, d in ipairs(list) do
+        if v[d] == nil then
+          return fail(ptr, "missing member " .. show(d) .. " (required when " .. show(k) .. " is present)")
+        end
+      end
+    end
+  end
+  if s.minProperties or s.maxProperties then
+    local c = count(v)
+    if s.minProperties and c < s.minProperties then
+      return fail(ptr, "expected at least " .. s.minProperties .. " members, got " .. c)
+    end
+    if s.maxProperties and c > s.maxProperties then
+      return fail(ptr, "expected at most " .. s.maxProperties .. " members, got " .. c)
+    end
+  end
+  local m, e = check_members(n, v, ptr)
+  if m then return m, e end
+  for k, sub in pairs(n.dependent_schemas or {}) do
+    if v[k] ~= nil then
+      m, e = check(sub, v, ptr)
+      if m then return m, e end
+    end
+  end
+end
+
+local function check_contains(n, s, v, ptr)
+  local hits = 0
+  for i = 1, #v do
+    if not check(n.contains, v[i], ptr .. "/" .. (i - 1)) then hits = hits + 1 end
+  end
+  local lo, hi = s.minContains or 1, s.maxContains
+  if hits < lo then return fail(ptr, "expected at least " .. lo .. " items matching contains, got " .. hits) end
+  if hi and hits > hi then return fail(ptr, "expected at most " .. hi .. " items matching contains, got " .. hits) end
+end
+
+local function check_array(n, s, v, ptr)
+  local len = #v
+  if s.minItems and len < s.minItems then
+    return fail(ptr, "expected at least " .. s.minItems .. " items, got " .. len)
+  end
+  if s.maxItems and len > s.maxItems then
+    return fail(ptr, "expected at most " .. s.maxItems .. " items, got " .. len)
+  end
+  local prefix = n.prefix or {}
+  for i = 1, len do
+    local sub = prefix[i] or n.items
+    if not sub then break end
+    local m, e = check(sub, v[i], ptr .. "/" .. (i - 1))
+    if m then return m, e end
+  end
+  if s.uniqueItems == true then
+    for i = 2, len do
+      for j = 1, i - 1 do
+        if equal(v[i], v[j]) then
+          return fail(ptr .. "/" .. (i - 1), "duplicate of " .. ptr .. "/" .. (j - 1) .. " (the items must be unique)")
+        end
+      end
+    end
+  end
+  if n.contains then return check_contains(n, s, v, ptr) end
+end
+
+-- The alternative whose violation lies deepest in the value: the one the
+-- answer most likely meant.
+local function closest(list, v, ptr)
+  local best, best_ptr
+  for _, sub in ipairs(list) do
+    local m, e = check(sub, v, ptr)
+    if m and (not best or #e > #best_ptr) then best, best_ptr = m, e end
+  end
+  return best
+end
+
+local function check_combinators(n, v, ptr)
+  for _, sub in ipairs(n.all or {}) do
+    local m, e = check(sub, v, ptr)
+    if m then return m, e end
+  end
+  if n.any then
+    local ok = false
+    for _, sub in ipairs(n.any) do
+      if not check(sub, v, ptr) then
+        ok = true
+        break
+      end
+    end
+    if not ok then
+      return fail(ptr, "matches none of the anyOf alternatives (closest: " .. closest(n.any, v, ptr) .. ")")
+    end
+  end
+  if n.one then
+    local hits = {}
+    for i, sub in ipairs(n.one) do
+      if not check(sub, v, ptr) then hits[#hits + 1] = i end
+    end
+    if #hits == 0 then
+      return fail(ptr, "matches none of the oneOf alternatives (closest: " .. closest(n.one, v, ptr) .. ")")
+    end
+    if #hits > 1 then
+      return fail(ptr, "matches oneOf alternatives " .. table.concat(hits, " and ") .. ", expected exactly one")
+    end
+  end
+  if n["not"] and not check(n["not"], v, ptr) then
+    return fail(ptr, "matches the schema under not, which it must not")
+  end
+  if n["if"] then
+    local branch = n["then"]
+    if check(n["if"], v, ptr) then branch = n["else"] end
+    if branch then return check(branch, v, ptr) end
+  end
+end
+
+function check(n, v, ptr)
+  if n.bool ~= nil then
+    if n.bool then return nil end
+    return fail(ptr, "no value is allowed here, " .. got(v))
+  end
+  local s = n.s
+  local m, e = check_type(n, v, ptr)
+  if m then return m, e end
+  m, e = check_enum(s, v, ptr)
+  if m then return m, e end
+  if type(v) == "number" then m, e = check_number(s, v, ptr)
+  elseif type(v) == "string" then m, e = check_string(n, s, v, ptr)
+  elseif type(v) == "table" then
+    -- an empty table is both: each side's keywords apply unless the type rules it out
+    local set = n.types and n.types.set
+    if is_array(v) and (not set or set.array) then m, e = check_array(n, s, v, ptr) end
+    if not m and is_object(v) and (not set or set.object) then m, e = check_object(n, s, v, ptr) end
+  end
+  if m then return m, e end
+  if n.ref then
+    m, e = check(n.ref, v, ptr)
+    if m then return m, e end
+  end
+  return check_combinators(n, v, ptr)
+end
+
+---Check a value against a compiled schema (a schema not compiled yet is
+---compiled here; a bad one raises).
+---@param c mirza.Schema|table|string
+---@param value any
+---@return boolean ok
+---@return string? message "/items/2/price: expected number, got string \"12\"" ("(root)" for the whole value)
+---@return string? pointer the JSON pointer of the first violation ("" for the whole value; array indices from 0)
+function M.validate(c, value)
+  if getmetatable(c) ~= Compiled then
+    local msg
+    c, msg = M.compile(c)
+    if not c then error(msg, 2) end
+  end
+  local m, e = check(c.root, value, "")
+  if m then return false, m, e end
+  return true
+end
+
+-- ------------------------------------------------------------ decoding
+
+-- The index of the byte that closes the value opened at i ("{" or "["),
+-- or nil when the text ends first. Strings are skipped whole, so a
+-- bracket inside one does not count; mismatched brackets are left to
+-- json.decode.
+local function value_end(text, i)
+  local depth, pos = 0, i
+  while true do
+    local j, _, ch = text:find('([%[%]{}"])', pos)
+    if not j then return nil end
+    if ch == '"' then
+      local k = j + 1
+      while true do
+        local q, _, c2 = text:find('(["\\])', k)
+        if not q then return nil end
+        k = q + (c2 == "\\" and 2 or 1)
+        if c2 == '"' then break end
+      end
+      pos = k
+    else
+      depth = depth + ((ch == "{" or ch == "[") and 1 or -1)
+      pos = j + 1
+      if depth == 0 then return j end
+    end
+  end
+end
+
+local function begins(text)
+  local s = text:gsub("%s+", " "):sub(1, 40)
+  return #text > 40 and s .. "..." or s
+end
+
+---Take the JSON value out of an answer and check it: text before the
+---first `{` or `[` is skipped, text after that value ends is ignored.
+---@param c mirza.Schema|table|string
+---@param text string the answer
+---@return any|nil value the decoded value (null is mirza.json.null)
+---@return string? message what is wrong: no JSON, a cut value, invalid JSON, or the first violation (pointer first)
+---@return string? code "schema"
+---@return string? raw the answer as given
+---@return string? pointer the violation's JSON pointer (a value that decoded but did not validate)
+function M.decode(c, text)
+  if getmetatable(c) ~= Compiled then
+    local msg
+    c, msg = M.compile(c)
+    if not c then error(msg, 2) end
+  end
+  text = text or ""
+  local i = text:find("[%[{]")
+  if not i then return nil, "the answer holds no JSON (it begins: " .. show(begins(text)) .. ")", "schema", text end
+  local j = value_end(text, i)
+  if not j then return nil, "the JSON in the answer is cut (it ends before its value closes)", "schema", text end
+  local v, msg = json.decode(text:sub(i, j))
+  if v == nil then return nil, "the answer is not valid JSON: " .. msg, "schema", text end
+  local ok, vmsg, ptr = M.validate(c, v)
+  if not ok then return nil, vmsg, "schema", text, ptr end
+  return v
+end
+
+-- A copy of the schema for the request body: every list-valued keyword
+-- marked as a JSON array (an empty `required` is [], not {}).
+local function wire_copy(s, key, seen)
+  if type(s) ~= "table" or s == null then return s end
+  if seen[s] then return seen[s] end
+  local out = {}
+  seen[s] = out
+  for k, v in pairs(s) do out[k] = wire_copy(v, k, seen) end
+  local mt = getmetatable(s)
+  if mt and (mt.__name == "mirza.json.array" or mt.__name == "mirza.json.object") then setmetatable(out, mt)
+  elseif LISTS[key] and (s[1] ~= nil or next(s) == nil) then json.array(out) end
+  return out
+end
+
+---The daemon's constrained-output field for this schema (the OpenAI
+---shape llama-server, vLLM, MTPLX and Ollama's /v1 take).
+---@param c mirza.Schema|table|string
+---@param name? string the schema's name (default: its title, made a valid name, or "answer")
+---@return table rf `{type = "json_schema", json_schema = {name =, schema =, strict = true}}`
+function M.response_format(c, name)
+  if getmetatable(c) ~= Compiled then
+    local msg
+    c, msg = M.compile(c)
+    if not c then error(msg, 2) end
+  end
+  local s = c.schema
+  if not name then
+    local title = type(s) == "table" and type(s.title) == "string" and s.title:gsub("[^%w_%-]", "_"):sub(1, 64)
+    name = title and title ~= "" and title or "answer"
+  end
+  return { type = "json_schema", json_schema = { name = name, schema = wire_copy(s, nil, {}), strict = true } }
+end
+
+return M
