@@ -165,10 +165,12 @@ describe("the core's pulls inside mirza.loop tasks", function()
       return ev, msg, code
     end)
     local b = l:spawn(function()
-      while not a_done do
+      for _ = 1, 500 do -- bounded: a sleep that blocks would never let a finish
+        if a_done then return true end
         if waiting then ran_meanwhile = ran_meanwhile + 1 end
         mirza.sleep(0.01)
       end
+      return false
     end)
     local c = l:spawn(function()
       local s <close> = open("soon")
@@ -178,7 +180,7 @@ describe("the core's pulls inside mirza.loop tasks", function()
     end)
     l:run()
     assert.same({ true, nil, "timeout", "timeout" }, { a:join() })
-    assert.is_true(b:join())
+    assert.same({ true, true }, { b:join() })
     assert.is_true(ran_meanwhile >= 1)
     assert.same({ true, "soon" }, { c:join() })
   end)
@@ -193,24 +195,27 @@ describe("the core's pulls inside mirza.loop tasks", function()
       a_done = true
       return b, msg, code
     end)
-    l:spawn(function()
-      while not a_done do
+    local b = l:spawn(function()
+      for _ = 1, 500 do -- bounded: a sleep that blocks would never let a finish
+        if a_done then return true end
         if waiting then ran_meanwhile = ran_meanwhile + 1 end
         mirza.sleep(0.01)
       end
+      return false
     end)
     local c = l:spawn(function()
       local s <close> = open(words("n", 10))
       local text = {}
       while true do
-        local b = s:next_batch()
-        if not b then break end
-        for _, ev in ipairs(b) do if ev.type == "text" then text[#text + 1] = ev.text end end
+        local batch = s:next_batch()
+        if not batch then break end
+        for _, ev in ipairs(batch) do if ev.type == "text" then text[#text + 1] = ev.text end end
       end
       return table.concat(text)
     end)
     l:run()
     assert.same({ true, nil, "timeout", "timeout" }, { a:join() })
+    assert.same({ true, true }, { b:join() })
     assert.is_true(ran_meanwhile >= 1)
     assert.same({ true, words("n", 10) }, { c:join() })
   end)
