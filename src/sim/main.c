@@ -60,11 +60,14 @@ static const struct option long_opts[] = {{"host", 1, 0, 'H'},
                                           {"frames-per-chunk", 1, 0, 0x104},
                                           {"route", 1, 0, 0x105},
                                           {"no-route", 1, 0, 0x106},
+                                          {"embedding-dims", 1, 0, 0x107},
+                                          {"no-embeddings", 0, 0, 0x108},
                                           {0, 0, 0, 0}};
 
 static void usage(FILE *out) {
   fputs("usage: mirza-sim [options]\n"
-        "A simulated local LLM daemon (MTPLX or llama-server dialect) for tests and demos.\n\n"
+        "A simulated local LLM daemon (MTPLX or llama-server dialect), for tests and\n"
+        "demos.\n\n"
         "  --host ADDR             address to bind (default 127.0.0.1)\n"
         "  --port N                port to bind; 0 picks a free one (default 8766)\n"
         "  --port-file PATH        write the bound port there (atomically) once listening\n"
@@ -73,7 +76,8 @@ static void usage(FILE *out) {
         "  --context-window N      context window in tokens (default 32768)\n"
         "  --api-key KEY           require 'Authorization: Bearer KEY' on every route\n"
         "  --parallel N            concurrent generations; others queue (default 1)\n"
-        "  --tok-rate R            tokens per second; 0 = as fast as possible (default 50)\n"
+        "  --tok-rate R            tokens per second; 0 = as fast as possible\n"
+        "                          (default 50)\n"
         "  --ttft-ms N             delay before the first token (default 200)\n"
         "  --heartbeat-ms N        MTPLX heartbeat frame after N ms of silence; 0 = none\n"
         "                          (default 10000)\n"
@@ -81,38 +85,45 @@ static void usage(FILE *out) {
         "                          (default 32)\n"
         "  --reasoning-tokens N    reasoning length when thinking (default 48)\n"
         "  --answer-tokens N       answer length (default 32)\n"
-        "  --load-delay-ms N       sleep N ms before binding (connection refused meanwhile)\n"
+        "  --load-delay-ms N       sleep N ms before binding (connections refused\n"
+        "                          meanwhile)\n"
         "  --health-delay-ms N     bind at once but answer 503 'Loading model' for N ms\n"
         "  --fail-start MSG        after the load delay print 'error: MSG' and exit 1\n"
-        "  --crash-after N         the Nth chat request served (errors not counted) kills the\n"
-        "                          process mid-stream (exit 3)\n"
+        "  --crash-after N         the Nth chat request served (errors not counted)\n"
+        "                          kills the process mid-stream (exit 3)\n"
         "  --fault SPEC            fault applied to every chat request (see below)\n"
         "  --seed N                seed of the text generator (default 0)\n"
-        "  --keepalive-ms N        close idle keep-alive connections after N ms (default 5000)\n"
+        "  --keepalive-ms N        close idle keep-alive connections after N ms\n"
+        "                          (default 5000)\n"
         "  --quiet                 log nothing to stderr but fatal startup errors\n"
         "  --verbose               log one line per request (method, path, status, time)\n"
         "  --help                  show this help\n"
         "  --health-pid N          report N as /health startup.pid (a foreign pid)\n"
         "  --fail-first N          the first N chat requests answer 429 (retry tests)\n"
         "  --retry-after S         Retry-After seconds sent with 429 and 503 (default 1)\n"
-        "  --tool-script FILE      JSON tool calls to answer requests with tools: a list of\n"
-        "                          rounds, each a list of {name, arguments, id?} (also\n"
-        "                          per request: mirza_sim.tool_calls); then text echoing\n"
-        "                          the tool results\n"
-        "  --replay-dir DIR        answer from a directory recorded by mirza (MIRZA_RECORD):\n"
-        "                          requests of a recorded method and path get the recorded\n"
-        "                          responses, byte for byte\n"
-        "  --replay-match order|body  which recording answers: the next in order (default)\n"
-        "                          or the next with a byte-identical body\n"
-        "  --frames-per-chunk N    with --tok-rate 0: one HTTP chunk every N token frames;\n"
-        "                          0 = up to 32 KiB per chunk (default 0)\n"
-        "  --route PATH=JSON       GET PATH answers 200 with that JSON body, to pose as another\n"
-        "                          server (e.g. --route '/api/version={\"version\":\"0.12.6\"}' for\n"
-        "                          Ollama, --route '/version={\"version\":\"0.11.0\"}' for vLLM);\n"
+        "  --tool-script FILE      JSON tool calls to answer requests with tools: a list\n"
+        "                          of rounds, each a list of {name, arguments, id?}\n"
+        "                          (also per request: mirza_sim.tool_calls); then text\n"
+        "                          echoing the tool results\n"
+        "  --replay-dir DIR        answer from a directory recorded by mirza\n"
+        "                          (MIRZA_RECORD): requests of a recorded method and\n"
+        "                          path get the recorded responses, byte for byte\n"
+        "  --replay-match order|body  which recording answers: the next in order\n"
+        "                          (default) or the next with a byte-identical body\n"
+        "  --frames-per-chunk N    with --tok-rate 0: one HTTP chunk every N token\n"
+        "                          frames; 0 = up to 32 KiB per chunk (default 0)\n"
+        "  --route PATH=JSON       GET PATH answers 200 with that JSON body, to pose as\n"
+        "                          another server (Ollama:\n"
+        "                          --route '/api/version={\"version\":\"0.12.6\"}', vLLM:\n"
+        "                          --route '/version={\"version\":\"0.11.0\"}');\n"
         "                          repeatable, up to 16\n"
         "  --no-route PATH         PATH answers 404 as if the server had no such route\n"
-        "                          (e.g. --no-route /health: a server without a health check);\n"
-        "                          repeatable, up to 16\n\n"
+        "                          (--no-route /health: a server without a health\n"
+        "                          check); repeatable, up to 16\n"
+        "  --embedding-dims N      length of the vectors of POST /v1/embeddings\n"
+        "                          (default 16)\n"
+        "  --no-embeddings         POST /v1/embeddings answers as llama-server without\n"
+        "                          --embeddings (501), or 404 in the MTPLX dialect\n\n"
         "Fault SPEC: comma-separated items, also per request with header\n"
         "'X-Mirza-Sim-Fault: SPEC' or body {\"mirza_sim\":{\"fault\":\"SPEC\"}}:\n"
         "  http=STATUS[:MSG]  http-text=STATUS  error-after=N  cut-after=N\n"
@@ -169,7 +180,8 @@ static void parse_args(server *s, int argc, char **argv) {
                     .verbosity = 1,
                     .parallel = 1,
                     .keepalive_ms = 5000,
-                    .retry_after = 1};
+                    .retry_after = 1,
+                    .embedding_dims = 16};
   faults_clear(&s->faults);
   const long BIG = 1L << 40;
   int o, idx = 0;
@@ -230,6 +242,8 @@ static void parse_args(server *s, int argc, char **argv) {
       if (c->n_no_routes == SIM_MAX_ROUTES) die("too many --no-route options (at most 16): '%s'", optarg);
       c->no_routes[c->n_no_routes++] = optarg;
       break;
+    case 0x107: c->embedding_dims = num(nm, optarg, 1, 65536); break;
+    case 0x108: c->no_embeddings = true; break;
     default: usage(stderr); exit(2);
     }
   }

@@ -422,16 +422,36 @@ static void configure_chat(job *j, const http_request *r, const cJSON *body) {
   tools_plan(j, body);
 }
 
+/* A body that is not a JSON object, in the dialect's words. */
+int serve_bad_json(conn *c) {
+  if (is_llama(c->srv))
+    return send_error(c, 500,
+                      "[json.exception.parse_error.101] parse error: syntax error while "
+                      "parsing value - invalid JSON request body",
+                      "server_error", NULL);
+  return send_error(c, 400, "Invalid JSON in request body", "invalid_request_error", "JSONDecodeError");
+}
+
+/* The faults of a request other than a chat (--fault, the header, the
+ * body's mirza_sim.fault) into f, and those that answer before any body
+ * (a bad spec, redirect=, http=...): 0, or the status already answered. */
+int serve_faults(conn *c, const http_request *r, const cJSON *ctl, sim_faults *f) {
+  char err[300];
+  *f = c->srv->faults;
+  const char *h = http_get_header(r, "X-Mirza-Sim-Fault"), *b = json_str(ctl, "fault");
+  if ((h && faults_parse(f, h, err, sizeof err)) || (b && faults_parse(f, b, err, sizeof err)))
+    return send_error(c, 400, err, "invalid_request_error", NULL);
+  http_faults(c, f);
+  if (f->redirect) return send_redirect(c, r, f);
+  if (f->http_status) return send_http_fault(c, f);
+  return 0;
+}
+
 static int route_chat(conn *c, const http_request *r) {
   cJSON *body = cJSON_ParseWithLength(r->body ? r->body : "", r->body_len);
   if (!cJSON_IsObject(body)) {
     cJSON_Delete(body);
-    if (is_llama(c->srv))
-      return send_error(c, 500,
-                        "[json.exception.parse_error.101] parse error: syntax error while "
-                        "parsing value - invalid JSON request body",
-                        "server_error", NULL);
-    return send_error(c, 400, "Invalid JSON in request body", "invalid_request_error", "JSONDecodeError");
+    return serve_bad_json(c);
   }
   job *j = calloc(1, sizeof *j);
   if (!j) abort();
@@ -492,10 +512,12 @@ static int route(conn *c, const http_request *r) {
   if (is_llama(s) && strcmp(p, "/props") == 0 && get) return route_props(c);
   if (strcmp(p, "/v1/models") == 0 && get) return route_models(c);
   if (strcmp(p, "/v1/chat/completions") == 0 && post) return route_chat(c, r);
+  if (strcmp(p, "/v1/embeddings") == 0 && post) return route_embeddings(c, r);
   if (!is_llama(s) && post && strcmp(p, "/admin/cache/clear") == 0) return route_clear(c, NULL);
   if (!is_llama(s) && post && match_id(p, "/admin/sessions/", "/clear", id, sizeof id)) return route_clear(c, id);
   if (!is_llama(s) && post && match_id(p, "/v1/mtplx/cancel/", "", id, sizeof id)) return route_cancel(c, id);
-  bool known = strcmp(p, "/health") == 0 || strcmp(p, "/v1/models") == 0 || strcmp(p, "/v1/chat/completions") == 0;
+  bool known = strcmp(p, "/health") == 0 || strcmp(p, "/v1/models") == 0 || strcmp(p, "/v1/chat/completions") == 0 ||
+               (strcmp(p, "/v1/embeddings") == 0 && !(s->cfg.no_embeddings && !is_llama(s)));
   if (known) return send_error(c, 405, "Method Not Allowed", "invalid_request_error", NULL);
   return send_error(c, 404, "Not Found", "not_found_error", NULL);
 }

@@ -18,6 +18,7 @@
  *             (stream.h holds what stream.c, finish.c and replay.c share)
  *   replay.c  replaying a recorded .sse body over HTTP
  *   tools.c   tool calls from a script, streamed in fragments
+ *   embed.c   POST /v1/embeddings: deterministic unit vectors
  *   recorded.c  serving a directory recorded by mirza (--replay-dir)
  * Nothing here is shared with the mirza engine: the simulator must stay an
  * independent implementation of the protocol so it can catch client bugs.
@@ -70,6 +71,8 @@ typedef struct sim_config {
    * PATH answers 404 as if the server had no such route (serve.c) */
   const char *routes[SIM_MAX_ROUTES], *no_routes[SIM_MAX_ROUTES];
   int n_routes, n_no_routes;
+  long embedding_dims; /* --embedding-dims (embed.c) */
+  bool no_embeddings;  /* --no-embeddings: as llama-server without --embeddings */
 } sim_config;
 
 /* ---- buf.c ---------------------------------------------------------- */
@@ -156,6 +159,8 @@ extern const char SIM_LOOP_LINE[];
 extern const char SIM_LOOP_PHRASE[];
 
 /* ---- http.c --------------------------------------------------------- */
+struct cJSON;
+
 typedef struct http_header {
   const char *name, *value;
 } http_header;
@@ -249,6 +254,11 @@ void sched_release(server *s);
 /* ---- serve.c -------------------------------------------------------- */
 void serve_connection(server *s, int fd);
 int send_error(conn *c, int status, const char *msg, const char *type, const char *code);
+int serve_bad_json(conn *c);
+int serve_faults(conn *c, const http_request *r, const struct cJSON *ctl, sim_faults *f);
+
+/* ---- embed.c -------------------------------------------------------- */
+int route_embeddings(conn *c, const http_request *r);
 
 /* ---- stream.c ------------------------------------------------------- */
 typedef struct job {
@@ -286,7 +296,6 @@ void job_free(job *j);
 int replay_run(job *j);
 
 /* ---- tools.c -------------------------------------------------------- */
-struct cJSON;
 void tools_plan(job *j, const struct cJSON *body); /* after the text plan */
 const char *tools_emit(job *j);                    /* at the end of the text: the calls, if any */
 void tools_free(job *j);
