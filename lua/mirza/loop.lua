@@ -1,12 +1,12 @@
 --- mirza.loop: many streams at once, code that reads top to bottom.
 ---
 --- A scheduler of coroutines ("tasks") over the core's non-blocking pulls.
---- Inside a task, `s:next()`, `for ev in s:events()`, `mirza.sleep()`,
---- `mirza.request()` and `mirza.collect()` read as blocking calls but yield
---- to the scheduler, which sleeps in one `mirza.ready()` over every transfer
---- and its timer heap, then resumes exactly the tasks whose stream changed or
---- whose timer expired: the cost of a wake-up does not grow with the number
---- of open streams. Outside a task those calls block as they always did, so
+--- Inside a task, `s:next()`, `for ev in s:events()`, `s:next_batch()`,
+--- `mirza.sleep()`, `mirza.request()` and `mirza.collect()` read as blocking
+--- calls but yield to the scheduler, which sleeps in one `mirza.ready()`
+--- over every transfer and its timer heap, then resumes exactly the tasks
+--- whose stream changed or whose timer expired: the cost of a wake-up does
+--- not grow with the number of open streams. Outside a task those calls block as they always did, so
 --- a script that uses no scheduler is unchanged.
 ---
 --- The seam is narrow on purpose, and it is the core's own: loading this
