@@ -301,8 +301,8 @@ static int json_array(lua_State *L) { return mark(L, ARRAY_MT); }
 static int json_object(lua_State *L) { return mark(L, OBJECT_MT); }
 
 int luaopen_mirza_json(lua_State *L) {
-  static const luaL_Reg funcs[] = {
-      {"encode", json_encode}, {"decode", json_decode}, {"array", json_array}, {"object", json_object}, {NULL, NULL}};
+  static const luaL_Reg funcs[] = {{"encode", json_encode}, {"decode", json_decode},      {"array", json_array},
+                                   {"object", json_object}, {"stream", mz_l_json_stream}, {NULL, NULL}};
   luaL_newmetatable(L, ARRAY_MT);
   luaL_newmetatable(L, OBJECT_MT);
   lua_pop(L, 2);

@@ -17,6 +17,9 @@ void mz_l_pushjson(lua_State *L, const cJSON *v, int skip_null);
  * returns it. Raises on values JSON cannot hold (functions, NaN, cycles). */
 const char *mz_l_encode(lua_State *L, int idx, size_t *len);
 
+/* mirza.json.stream{depth = N}: the incremental parser (l_jsonstream.c). */
+int mz_l_json_stream(lua_State *L);
+
 int luaopen_mirza_json(lua_State *L);
 
 #endif

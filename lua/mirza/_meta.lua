@@ -244,3 +244,47 @@ function mirza.json.array(t) end
 ---@param t? table
 ---@return table t
 function mirza.json.object(t) end
+
+---@class mirza.JSONStreamOptions
+---@field depth? integer 0 (default): the whole top-level value, path ""; 1: each member or element of it ("/name", "/3"); and so on (0 to 1000)
+---@field max_bytes? integer cap on one value at that depth (default 16 MiB); past it the stream is invalid
+
+---A JSON value completed while the text streamed in.
+---@class mirza.JSONEvent
+---@field type "json"
+---@field path string JSON pointer of the value ("" at depth 0; "~" and "/" in names as "~0" and "~1")
+---@field value any decoded as `mirza.json.decode` does (null is `mirza.json.null`)
+
+---An incremental JSON parser (C, RFC 8259, strict): fed the text in any
+---pieces, it hands out each value completed at the chosen depth. Text
+---before the first `{` or `[` is skipped (a preamble), text after the
+---top-level value ends is ignored. `close`, `<close>` and collection free
+---it; a method on a closed parser raises.
+---@class mirza.JSONStream
+local JSONStream = {}
+
+---Parse the next piece of the text.
+---@param text string
+---@return mirza.JSONEvent[]|nil events the values this piece completed, in order (maybe none)
+---@return string? message invalid JSON with its byte offset (1-based, over all the pieces): this call and every later one
+---@return string? code "protocol"
+---@return mirza.JSONEvent[]? completed the values this piece completed before the error
+function JSONStream:feed(text) end
+
+---The end of the text: true when a whole top-level value was seen; else
+---nil, "JSON cut at byte N...", "protocol" (or the invalid-JSON message, or
+---"no JSON in the text"). The events already given stand.
+---@return true|nil ok
+---@return string? message
+---@return string? code "protocol"
+function JSONStream:finish() end
+
+---Free the parser (idempotent).
+function JSONStream:close() end
+
+---@return boolean
+function JSONStream:closed() end
+
+---@param opts? mirza.JSONStreamOptions
+---@return mirza.JSONStream
+function mirza.json.stream(opts) end
