@@ -21,13 +21,22 @@
 ---   --header-timeout S   seconds an attempt waits for the response head (a queued
 ---                        request, a long prefill) before it fails (default 600; 0: none)
 ---   --no-repetition      no repetition guard
+---   --schema FILE        a JSON Schema (.json) for the answer of every chat and
+---                        completions line without its own: sent as response_format,
+---                        the answer decoded and validated (record: body.mirza.value,
+---                        or error code "schema" with the JSON pointer)
+---   --no-affinity        send each item to the least loaded endpoint (default: items
+---                        sharing a long prefix go where it went last, while it has
+---                        room, so the daemon's prompt cache serves it)
 ---   --progress-every S   seconds between progress lines when not a terminal (default 10)
 ---   --quiet              no progress and no summary
 ---
 --- Running it again with the same OUTPUT resumes: finished custom_ids are
 --- skipped. An existing OUTPUT must be the output of an earlier run (never
 --- INPUT, never a file of prompts: refused, untouched). OUTPUT `-` (or a
---- pipe, /dev/stdout) streams the records, without resume. Ctrl-C stops
+--- pipe, /dev/stdout) streams the records, without resume. The summary
+--- says how many prompt tokens the daemons served from their prompt cache,
+--- when they report it. Ctrl-C stops
 --- the run and says how many records were saved and how to resume. Exit
 --- status: 0 all items ok, 1 some items failed or the batch deadline
 --- stopped the run, 2 bad usage, unreadable or empty input, or a refused
@@ -62,7 +71,7 @@ local function usage(msg)
   io.stderr:write("batch: ", msg, "\nusage: mirza scripts/batch.lua INPUT OUTPUT [--endpoint URL[@N]]... ",
     "[--limit N] [--model ID] [--max-tokens N] [--max-retries N] [--retry-base S] [--deadline S] ",
     "[--batch-deadline S] [--give-up-after S] [--stall-timeout S] [--header-timeout S] [--no-repetition] ",
-    "[--progress-every S] [--quiet]\n")
+    "[--schema FILE] [--no-affinity] [--progress-every S] [--quiet]\n")
   os.exit(2)
 end
 
@@ -87,11 +96,13 @@ local function parse(argv)
       if not v then usage(a .. " needs a number") end
       opts[NUM[a]] = v
       i = i + 1
-    elseif a == "--endpoint" or a == "--model" then
+    elseif a == "--endpoint" or a == "--model" or a == "--schema" then
       local v = argv[i + 1] or usage(a .. " needs a value")
-      if a == "--endpoint" then eps[#eps + 1] = endpoint(v) else opts.model = v end
+      if a == "--endpoint" then eps[#eps + 1] = endpoint(v) elseif a == "--model" then opts.model = v
+      else opts.schema = v end
       i = i + 1
     elseif a == "--no-repetition" then opts.repetition = false
+    elseif a == "--no-affinity" then opts.affinity = false
     elseif a == "--quiet" then opts.quiet, opts.progress = true, false
     elseif a == "--help" or a == "-h" then help()
     elseif a:sub(1, 2) == "--" then usage("unknown option " .. a)

@@ -2,16 +2,31 @@
 ---
 --- Input: JSONL in the OpenAI Batch API format
 --- (`{"custom_id", "method": "POST", "url": "/v1/chat/completions", "body"}`,
---- as vLLM's run-batch reads it), simpler lines `{"prompt": ...}` (optional
+--- as vLLM's run-batch reads it; url also `/v1/completions` or
+--- `/v1/embeddings`), simpler lines `{"prompt": ...}` (optional
 --- `custom_id`, `system`, other fields go to the body) or `{"messages": ...}`,
---- or plain text lines (each a prompt; custom_id "line-N").
+--- or plain text lines (each a prompt; custom_id "line-N"). A line's
+--- `schema` (a JSON Schema, or a path to one), else its body's
+--- `response_format` json_schema, else the run's `schema` (--schema FILE)
+--- asks for a structured answer: it is sent as `response_format`, and the
+--- answer is decoded and validated here (mirza.schema); the record carries
+--- the value (`response.body.mirza.value`) or the violation (error code
+--- "schema", with the JSON pointer).
 ---
 --- Output: JSONL in the OpenAI batch output format, one record per item,
 --- written and flushed as the item completes:
 --- `{"id", "custom_id", "response": {"status_code", "body"}, "error", "mirza"}`
 --- where body is a `chat.completion` assembled from the stream (reasoning kept
 --- apart as `message.reasoning_content`) and `mirza` holds the item's stats
---- (attempts, endpoint, ttft_ms, tokens, tok_s, duration_s, cut).
+--- (attempts, endpoint, ttft_ms, tokens, tok_s, duration_s, cut, and
+--- prompt_tokens and cached_tokens when the daemon reports its prompt
+--- cache). `/v1/completions` and `/v1/embeddings` lines are sent
+--- non-streamed and the server's body is recorded as it came.
+---
+--- Every chat and completions item carries a prefix key (mirza.pool's
+--- prefix_key of its leading messages or prompt): items sharing a long
+--- prefix go to the endpoint that took it last while it has room, where
+--- the daemon's prompt cache holds it (`affinity = false`: least loaded).
 ---
 --- Resume: records already in the output file are skipped (a torn last line
 --- left by a kill is cut off first), so a run killed at any point and started
@@ -48,6 +63,8 @@ B.defaults = {
   progress = "auto",      -- true, false, or "auto" (a line every progress_every s; live on a terminal)
   progress_every = 10,
   repetition = nil,       -- mirza.repetition options; false: no guard
+  schema = nil,           -- a JSON Schema (table) or a path: the answer of every chat/completions line without its own
+  affinity = true,        -- items sharing a prefix go where it went last (mirza.pool prefix affinity)
 }
 
 -- ------------------------------------------------------------ input
@@ -57,7 +74,7 @@ local copy = require("mirza.util").copy
 -- A body from a {"prompt": ...} line: other fields go into the body.
 local function prompt_body(obj)
   local body = copy(obj)
-  body.custom_id, body.prompt, body.system = nil, nil, nil
+  body.custom_id, body.prompt, body.system, body.schema = nil, nil, nil, nil
   local msgs = {}
   if obj.system then msgs[1] = { role = "system", content = obj.system } end
   msgs[#msgs + 1] = { role = "user", content = obj.prompt }
@@ -73,19 +90,28 @@ local function read_id(v)
   return nil, "custom_id must be a string: write it in quotes"
 end
 
+-- What a line's url asks for: "chat", "completions", "embeddings", or nil.
+local function kind_of(url)
+  if url:find("/chat/completions$") then return "chat" end
+  if url:find("/completions$") then return "completions" end
+  if url:find("/embeddings$") then return "embeddings" end
+  return nil
+end
+
 ---Parse one input line. Returns the item, false for a blank line, or
 ---nil, a message and the line's custom_id when it could be read (the
 ---caller records the line under that id, else under "line-N").
 ---@param line string
 ---@param n integer line number (1-based)
----@return table|false|nil item {custom_id, body, line}
+---@return table|false|nil item {custom_id, body, line, kind ("chat", "completions", "embeddings"), schema?}
 ---@return string? message
 ---@return string? custom_id of a rejected line, when readable
 function B.parse_line(line, n)
   line = line:gsub("\r$", "")
   if line:match("^%s*$") then return false end
   if not line:match("^%s*{") then
-    return { custom_id = "line-" .. n, body = { messages = { { role = "user", content = line } } }, line = n }
+    return { custom_id = "line-" .. n, body = { messages = { { role = "user", content = line } } }, line = n,
+      kind = "chat" }
   end
   local obj, err = json.decode(line)
   if type(obj) ~= "table" then return nil, "invalid JSON: " .. tostring(err) .. ": write one JSON object per line" end
@@ -93,23 +119,96 @@ function B.parse_line(line, n)
   if id_err then return nil, id_err end
   local function reject(msg) return nil, msg, id end
   id = id or ("line-" .. n)
+  local sch = obj.schema
+  if sch ~= nil and type(sch) ~= "table" and type(sch) ~= "string" then
+    return reject("schema must be a JSON Schema (an object) or the path of a .json file")
+  end
   if obj.body ~= nil then
     if type(obj.body) ~= "table" then return reject("body must be an object: {\"messages\": [...]}") end
     if obj.method and obj.method ~= "POST" then
       return reject("method must be POST, not " .. tostring(obj.method) .. ": use \"method\": \"POST\"")
     end
-    if obj.url and not tostring(obj.url):find("/chat/completions$") then
-      return reject("unsupported url " .. tostring(obj.url) .. ": only /v1/chat/completions is served")
+    local kind = obj.url == nil and "chat" or kind_of(tostring(obj.url))
+    if not kind then
+      return reject("unsupported url " .. tostring(obj.url) .. ": /v1/chat/completions, /v1/completions and"
+        .. " /v1/embeddings are served")
     end
-    return { custom_id = id, body = obj.body, line = n }
+    if kind == "embeddings" and sch ~= nil then return reject("an /v1/embeddings line takes no schema") end
+    return { custom_id = id, body = obj.body, line = n, kind = kind, schema = sch }
   end
-  if type(obj.prompt) == "string" then return { custom_id = id, body = prompt_body(obj), line = n } end
+  if type(obj.prompt) == "string" then
+    return { custom_id = id, body = prompt_body(obj), line = n, kind = "chat", schema = sch }
+  end
   if type(obj.messages) == "table" then
     local body = copy(obj)
-    body.custom_id = nil
-    return { custom_id = id, body = body, line = n }
+    body.custom_id, body.schema = nil, nil
+    return { custom_id = id, body = body, line = n, kind = "chat", schema = sch }
   end
   return reject("a line needs \"body\" (with \"method\" and \"url\"), \"prompt\" or \"messages\"")
+end
+
+-- A schema compiled once per table or path (mirza.schema): c, or nil and a message.
+local function compiler()
+  local done = {}
+  return function(sch)
+    local c = done[sch]
+    if c then return c end
+    local msg
+    c, msg = require("mirza.schema").compile(sch)
+    if not c then return nil, msg end
+    done[sch] = c
+    return c
+  end
+end
+
+-- The schema a body's own response_format names: json_schema's schema,
+-- or any JSON object for json_object.
+local function body_schema(body)
+  local rf = body.response_format
+  if type(rf) ~= "table" then return nil end
+  if rf.type == "json_schema" and type(rf.json_schema) == "table" and type(rf.json_schema.schema) == "table" then
+    return rf.json_schema.schema
+  end
+  if rf.type == "json_object" then return { type = "object" } end
+end
+
+---Make items ready to send: each chat or completions item's schema
+---compiled (its line's, else its body's response_format, else `o.schema`:
+---`item.check`, and `item.rf` the response_format to send when the body
+---has none) and its prefix key (`item.key`, mirza.pool.prefix_key). A
+---line's schema that cannot be compiled makes the item invalid (recorded,
+---code "input"); a run's that cannot, fails the run (nil, message).
+---@param items table[]
+---@param o table the run's options (schema)
+---@return table[]|nil items
+---@return string? message
+function B.prepare(items, o)
+  local compile, run_c = compiler(), nil
+  if o.schema ~= nil then
+    local msg
+    run_c, msg = compile(o.schema)
+    if not run_c then return nil, "--schema: " .. tostring(msg) end
+  end
+  local schema
+  for _, it in ipairs(items) do
+    it.kind = it.kind or "chat" -- items given by a script: chat bodies
+    if not it.invalid and it.kind ~= "embeddings" and it.body then
+      local own, c, msg = it.schema or body_schema(it.body), run_c, nil
+      if own ~= nil then c, msg = compile(own) end
+      if not c and msg then
+        it.invalid = "schema: " .. tostring(msg)
+      elseif c then
+        schema = schema or require "mirza.schema"
+        it.check = c
+        if it.body.response_format == nil then it.rf = schema.response_format(c) end
+      end
+      local b = it.body
+      local lead = it.kind == "chat" and b.messages or b.prompt
+      if type(lead) == "table" and it.kind == "completions" then lead = lead[1] end
+      if type(lead) == "table" or type(lead) == "string" then it.key = pool_mod.prefix_key(lead) end
+    end
+  end
+  return items
 end
 
 ---Read an input file. Bad lines become items with an `invalid` message
@@ -149,6 +248,11 @@ function B.read_input(path)
 end
 
 -- ------------------------------------------------------------ output
+
+-- The place of a body recorded as the server sent it (B.encode_record):
+-- unique per process, so no text of an item's can be taken for it.
+local RAW = ("\1mirza-raw-body-%08x%08x\1"):format(math.random(0, 0xffffffff), math.random(0, 0xffffffff))
+local RAW_JSON = json.encode(RAW)
 
 -- A line of batch output (ours, or OpenAI's): an object with a custom_id
 -- and both `response` and `error` (null or not). Input lines have no
@@ -316,9 +420,14 @@ function B.record(item, r)
   local rec = { id = ("batch_req_%06d"):format(item.line or 0), custom_id = item.custom_id,
     response = json.null, error = json.null }
   local fin = type(r.final) == "table" and r.final or {}
-  if r.ok then
-    rec.response = { status_code = 200, request_id = request_id(fin), body = completion(item, r) }
-  else
+  if r.ok or r.answered then -- answered (a schema violation is an error with the answer kept)
+    local body = r.raw and RAW or r.body or completion(item, r)
+    if r.value ~= nil and body ~= RAW then body.mirza = { value = r.value } end
+    rec.response = { status_code = 200, request_id = request_id(fin), body = body }
+  end
+  if r.answered then
+    rec.error = { code = r.code, message = r.message, pointer = r.pointer }
+  elseif not r.ok then
     if r.status and r.status >= 300 then
       rec.response = { status_code = r.status, request_id = request_id(fin), body = error_body(fin, r) }
     end
@@ -329,20 +438,73 @@ function B.record(item, r)
     tokens = r.tokens, tok_s = r1(r.tok_s), duration_s = r.duration_s and math.floor(r.duration_s * 1000 + 0.5) / 1000,
     cut = r.cut and { reason = r.cut.reason, rule = r.cut.rule, line = r.cut.line, count = r.cut.count,
       channel = r.cut.channel } or nil,
+    prompt_tokens = r.cached_tokens and r.prompt_tokens, cached_tokens = r.cached_tokens,
   }
   return rec
 end
 
+---A record as a line of JSON (no newline). A body recorded as the server
+---sent it (`r.raw`, an embeddings or completions answer) is put in as
+---its own text, not decoded and encoded again (its floats stay as sent).
+---@param rec table B.record's
+---@param r table the attempt result
+---@return string
+function B.encode_record(rec, r)
+  local line = json.encode(rec)
+  if not r.raw or rec.response == json.null or rec.response.body ~= RAW then return line end
+  local at, to = line:find(RAW_JSON, 1, true)
+  local raw = r.raw:gsub("[\r\n]+", " ") -- valid JSON holds no raw newline inside a string: whitespace only
+  return line:sub(1, at - 1) .. raw .. line:sub(to + 1)
+end
+
 -- ------------------------------------------------------------ one attempt
 
--- The request body as sent: defaults filled, streaming forced.
+-- The request body as sent: defaults filled (not into an embeddings
+-- line: its fields are another endpoint's), the structured answer asked
+-- for, a chat streamed, the others not.
 local function request_body(item, opts)
-  local body = copy(opts.body)
+  local body = item.kind == "embeddings" and {} or copy(opts.body)
   for k, v in pairs(item.body) do body[k] = v end
   body.model = body.model or opts.model
-  body.stream = true
-  body.stream_options = { include_usage = true }
+  if item.rf and body.response_format == nil then body.response_format = item.rf end
+  if item.kind == "chat" then
+    body.stream = true
+    body.stream_options = { include_usage = true }
+  elseif item.kind == "completions" then
+    body.stream, body.stream_options = false, nil
+  end
   return body
+end
+
+-- JSON null (a lightuserdata) and non-numbers read as nil.
+local function num(v)
+  return math.type(v) and v or nil
+end
+
+-- What the daemon says of its prompt cache: prompt tokens and cached
+-- tokens, from usage.prompt_tokens_details.cached_tokens (OpenAI, vLLM),
+-- llama.cpp's timings.cache_n (prompt_n counts only what it evaluated),
+-- MTPLX's mtplx_stats.cached_tokens; cached nil when none says.
+local function cache_of(usage, timings, stats)
+  local us, tm, st = type(usage) == "table" and usage or {}, type(timings) == "table" and timings or {},
+    type(stats) == "table" and stats or {}
+  local details = type(us.prompt_tokens_details) == "table" and us.prompt_tokens_details or {}
+  local cached = num(details.cached_tokens) or num(tm.cache_n) or num(st.cached_tokens)
+  local prompt = num(us.prompt_tokens) or (num(tm.prompt_n) and tm.prompt_n + (num(tm.cache_n) or 0))
+  return prompt, cached
+end
+
+-- The answer of an attempt decoded and checked against the item's
+-- schema: r gets `value`, or becomes a failure (code "schema") that keeps
+-- the answer (`answered`).
+local function check_answer(item, r)
+  if not item.check or not r.ok then return end
+  local value, msg, code, _, pointer = require("mirza.schema").decode(item.check, r.text or "")
+  if value ~= nil then
+    r.value = value
+    return
+  end
+  r.ok, r.answered, r.code, r.message, r.pointer = false, true, code or "schema", msg, pointer
 end
 
 -- Read one attempt's stream through the repetition guard into a result
@@ -391,6 +553,40 @@ local function served_model(e, opts)
     mirza.redact_url(url), body and "no model listed" or msg), "model"
 end
 
+-- A non-streamed attempt (/v1/completions, /v1/embeddings): the server's
+-- body decoded (an embeddings answer recorded as its text, `r.raw`).
+local function plain_attempt(item, e, opts, body, r)
+  local s <close> = mirza.open { url = e.base .. "/" .. item.kind, body = body, plain = true,
+    headers = opts.headers, api_key = opts.api_key, stall_timeout = opts.stall_timeout,
+    deadline = opts.deadline, timeout = opts.connect_timeout, header_timeout = opts.header_timeout }
+  local ev = s:next() or { type = "error", code = "closed", message = "no answer" }
+  r.final, r.duration_s = ev, mirza.now() - r.t0
+  if ev.type ~= "response" then
+    local f = result.failure { final = ev }
+    r.code, r.message, r.status, r.error, r.retry_after = f.code, f.message, f.status, f.error, f.retry_after
+    return r
+  end
+  local v = json.decode(ev.body or "")
+  if type(v) ~= "table" then
+    r.code, r.status = "protocol", ev.status
+    r.message = ("%s/%s answered %d with a body that is not a JSON object"):format(mirza.redact_url(e.base),
+      item.kind, ev.status or 0)
+    return r
+  end
+  r.ok, r.body = true, v
+  if item.kind == "embeddings" then r.raw = ev.body end
+  local usage = type(v.usage) == "table" and v.usage or nil
+  r.prompt_tokens, r.cached_tokens = cache_of(usage, v.timings, v.mtplx_stats)
+  r.tokens = usage and num(usage.completion_tokens)
+  local choice = type(v.choices) == "table" and v.choices[1]
+  if item.kind == "completions" and type(choice) == "table" then
+    r.text = type(choice.text) == "string" and choice.text or ""
+  end
+  r.tok_s = r.tokens and r.duration_s > 0 and r.tokens / r.duration_s or nil
+  check_answer(item, r)
+  return r
+end
+
 -- One HTTP attempt on endpoint e: the result table.
 local function attempt(item, e, opts)
   local r = { t0 = mirza.now(), endpoint = e.base }
@@ -400,6 +596,7 @@ local function attempt(item, e, opts)
     if not body.model then return r end
   end
   r.model = body.model
+  if item.kind ~= "chat" then return plain_attempt(item, e, opts, body, r) end
   local s <close> = mirza.open { url = e.base .. "/chat/completions", body = body,
     headers = opts.headers, api_key = opts.api_key, stall_timeout = opts.stall_timeout,
     deadline = opts.deadline, timeout = opts.connect_timeout, header_timeout = opts.header_timeout,
@@ -412,8 +609,10 @@ local function attempt(item, e, opts)
   r.ttft_ms = acc.first and (acc.first - r.t0) * 1000
   r.tokens = fin.usage and fin.usage.completion_tokens or acc.deltas
   r.tok_s = acc.first and t1 > acc.first and r.tokens / (t1 - acc.first) or nil
+  r.prompt_tokens, r.cached_tokens = cache_of(fin.usage, fin.timings, fin.stats)
   if result.ok(acc) then
     r.ok = true
+    check_answer(item, r)
   else
     local f = result.failure(acc)
     r.code, r.message, r.status, r.error, r.retry_after = f.code, f.message, f.status, f.error, f.retry_after
@@ -474,7 +673,7 @@ end
 -- (another than those it failed on, while one is healthy): its result.
 local function try(job, ctx)
   local pool = ctx.pool
-  local e = pool:acquire(nil, nil, job.tried)
+  local e = pool:acquire(nil, { avoid = job.tried, key = ctx.opts.affinity ~= false and job.item.key or nil })
   -- the slot goes back even when the task is cancelled mid-attempt
   local slot <close> = setmetatable({}, { __close = function(self)
     if not self.released then pool:abandon(e) end
@@ -549,7 +748,8 @@ local function resolve(opts)
   for k, v in pairs(opts) do o[k] = v end
   if not o.output then error("mirza.batch.run: 'output' is required", 3) end
   if not o.input and not o.items then error("mirza.batch.run: 'input' (a path) or 'items' is required", 3) end
-  o.pool = o.pool or pool_mod.new(o.endpoints or { o.base_url or "http://127.0.0.1:8766/v1" }, { limit = o.limit })
+  o.pool = o.pool or pool_mod.new(o.endpoints or { o.base_url or "http://127.0.0.1:8766/v1" },
+    { limit = o.limit, affinity = o.affinity ~= false })
   return o
 end
 
@@ -593,7 +793,7 @@ local function make_writer(run, stats)
   run.stats = stats
   return function(rec, r)
     if run.write_error then error(run.write_error, 0) end
-    local ok, err = run.out:write(json.encode(rec), "\n")
+    local ok, err = run.out:write(B.encode_record(rec, r), "\n")
     if ok then ok, err = run.out:flush() end
     if not ok then
       run.write_error = ("cannot write %s: %s (the records before are kept; free space or choose another OUTPUT,"
@@ -604,12 +804,16 @@ local function make_writer(run, stats)
     if not r.ok then stats.errors = stats.errors + 1 end
     if r.cut then stats.cut = stats.cut + 1 end
     if r.ok then stats.tokens = stats.tokens + (r.tokens or 0) end
+    if r.cached_tokens and r.prompt_tokens then -- only items whose daemon said: the share is of those
+      stats.cached_tokens = stats.cached_tokens + r.cached_tokens
+      stats.cache_prompt_tokens = stats.cache_prompt_tokens + r.prompt_tokens
+    end
   end
 end
 
 local function drive(o, items, done, out)
   local stats = { t0 = mirza.now(), total = #items, skipped = 0, done_now = 0, errors = 0, retries = 0, cut = 0,
-    tokens = 0 }
+    tokens = 0, cached_tokens = 0, cache_prompt_tokens = 0 }
   local queue = { next = 1, waiting = {} } -- pending items, then jobs waiting to be retried
   for _, it in ipairs(items) do
     if done[it.custom_id] then stats.skipped = stats.skipped + 1 else queue[#queue + 1] = it end
@@ -704,6 +908,9 @@ function B.run(opts)
     items, err, code = B.read_input(o.input)
     if not items then return nil, err, code end
   end
+  local perr
+  items, perr = B.prepare(items, o)
+  if not items then return nil, perr, "input" end
   local out, done, stream = open_output(o)
   if not out then return nil, done, stream end
   -- closed (standard output flushed) however the run ends, also when the
@@ -723,15 +930,26 @@ function B.run(opts)
   return stats
 end
 
+---The share of the prompt tokens the daemons served from their prompt
+---cache, over the items whose daemon reported it (0..1); nil when none did.
+---@param st table batch stats
+---@return number|nil
+function B.cached_share(st)
+  if not st.cache_prompt_tokens or st.cache_prompt_tokens <= 0 then return nil end
+  return st.cached_tokens / st.cache_prompt_tokens
+end
+
 ---The summary line of a finished run.
 ---@param st table
 ---@param output? string
 ---@return string
 function B.summary(st, output)
   local rate = st.elapsed > 0 and st.tokens / st.elapsed or 0
+  local share = B.cached_share(st)
   return ("batch: %d items (%d already done, %d now: %d ok, %d errors, %d cut), %d retries, %d tokens in %.1f s"
-    .. " (%.0f tok/s)%s%s"):format(st.total, st.skipped, st.done_now, st.done_now - st.errors, st.errors, st.cut,
+    .. " (%.0f tok/s)%s%s%s"):format(st.total, st.skipped, st.done_now, st.done_now - st.errors, st.errors, st.cut,
     st.retries, st.tokens, st.elapsed, rate, st.deadline and (", deadline reached: %d left"):format(st.left) or "",
+    share and ("; prompt tokens served from cache: %.0f%%"):format(share * 100) or "",
     output and ("; output: " .. output) or "")
 end
 

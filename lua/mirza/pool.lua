@@ -171,6 +171,11 @@ local function hash(s)
   return ("%016x"):format(h ~ (h >> 32))
 end
 
+-- The role of a message ("" for anything else).
+local function role_of(m)
+  return type(m) == "table" and type(m.role) == "string" and m.role or ""
+end
+
 -- The text of a message: its content, a list of parts as JSON.
 local function content_of(m)
   local c = type(m) == "table" and m.content or m
@@ -196,10 +201,10 @@ function P.prefix_key(x, bytes)
     text = x
   elseif type(x) == "table" then
     local parts, n = {}, #x
-    for i = 1, n - 1 do parts[#parts + 1] = tostring(x[i].role) .. "\0" .. content_of(x[i]) .. "\0" end
+    for i = 1, n - 1 do parts[#parts + 1] = role_of(x[i]) .. "\0" .. content_of(x[i]) .. "\0" end
     text = table.concat(parts)
     if #text >= bytes then return hash(text) end
-    if n > 0 then text = text .. tostring(x[n].role) .. "\0" .. content_of(x[n]) end
+    if n > 0 then text = text .. role_of(x[n]) .. "\0" .. content_of(x[n]) end
   else
     error("mirza.pool.prefix_key: messages (a table) or a prompt (a string) expected, got " .. type(x), 2)
   end

@@ -232,7 +232,7 @@ describe("batch records", function()
 
   it("keeps the custom_id of a rejected line; a numeric custom_id is its string", function()
     local by = run {
-      '{"custom_id":"wrong-url","method":"POST","url":"/v1/embeddings","body":{}}',
+      '{"custom_id":"wrong-url","method":"POST","url":"/v1/audio/speech","body":{}}',
       '{"custom_id":"get","method":"GET","url":"/v1/chat/completions","body":{}}',
       '{"custom_id":"no-body","method":"POST","url":"/v1/chat/completions"}',
       '{"custom_id":42,"prompt":"hi"}',
