@@ -58,7 +58,10 @@ local OPTIONAL = { dialect = "string", base_url = "string", model = "string", mo
   endpoints = "table", pool = "table",
   -- deltas that arrived together as one event (mirza.open's merge): nil = in `say` when the
   -- turn has no script stages, true = every turn, false = never
-  merge = "boolean" }
+  merge = "boolean",
+  -- structured answers (mirza.schema, docs/structured.md): every turn's schema (a table or a .json
+  -- path; a turn's `schema = false` turns it off), and the tries `say` makes to get an answer that fits it
+  schema = "table|string", attempts = "number" }
 
 -- Environment variables: name -> option, type.
 M.ENV = {

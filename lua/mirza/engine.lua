@@ -384,8 +384,9 @@ end
 ---@param messages table[]
 ---@param plan table mirza.thinking plan
 ---@param opts? table per-turn options (temperature, top_p, body_extra)
+---@param schema? mirza.Schema the turn's schema: sent as `response_format` (mirza.schema)
 ---@return table body
-function Engine:body(messages, plan, opts)
+function Engine:body(messages, plan, opts, schema)
   local cfg = self.cfg
   opts = opts or {}
   local body = {
@@ -403,6 +404,7 @@ function Engine:body(messages, plan, opts)
   if parallel == nil then parallel = cfg.parallel_tool_calls end
   require("mirza.tools").add_to_body(body, self:tools(opts),
     { tool_choice = opts.tool_choice or cfg.tool_choice, parallel_tool_calls = parallel })
+  if schema then body.response_format = require("mirza.schema").response_format(schema) end
   return merge(merge(merge(body, plan.fields), cfg.body_extra), opts.body_extra)
 end
 
@@ -527,7 +529,7 @@ function Engine:_turn_begin(t, input, opts)
   end
   local merged = opts.merge -- deltas that arrived together as one event: the turn's option, else the engine's
   if merged == nil then merged = self.cfg.merge end
-  local req = { url = self.chat_url, body = self:body(messages, plan, opts), headers = self:headers(),
+  local req = { url = self.chat_url, body = self:body(messages, plan, opts, t.schema), headers = self:headers(),
     api_key = self.cfg.api_key, stall_timeout = self.cfg.stall_timeout, timeout = self.cfg.connect_timeout,
     header_timeout = self.cfg.header_timeout,
     record = self.cfg.record, merge = merged == true }
@@ -583,10 +585,11 @@ end
 ---@param t mirza.Turn
 ---@param ctx table
 ---@param out {acc: mirza.Reducer, answer: string, calls: table[]|nil, cancelled: boolean, stream: mirza.Stream,
----  endpoint: mirza.Endpoint|nil}
+---  endpoint: mirza.Endpoint|nil, value: any, schema_error: table|nil}
 function Engine:_turn_end(t, ctx, out)
   local acc = out.acc
   self.last = stats.stats(acc)
+  self.last.value, self.last.schema_error = out.value, out.schema_error -- a turn with a schema (mirza.structured)
   local done = acc.final ~= nil and acc.final.type == "done"
   if done then
     ctx.prompt.add_turn(self.history, ctx.info.current, out.answer, { tool_calls = out.calls })

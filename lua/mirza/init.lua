@@ -54,12 +54,24 @@ function M.request(opts)
 end
 
 ---Run a streaming request to the end and collect it (mirza.result).
----@param opts mirza.RequestOptions
----@return mirza.Result|nil result `{text, think, tool_calls, finish_reason, usage, stats, timings}`
+---A structured answer (mirza.structured, docs/structured.md): `schema = S`
+---(a JSON Schema table or a .json path) sends it as `response_format` and
+---gives the decoded, checked answer in `result.value`; `attempts = N` asks
+---again with the violation; `json = {depth = N}` / `on_json = fn(ev)` calls
+---fn with each value as it completes while the answer streams. An answer
+---that never fits: nil, message (the JSON pointer of the violation first),
+---"schema", the raw answer text.
+---@param opts mirza.RequestOptions|mirza.StructuredOptions
+---@return mirza.Result|nil result `{text, think, tool_calls, finish_reason, usage, stats, timings}`,
+---and with a schema `value` and `attempts` (the requests made)
 ---@return string? message error message
----@return string? code error code
----@return table? partial what was received before the error: `{text, think, tool_calls}`
+---@return string? code error code ("schema": no answer fitted the schema)
+---@return table|string|nil partial what was received before the error: `{text, think, tool_calls}`;
+---the raw answer (a string) for "schema"
 function M.collect(opts)
+  if type(opts) == "table" and (opts.schema or opts.attempts or opts.json or opts.on_json) then
+    return require("mirza.structured").collect(open, opts)
+  end
   local result = require "mirza.result"
   local s <close> = open(opts)
   return result.result(result.drain(result.new { calls = true }, function() return s:next() end))
@@ -115,5 +127,12 @@ end
 function M.spawn(fn, ...)
   return require("mirza.loop").spawn(fn, ...)
 end
+
+---`mirza.embed{url =, input =, ...}`: the vectors of texts (mirza.embed,
+---loaded on first use; also `mirza.embed.unpack`, `mirza.embed.pack`).
+M.embed = setmetatable({}, {
+  __index = function(_, k) return require("mirza.embed")[k] end,
+  __call = function(_, opts) return require("mirza.embed").embed(opts) end,
+})
 
 return M

@@ -41,12 +41,14 @@ local mirza = require "mirza"
 local policy = require "mirza.policy"
 local reducer = require "mirza.result"
 local retry = require "mirza.retry"
+local structured = require "mirza.structured"
 
 local M = {}
 
 ---Per-turn options of `e:turn` (and of `e:say`, with the route's options).
 M.TURN_KEYS = { budget = true, max_tokens = true, temperature = true, top_p = true, stages = true,
-  think_tags = true, body_extra = true, tools = true, tool_choice = true, parallel_tool_calls = true, merge = true }
+  think_tags = true, body_extra = true, tools = true, tool_choice = true, parallel_tool_calls = true, merge = true,
+  schema = true, json = true, on_json = true }
 ---@class mirza.TurnOptions
 ---@field budget? integer
 ---@field max_tokens? integer
@@ -60,9 +62,13 @@ M.TURN_KEYS = { budget = true, max_tokens = true, temperature = true, top_p = tr
 ---@field parallel_tool_calls? boolean
 ---@field merge? boolean  deltas that arrived together come as one event (`ev.deltas`); default: the
 ---engine's `merge`, else only in `say` without script stages
+---@field schema? table|string|false  a JSON Schema (table or .json path; default: the engine's `schema`,
+---false: none): sent as `response_format`, the answer decoded and checked (docs/structured.md)
+---@field json? {depth?: integer}  `json` events for the values completed at that depth (default 1)
+---@field on_json? fun(ev: table)  called with each `json` event as the answer streams
 
 ---Options of `e:say`'s tool loop (mirza.tools), besides the turn's `tools`.
-M.LOOP_KEYS = { max_rounds = true, run_calls = true, on_tool_result = true }
+M.LOOP_KEYS = { max_rounds = true, run_calls = true, on_tool_result = true, attempts = true }
 ---Route options `e:say` accepts (mirza.route), also under `sinks = {...}`.
 M.ROUTE_KEYS = { answer = true, think = true, error = true, mode = true, think_mode = true, on_event = true,
   flush_on_error = true, abbreviations = true }
@@ -96,7 +102,7 @@ function Turn:finish()
   local ep = self.endpoint
   self.endpoint = nil
   self.engine:_turn_end(self, self.spec.ctx, { acc = acc, answer = answer, calls = calls, cancelled = self.cancelled,
-    stream = self.s, endpoint = ep })
+    stream = self.s, endpoint = ep, value = self.value, schema_error = self.schema_error })
 end
 
 ---Stop the turn: the request is closed now; the iterator then yields a
@@ -214,6 +220,9 @@ local function stages_of(e, t, opts, plan)
     end }, type(cfg.repetition) == "table" and cfg.repetition or nil)
     list[#list + 1] = { name = "repetition", fn = policy.policy_stage(e, "mirza.repetition"), opts = ropts }
   end
+  -- structured answers (mirza.structured): the json events, then the check at `done` (into t.value)
+  list[#list + 1] = structured.json_stage(opts.json, opts.on_json)
+  if t.schema then list[#list + 1] = structured.check_stage(t.schema, t) end
   -- the script's own: one that raises gives way to its last working version, or is dropped (mirza.policy)
   for _, st in ipairs(e.stages) do list[#list + 1] = policy.stage(e, st) end
   for _, st in ipairs(opts.stages or {}) do list[#list + 1] = policy.stage(e, st) end
@@ -241,6 +250,11 @@ function M.start(e, input, opts)
   opts = check_turn_opts(opts)
   local t = setmetatable({ engine = e, input = input, cancelled = false, finished = false, avoid = {},
     tool_acc = require("mirza.tools").accumulator() }, Turn)
+  local sch = opts.schema
+  if sch == nil then sch = e.cfg.schema end
+  local c, cmsg, ccode = structured.compile(sch)
+  if c == nil then return nil, cmsg, ccode end
+  t.schema = c or nil
   local spec, msg, code = e:_turn_begin(t, input, opts)
   if not spec then return nil, msg, code end
   t.spec, t.plan, t.endpoint = spec, spec.plan, spec.endpoint
@@ -294,6 +308,86 @@ local function over_limit(e, msgs, max, result)
   return nil, ("tool loop: no answer after %d rounds"):format(max), "rounds", result
 end
 
+-- The rounds of one say (one attempt, with a schema): turns until the
+-- model answers without tool calls. Returns stats, result, or nil,
+-- message, code, result.
+local function rounds(e, input, topts, ropts, lopts)
+  local tools_mod = require "mirza.tools"
+  local tools = e:tools(topts)
+  local max = lopts.max_rounds or e.cfg.max_rounds or tools_mod.MAX_ROUNDS
+  local run = { run_calls = lopts.run_calls or e.cfg.run_calls, on_result = lopts.on_tool_result }
+  for n = 1, math.huge do
+    local result, t, code = routed(e, input, topts, ropts)
+    if not result then return nil, t, code end
+    result.rounds = n
+    local err = result.error
+    if err then return nil, err.message or "error", err.code or "error", result end
+    local calls = t.acc.tool_calls
+    result.tool_calls = calls
+    if not (tools and calls and #calls > 0) or result.cut then
+      result.value, result.schema_error = t.value, t.schema_error
+      return e.last, result
+    end
+    -- later rounds think like the first (same request fields: the cache hits)
+    topts.budget = topts.budget or t.plan.budget
+    input = tools_mod.run_calls(calls, tools, run)
+    if n >= max then return over_limit(e, input, max, result) end
+  end
+end
+
+local RETRY_PREFIX = structured.retry_message("\0"):match("^(.-)\0")
+
+-- The history once a say with a schema is over: the failed attempts'
+-- answers (`bad`, by identity) and the retry prompts after them removed —
+-- or, when no attempt fitted (`all`), everything since `mark`, as for a
+-- failed turn. Trimmed in place (the history may have been trimmed at its
+-- head meanwhile, so positions are not kept, identities are).
+local function forget(e, mark, bad, all)
+  local msgs = e.history.messages
+  local keep, after_mark, skip_next = {}, mark == nil, false
+  for _, m in ipairs(msgs) do
+    local retry_prompt = skip_next and m.role == "user" and type(m.content) == "string"
+        and m.content:sub(1, #RETRY_PREFIX) == RETRY_PREFIX
+    local drop = (all and after_mark) or bad[m] or retry_prompt
+    skip_next = bad[m] == true
+    if not drop then keep[#keep + 1] = m end
+    if m == mark then after_mark = true end
+  end
+  for i = #msgs, 1, -1 do msgs[i] = nil end
+  for i, m in ipairs(keep) do msgs[i] = m end
+end
+
+-- say with a schema: up to `tries` attempts; a failed one is answered
+-- with the violation (structured.retry_message) and asked again.
+local function say_schema(e, c, tries, input, topts, ropts, lopts)
+  local msgs = e.history.messages
+  local mark, bad, last = msgs[#msgs], {}, nil
+  for attempt = 1, tries do
+    local before = msgs[#msgs]
+    local st, result, code, r4 = rounds(e, input, topts, ropts, lopts)
+    if not st then
+      forget(e, mark, bad, true)
+      return nil, result, code, r4
+    end
+    result.attempts = attempt
+    local v, why, raw = structured.outcome(c, result, result.answer)
+    if v ~= nil then
+      forget(e, mark, bad, false)
+      result.value, result.schema_error, e.last.value = v, nil, v
+      return e.last, result
+    end
+    result.schema_error = result.schema_error or { message = why, raw = raw }
+    result.raw, last = raw, result
+    local stored = msgs[#msgs]
+    if stored ~= before and stored.role == "assistant" then -- the answer is in the history: answer it
+      bad[stored] = true
+      input = structured.retry_message(why)
+    end -- else (a cut: nothing stored) the same input again
+  end
+  forget(e, mark, bad, true)
+  return nil, last.schema_error.message, "schema", last
+end
+
 ---Run a turn to the end with output routing (mirza.route); see the
 ---module comment for the return convention. With tools (the `tools`
 ---option, else the engine's), the calls the model makes are run and their
@@ -302,10 +396,21 @@ end
 ---`tool_calls` message and the `role = "tool"` results, and
 ---`result.rounds` counts the requests. Past `max_rounds` (default 8) it
 ---fails with code "rounds".
+---
+---With a schema (the `schema` option, else the engine's; docs/structured.md)
+---the answer is still the text the sinks got, and the decoded value is
+---`result.value` and `stats.value` (`e.last.value`). An answer that does
+---not fit is answered with the violation and asked again while `attempts`
+---(default: the engine's, else 1) allows; the history then keeps the
+---question and the answer that fitted only. When none fits: `nil, message,
+---"schema", result` with `result.raw` (the last answer) and
+---`result.schema_error = {message, pointer, raw}`, and the history keeps
+---nothing of the say (as for a failed turn). The sinks get every attempt's
+---text.
 ---@param e mirza.Engine
 ---@param input string|table
 ---@param opts? table turn options (`TURN_KEYS`), route options (`ROUTE_KEYS`, or under
----`sinks`), tool loop options (`LOOP_KEYS`: max_rounds, run_calls, on_tool_result)
+---`sinks`), tool loop options (`LOOP_KEYS`: max_rounds, run_calls, on_tool_result, attempts)
 ---@return table|nil stats
 ---@return table|string result_or_message
 ---@return string? code
@@ -313,24 +418,15 @@ end
 function M.say(e, input, opts)
   local topts, ropts, lopts = split_opts(opts)
   if topts.merge == nil and e.cfg.merge == nil then topts.merge = builtin_only(e, topts) end
-  local tools_mod = require "mirza.tools"
-  local tools = e:tools(topts)
-  local max = lopts.max_rounds or e.cfg.max_rounds or tools_mod.MAX_ROUNDS
-  local run = { run_calls = lopts.run_calls or e.cfg.run_calls, on_result = lopts.on_tool_result }
-  for rounds = 1, math.huge do
-    local result, t, code = routed(e, input, topts, ropts)
-    if not result then return nil, t, code end
-    result.rounds = rounds
-    local err = result.error
-    if err then return nil, err.message or "error", err.code or "error", result end
-    local calls = t.acc.tool_calls
-    result.tool_calls = calls
-    if not (tools and calls and #calls > 0) or result.cut then return e.last, result end
-    -- later rounds think like the first (same request fields: the cache hits)
-    topts.budget = topts.budget or t.plan.budget
-    input = tools_mod.run_calls(calls, tools, run)
-    if rounds >= max then return over_limit(e, input, max, result) end
-  end
+  local sch = topts.schema
+  if sch == nil then sch = e.cfg.schema end
+  local c, msg, code = structured.compile(sch)
+  if c == nil then return nil, msg, code end
+  if not c then return rounds(e, input, topts, ropts, lopts) end
+  topts.schema = c -- compiled once for every attempt
+  local attempts = lopts.attempts
+  if attempts == nil then attempts = e.cfg.attempts end
+  return say_schema(e, c, structured.attempts(attempts), input, topts, ropts, lopts)
 end
 
 return M
