@@ -267,15 +267,65 @@ end
 -- ------------------------------------------------------------ plain loop
 
 local RUN_KEYS = { tools = true, max_rounds = true, run_calls = true, on_event = true, on_result = true,
-  tool_choice = true, parallel_tool_calls = true }
+  tool_choice = true, parallel_tool_calls = true, schema = true, attempts = true, json = true, on_json = true }
 
--- One round: the stream's events through the stage, read into a result
--- (mirza.result): the result, or nil, message, code and the partial one.
-local function round(req, on_event)
+-- One round: the stream's events through the stage (and the structured
+-- answer's stages, `extra`), read into a result (mirza.result): the
+-- result, or nil, message, code and the partial one.
+local function round(req, on_event, extra)
   local mirza, result = require "mirza", require "mirza.result"
   local s <close> = mirza.open(req)
-  local acc = result.drain(result.new(), M.stage(function() return s:next() end), on_event)
+  local it, closer = M.stage(function() return s:next() end), nil
+  if #extra > 0 then
+    local _
+    it, _, _, closer = require("mirza.pipeline").compose(it, extra)
+  end
+  local acc = result.drain(result.new(), it, on_event)
+  if closer then getmetatable(closer).__close(closer) end
   return result.result(acc)
+end
+
+-- Drop the failed attempts' answers and retry prompts (`bad`) from a list.
+local function without(msgs, bad)
+  local keep = {}
+  for _, m in ipairs(msgs) do
+    if not bad[m] then keep[#keep + 1] = m end
+  end
+  for i = #msgs, 1, -1 do msgs[i] = nil end
+  for i, m in ipairs(keep) do msgs[i] = m end
+end
+
+-- The structured answer of run (mirza.structured): its schema, tries,
+-- stages and the check stage's verdict, or nil, message, code.
+local function structured_of(topts)
+  local structured = require "mirza.structured"
+  local c, msg, code = structured.compile(topts.schema)
+  if c == nil then return nil, msg, code end
+  local st = { c = c, tries = structured.attempts(topts.attempts), check = {}, bad = {}, attempt = 1, extra = {} }
+  st.extra[#st.extra + 1] = structured.json_stage(topts.json, topts.on_json)
+  if c then st.extra[#st.extra + 1] = structured.check_stage(c, st.check) end
+  return st
+end
+
+-- A round answered without calls, with a schema: res (value, attempts)
+-- when it fits, nil, message, "schema", raw after the last attempt, or
+-- false when it is asked again (the violation appended to the messages).
+local function answered(st, res, m)
+  local structured = require "mirza.structured"
+  local msgs = res.messages
+  local v, why, raw = structured.outcome(st.c, st.check, m.content)
+  st.check.value, st.check.schema_error = nil, nil
+  if v ~= nil or st.attempt >= st.tries then
+    without(msgs, st.bad)
+    if v == nil then return nil, why, "schema", raw end
+    res.value, res.attempts = v, st.attempt
+    return res
+  end
+  st.attempt = st.attempt + 1
+  local retry = { role = "user", content = structured.retry_message(why) }
+  st.bad[m], st.bad[retry] = true, true
+  msgs[#msgs + 1] = retry
+  return false
 end
 
 ---The tool loop over plain requests: `opts` are `mirza.open`'s (`body` a
@@ -284,8 +334,15 @@ end
 ---event of every round) and `on_result(call, content)`. The body's
 ---`messages` is copied, then grows by the assistant calls and the tool
 ---results of each round.
+---
+---A structured answer (docs/structured.md): `schema = S` sends it as
+---`response_format` on every round and checks the answer (the round
+---without calls): `result.value`; `attempts = N` answers a violation with
+---a user message naming it and asks again (the failed answers and those
+---prompts are not left in `messages`); when none fits: nil, message,
+---"schema", the raw answer. `json` / `on_json` as for mirza.collect.
 ---@param opts table
----@return table|nil result `{text, think, finish_reason, usage, stats, rounds, messages}`
+---@return table|nil result `{text, think, finish_reason, usage, stats, rounds, messages}` (+ `value`, `attempts`)
 ---@return string? message
 ---@return string? code the stream's error code, or "rounds" past max_rounds
 ---@return table? partial the result so far
@@ -295,15 +352,18 @@ function M.run(opts)
     if RUN_KEYS[k] then topts[k] = v else req[k] = v end
   end
   local tools = M.resolve(topts.tools) or {}
+  local st, smsg, scode = structured_of(topts)
+  if not st then return nil, smsg, scode end
   local body = require("mirza.util").copy(req.body)
   body.messages = { table.unpack(body.messages or {}) }
   M.add_to_body(body, tools, topts)
+  if st.c then body.response_format = require("mirza.schema").response_format(st.c) end
   req.body = body
   local res = { messages = body.messages, rounds = 0 }
   local max = topts.max_rounds or M.MAX_ROUNDS
   while true do
     res.rounds = res.rounds + 1
-    local r, msg, code, partial = round(req, topts.on_event)
+    local r, msg, code, partial = round(req, topts.on_event, st.extra)
     local got = r or partial
     res.text, res.think = got.text, got.think
     if not r then return nil, msg, code, res end
@@ -312,10 +372,16 @@ function M.run(opts)
     local m = { role = "assistant", content = text, tool_calls = M.wire(calls) }
     if m.tool_calls and text == "" then m.content = json().null end
     body.messages[#body.messages + 1] = m
-    if not m.tool_calls then return res end
-    for _, tm in ipairs(M.run_calls(calls, tools, topts)) do body.messages[#body.messages + 1] = tm end
-    if res.rounds >= max then
-      return nil, ("tool loop: no answer after %d rounds"):format(max), "rounds", res
+    if not m.tool_calls then
+      if not st.c then return res end
+      local done, dmsg, dcode, raw = answered(st, res, m)
+      if done ~= false then return done, dmsg, dcode, raw end
+    end
+    if m.tool_calls then
+      for _, tm in ipairs(M.run_calls(calls, tools, topts)) do body.messages[#body.messages + 1] = tm end
+      if res.rounds >= max then
+        return nil, ("tool loop: no answer after %d rounds"):format(max), "rounds", res
+      end
     end
   end
 end
