@@ -635,13 +635,14 @@ local function check_array(n, s, v, ptr)
   if n.contains then return check_contains(n, s, v, ptr) end
 end
 
--- The alternative whose violation lies deepest in the value: the one the
--- answer most likely meant.
+-- The alternative the answer most likely meant: the one whose violation
+-- lies deepest in the value, and among equals one whose type it has.
 local function closest(list, v, ptr)
-  local best, best_ptr
+  local best, best_score
   for _, sub in ipairs(list) do
     local m, e = check(sub, v, ptr)
-    if m and (not best or #e > #best_ptr) then best, best_ptr = m, e end
+    local score = m and #e * 2 + ((sub.bool ~= nil or not check_type(sub, v, ptr)) and 1 or 0)
+    if m and (not best or score > best_score) then best, best_score = m, score end
   end
   return best
 end
