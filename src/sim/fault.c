@@ -101,6 +101,9 @@ static int parse_item(sim_faults *f, const char *k, size_t kn, const char *v, si
   if (KEY("no-done") && !has_v) return f->no_done = true, 0;
   if (KEY("gzip") && !has_v) return f->gzip = true, 0;
   if (KEY("tool-name-split") && !has_v) return f->tool_name_split = true, 0;
+  if (KEY("schema-ignore") && !has_v) return f->schema_ignore = true, 0;
+  if (KEY("schema-break") && !has_v) return f->schema_break = true, 0;
+  if (KEY("schema-cut") && !has_v) return f->schema_cut = true, 0;
   if (KEY("loop")) {
     if (!has_v) return f->loop = LOOP_LINE, 0;
     if (vn == 6 && memcmp(v, "phrase", 6) == 0) return f->loop = LOOP_PHRASE, 0;

@@ -144,6 +144,11 @@ static void usage(FILE *out) {
         "  gzip               Content-Encoding: gzip on every answer\n"
         "  tool-name-split    stream each tool call's name in two fragments (real\n"
         "                     daemons send it whole in the first)\n"
+        "  schema-ignore      answer a response_format with prose, no JSON\n"
+        "  schema-break       answer it with JSON that misses a required member\n"
+        "  schema-cut         cut the JSON answer in the middle, then finish normally\n"
+        "A response_format (json_schema or json_object) is answered with JSON valid\n"
+        "against its schema (see mirza-sim(1), STRUCTURED ANSWERS).\n"
         "Per-request body overrides: \"mirza_sim\":{\"text\",\"reasoning\",\"answer_tokens\",\n"
         "  \"reasoning_tokens\",\"tok_rate\",\"ttft_ms\",\"fault\",\"tool_calls\",\n"
         "  \"frames_per_chunk\"}\n",

@@ -323,7 +323,7 @@ static void make_id(job *j, const http_request *r) {
 
 /* Where the reasoning and the answer come from (mirza_sim overrides, loop
  * and utf8-split faults). Strings point into the request's cJSON tree. */
-static void plan_text(job *j, const cJSON *ctl, const char *user) {
+static void plan_text(job *j, const cJSON *body, const cJSON *ctl, const char *user) {
   const sim_config *cfg = &j->srv->cfg;
   uint64_t seed = gen_hash(cfg->seed, user, strlen(user));
   const char *rtext = json_str(ctl, "reasoning"), *atext = json_str(ctl, "text");
@@ -338,7 +338,12 @@ static void plan_text(job *j, const cJSON *ctl, const char *user) {
   gen_init(&j->rseq.gen, seed ^ 0x5eedull, rn, true, rsep);
   gen_init(&j->aseq.gen, seed, an, false, j->f.loop && !j->has_reasoning ? ' ' : 0);
   if (rtext) j->rseq.text = rtext, j->rseq.text_len = strlen(rtext);
+  const cJSON *rf = cJSON_GetObjectItemCaseSensitive(body, "response_format");
+  size_t jn = 0;
+  if (!atext && rf && !j->f.schema_ignore) j->json_text = schema_answer(rf, seed, j->f.schema_break, &jn);
+  if (j->json_text && j->f.schema_cut) jn = schema_cut(j->json_text, jn);
   if (atext) j->aseq.text = atext, j->aseq.text_len = strlen(atext);
+  else if (j->json_text) j->aseq.text = j->json_text, j->aseq.text_len = jn; /* an answer in shape */
   else if (j->f.utf8_split) j->aseq.pre = SIM_UTF8_PREFIX, j->aseq.pre_len = strlen(SIM_UTF8_PREFIX);
   if (j->f.loop) {
     loopseq->loop = j->f.loop == LOOP_LINE ? SIM_LOOP_LINE : SIM_LOOP_PHRASE;
@@ -417,7 +422,7 @@ static void configure_chat(job *j, const http_request *r, const cJSON *body) {
   j->created = (long)time(NULL);
   make_id(j, r);
   char *user = last_user_text(cJSON_GetObjectItemCaseSensitive(body, "messages"));
-  plan_text(j, ctl, user);
+  plan_text(j, body, ctl, user);
   free(user);
   tools_plan(j, body);
 }

@@ -19,6 +19,7 @@
  *   replay.c  replaying a recorded .sse body over HTTP
  *   tools.c   tool calls from a script, streamed in fragments
  *   embed.c   POST /v1/embeddings: deterministic unit vectors
+ *   schema.c  JSON answers that validate against a response_format schema
  *   recorded.c  serving a directory recorded by mirza (--replay-dir)
  * Nothing here is shared with the mirza engine: the simulator must stay an
  * independent implementation of the protocol so it can catch client bugs.
@@ -120,6 +121,9 @@ typedef struct sim_faults {
   bool gzip;            /* Content-Encoding: gzip on every response */
   char retry_after[64]; /* Retry-After value of error answers ("" = default) */
   bool tool_name_split; /* a tool call's name in two fragments (tools.c) */
+  bool schema_ignore;   /* response_format: prose, no JSON (schema.c) */
+  bool schema_break;    /* response_format: valid JSON violating the schema */
+  bool schema_cut;      /* response_format: the JSON cut in the middle */
 } sim_faults;
 
 enum { HTTP_BODY_JSON, HTTP_BODY_TEXT_HTML, HTTP_BODY_HTML_PAGE, HTTP_BODY_PLAIN };
@@ -257,6 +261,12 @@ int send_error(conn *c, int status, const char *msg, const char *type, const cha
 int serve_bad_json(conn *c);
 int serve_faults(conn *c, const http_request *r, const struct cJSON *ctl, sim_faults *f);
 
+/* ---- schema.c ------------------------------------------------------- */
+/* The JSON answer to a response_format (json_schema or json_object), owned
+ * by the caller; NULL when rf asks for none. brk: schema-break. */
+char *schema_answer(const struct cJSON *rf, uint64_t seed, bool brk, size_t *len);
+size_t schema_cut(const char *text, size_t n); /* where schema-cut ends it */
+
 /* ---- embed.c -------------------------------------------------------- */
 int route_embeddings(conn *c, const http_request *r);
 
@@ -289,6 +299,7 @@ typedef struct job {
   bool fired_error, fired_cut, fired_stall, fired_malformed, fired_crash;
   bool fired_bad_utf8, fired_nul;
   struct sim_tools *tools; /* tool calls or the echo of results; NULL: none */
+  char *json_text;         /* the answer to a response_format (schema.c); NULL: none */
 } job;
 
 int job_run(job *j);

@@ -403,6 +403,7 @@ int job_run(job *j) {
 
 void job_free(job *j) {
   tools_free(j);
+  free(j->json_text);
   sbuf_free(&j->out);
   sbuf_free(&j->pre);
   sbuf_free(&j->post);
