@@ -20,6 +20,10 @@
 --- sharing the same total of tokens, and add a second table: aggregate
 --- throughput over the one-stream row, RSS per extra stream, the fewest
 --- tokens any stream had at half time, and the simulator's CPU per token.
+--- The prefix-cache rows (`--only affinity`) run a batch of 4 preambles of
+--- 2,000 tokens x 50 questions over two mirza-sims of 2 slots each, with
+--- mirza.pool's prefix affinity on and off, and give the share of prompt
+--- tokens the daemons served from their cache.
 local mirza = require "mirza"
 local json = mirza.json
 
@@ -57,14 +61,15 @@ local function sh_quote(s)
   return "'" .. tostring(s):gsub("'", [['\'']]) .. "'"
 end
 
--- Start mirza-sim on a free port; returns its base URL and pid.
-local function start_sim(bin)
+-- Start mirza-sim on a free port (extra: more arguments, a shell-quoted
+-- string); returns its base URL and pid.
+local function start_sim(bin, extra)
   bin = bin or require("mirza.daemon").find_sim() -- $MIRZA_SIM, next to mirza, build/, PATH
   local port_file = os.tmpname()
   os.remove(port_file)
   local p = assert(io.popen(("%s --port 0 --port-file %s --tok-rate 0 --ttft-ms 0 --progress-every 0"
-    .. " --heartbeat-ms 0 --parallel 1024 --context-window 100000000 --quiet >/dev/null 2>&1 & echo $!")
-    :format(sh_quote(bin), sh_quote(port_file))))
+    .. " --heartbeat-ms 0 --parallel 1024 --context-window 100000000 --quiet %s >/dev/null 2>&1 & echo $!")
+    :format(sh_quote(bin), sh_quote(port_file), extra or "")))
   local pid = p:read("l")
   p:close()
   local port
@@ -135,6 +140,46 @@ function runners.batch(p)
     end
   end
   return { tokens = count, cpu = os.clock() - c0, wall = mirza.now() - t0 }
+end
+
+-- Prefix affinity (issue 18 item 6): p.preambles distinct preambles of
+-- p.preamble_tokens tokens (4 bytes each, as mirza-sim counts them), each
+-- asked p.questions questions, in turn (A B C D A B ...), as one batch
+-- over two mirza-sims (llama dialect, --parallel p.parallel: a prompt
+-- cache per slot), p.affinity on or off; the share of prompt tokens the
+-- daemons said they served from cache.
+function runners.affinity(p)
+  local batch = require "mirza.batch"
+  local bases, pids = {}, {}
+  for i = 1, 2 do bases[i], pids[i] = start_sim(p.sim, "--dialect llama --parallel " .. p.parallel) end
+  local pre = {}
+  for k = 1, p.preambles do
+    local words, n = { ("Document %d."):format(k) }, 0
+    while n < p.preamble_tokens * 4 do
+      words[#words + 1] = ("w%d-%d"):format(k, #words)
+      n = n + #words[#words] + 1
+    end
+    pre[k] = table.concat(words, " ")
+  end
+  local items = {}
+  for q = 1, p.questions do
+    for k = 1, p.preambles do
+      items[#items + 1] = { custom_id = ("d%d-q%d"):format(k, q), kind = "chat", line = #items + 1, body = {
+        messages = { { role = "system", content = pre[k] }, { role = "user", content = ("Question %d?"):format(q) } },
+        max_tokens = 8, mirza_sim = { answer_tokens = 8, tok_rate = 0, ttft_ms = 0 } } }
+    end
+  end
+  local out = os.tmpname()
+  os.remove(out)
+  local c0, t0 = os.clock(), mirza.now()
+  local ok, st = pcall(batch.run, { items = items, output = out, endpoints = bases, limit = p.parallel,
+    model = "bench", quiet = true, progress = false, affinity = p.affinity })
+  local cpu, wall = os.clock() - c0, mirza.now() - t0
+  os.remove(out)
+  for _, pid in ipairs(pids) do os.execute("kill " .. pid) end
+  assert(ok and st, tostring(st))
+  return { cpu = cpu, wall = wall, items = st.done_now, errors = st.errors, share = batch.cached_share(st),
+    cached = st.cached_tokens, prompt = st.cache_prompt_tokens }
 end
 
 local function new_engine(p)
@@ -293,6 +338,10 @@ local function case_list(n)
     reasoning = 0.25, route = "token" })
   add("core loop x256 streams paced 100/s", "concurrent", { streams = 256, tokens = 256 * 200, fpc = 1, rate = 100,
     reasoning = 0.25, core = true })
+  for _, on in ipairs { true, false } do -- 4 preambles of 2,000 tokens x 50 questions, two daemons
+    add(("prefix affinity %s"):format(on and "on" or "off"), "affinity", { affinity = on, preambles = 4,
+      preamble_tokens = 2000, questions = 50, parallel = 2 })
+  end
   add("start-up (mirza -e '')", "startup", {})
   add("cancel latency", "cancel", {})
   return L
@@ -380,8 +429,22 @@ local function run_once(c)
   return run_child(c)
 end
 
+-- The affinity rows: the median share of o.runs runs (each its own sims).
+local function measure_affinity(c, o)
+  local share, wall, last = {}, {}, nil
+  c.sim = o.sim
+  for _ = 1, o.runs do
+    local r, err = run_child(c)
+    if not r then return { name = c.name, kind = c.kind, skipped = err } end
+    share[#share + 1], wall[#wall + 1], last = r.share or 0, r.wall, r
+  end
+  return { name = c.name, kind = c.kind, share = median(share), wall_s = median(wall), items = last.items,
+    errors = last.errors, cached = last.cached, prompt = last.prompt }
+end
+
 -- The median of o.runs runs (start-up: of 10).
 local function measure(c, o)
+  if c.kind == "affinity" then return measure_affinity(c, o) end
   local cpu, wall, rss, sim, tokens, worst = {}, {}, {}, {}, nil, nil
   for _ = 1, c.kind == "startup" and 10 or o.runs do
     local s0 = proc_cpu(o.sim_pid)
@@ -454,12 +517,29 @@ local function print_concurrency(rows)
   end
 end
 
+-- The affinity rows: the share of prompt tokens served from cache.
+local function print_affinity(rows)
+  local head = false
+  for _, r in ipairs(rows) do
+    if r.kind == "affinity" and not r.skipped then
+      if not head then
+        print(("\n%-30s %7s %7s %22s %9s"):format("prompt cache (2 daemons x 2 slots)", "items", "errors",
+          "cached / prompt tokens", "wall ms"))
+        head = true
+      end
+      print(("%-30s %7d %7d %22s %9.0f"):format(r.name, r.items, r.errors,
+        ("%d / %d = %.0f%%"):format(r.cached, r.prompt, r.share * 100), r.wall_s * 1000))
+    end
+  end
+end
+
 local function print_table(rows)
   local curl = {}
   for _, r in ipairs(rows) do if r.kind == "curl" then curl[r.source] = r end end
   print(("%-28s %10s %8s %12s %9s %10s"):format("case", "µs/token", "× curl", "tokens/s", "RSS MB", "wall ms"))
   for _, r in ipairs(rows) do
-    if r.skipped then
+    if r.kind == "affinity" and not r.skipped then -- luacheck: ignore 542 (their own table: print_affinity)
+    elseif r.skipped then
       print(("%-28s %s"):format(r.name, r.skipped:match("[^\n]*")))
     else
       local c = curl[r.source]
@@ -489,6 +569,7 @@ local function suite(o)
     o.url or "mirza-sim (flat out)"))
   print_table(rows)
   print_concurrency(rows)
+  print_affinity(rows)
   local doc = json.encode { tokens = o.tokens, runs = o.runs, results = rows }
   print("JSON " .. doc)
   if o.json then

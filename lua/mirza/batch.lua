@@ -65,6 +65,7 @@ B.defaults = {
   repetition = nil,       -- mirza.repetition options; false: no guard
   schema = nil,           -- a JSON Schema (table) or a path: the answer of every chat/completions line without its own
   affinity = true,        -- items sharing a prefix go where it went last (mirza.pool prefix affinity)
+  lookahead = 64,         -- with affinity: how many of the next items a free slot may choose from
 }
 
 -- ------------------------------------------------------------ input
@@ -753,6 +754,30 @@ local function resolve(opts)
   return o
 end
 
+-- The index of the pending item to run next. With prefix affinity, the
+-- first of the next `lookahead` items whose prefix's endpoint has room
+-- (or that has no endpoint yet): the free slot takes an item whose prefix
+-- its daemon holds, where taking the next one in order would send that
+-- one to a daemon without its prefix. An item passed over `lookahead`
+-- times is taken next (none waits forever); when none fits, the next one
+-- in order (spread). Without keys or affinity: the next one in order.
+local function pick_pending(ctx, queue)
+  local first, o = queue.next, ctx.opts
+  if o.affinity == false or not queue.keyed or (o.lookahead or 0) < 2 then return first end
+  local pool, last = ctx.pool, math.min(#queue, first + o.lookahead - 1)
+  local fit, fresh
+  for i = first, last do
+    local it = queue[i]
+    if (it.passed or 0) >= o.lookahead then return i end
+    local room = pool:room_for(it.key)
+    if room == "affine" then fit = i break end
+    if room == "new" and not fresh then fresh = i end
+  end
+  local pick = fit or fresh or first
+  for i = first, pick - 1 do queue[i].passed = (queue[i].passed or 0) + 1 end
+  return pick
+end
+
 -- The next job: a retry whose time has come, else the next pending item,
 -- else (after waiting for it) the earliest retry; nil when none is left
 -- or the run stops.
@@ -765,8 +790,10 @@ local function next_job(ctx, queue)
     end
     if first and waiting[first].at <= now then return table.remove(waiting, first) end
     if queue.next <= #queue then
-      queue.next = queue.next + 1
-      return { item = queue[queue.next - 1], n = 0, tried = {} }
+      local i, n = pick_pending(ctx, queue), queue.next
+      queue[i], queue[n] = queue[n], queue[i] -- the passed-over item takes its place: still among the next
+      queue.next = n + 1
+      return { item = queue[n], n = 0, tried = {} }
     end
     if not first then return nil end
     mirza.sleep(waiting[first].at - now)
@@ -816,7 +843,10 @@ local function drive(o, items, done, out)
     tokens = 0, cached_tokens = 0, cache_prompt_tokens = 0 }
   local queue = { next = 1, waiting = {} } -- pending items, then jobs waiting to be retried
   for _, it in ipairs(items) do
-    if done[it.custom_id] then stats.skipped = stats.skipped + 1 else queue[#queue + 1] = it end
+    if done[it.custom_id] then stats.skipped = stats.skipped + 1 else
+      queue[#queue + 1] = it
+      queue.keyed = queue.keyed or it.key ~= nil
+    end
   end
   local workers, progress = {}, nil
   local ctx = { opts = o, stats = stats, pool = o.pool, write = make_writer(out, stats), workers = workers }

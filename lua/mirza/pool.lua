@@ -255,6 +255,20 @@ function Pool:affine_endpoint(key)
   return node and node.e
 end
 
+---Whether a request with prefix key `key` would be sent where that key
+---went last if it asked now: "affine" (that endpoint is healthy and has
+---room), "new" (no key, the key is not remembered, or affinity is off:
+---any endpoint will do), or false (its endpoint is busy or failing: it
+---would be spread). A batch picks, among its next items, one its free
+---endpoint holds the prefix of.
+---@param key? string
+---@return "affine"|"new"|false
+function Pool:room_for(key)
+  local e = self.affinity and key and self:affine_endpoint(key)
+  if not e then return "new" end
+  return e.fails == 0 and free(e, self.clock()) and "affine" or false
+end
+
 ---@class mirza.AcquireOptions
 ---@field prefer? mirza.Endpoint taken whenever it is free (an engine's conversation)
 ---@field avoid? table<mirza.Endpoint, boolean> endpoints the request already failed on
