@@ -28,7 +28,7 @@ describe("mirza.jsonstage over mirza-sim", function()
   teardown(function() sim.stop() end)
 
   it("hands out each record as it completes, before the answer is over", function()
-    local _s <close>, it, closer = stream(sim, records(20), 2)
+    local _ <close>, it, closer = stream(sim, records(20), 2)
     local _ <close> = closer
     local got, texts_after_first, seen, final = {}, 0, {}, nil
     for ev in it do
@@ -52,7 +52,7 @@ describe("mirza.jsonstage over mirza-sim", function()
   it("ends a cut answer with the records completed so far and json_error on done", function()
     local text = records(5)
     text = text:sub(1, text:find('{"id": 4', 1, true) + 3)
-    local _s <close>, it, closer = stream(sim, text, 2)
+    local _ <close>, it, closer = stream(sim, text, 2)
     local _ <close> = closer
     local got, final = {}, nil
     for ev in it do
