@@ -247,6 +247,76 @@ describe("an engine turn with a schema", function()
   end)
 end)
 
+-- An order with its lines: what the sim builds from the schema itself.
+local ORDER = { type = "object", required = { "id", "lines" }, properties = {
+  id = { type = "integer", minimum = 1 },
+  lines = { type = "array", minItems = 3, maxItems = 3, items = { ["$ref"] = "#/$defs/line" } } },
+  ["$defs"] = { line = { type = "object", required = { "sku", "qty" }, additionalProperties = false,
+    properties = { sku = { type = "string", minLength = 1 }, qty = { type = "integer", minimum = 1 } } } } }
+
+describe("mirza-sim honouring response_format", function()
+  local sim
+  setup(function() sim = H.start_sim(FAST) end)
+  teardown(function() sim.stop() end)
+
+  it("its answer built from the schema is the value; its faults each give \"schema\"", function()
+    local r = assert(mirza.collect { url = sim.url, schema = ORDER, body = H.chat_body("the order?") })
+    assert.are.equal(3, #r.value.lines)
+    assert.are.equal("string", type(r.value.lines[3].sku))
+    for fault, says in pairs { ["schema-ignore"] = "holds no JSON", ["schema-break"] = "missing required member",
+      ["schema-cut"] = "cut" } do
+      local v, msg, code, raw = mirza.collect { url = sim.url, schema = ORDER,
+        body = H.chat_body("the order?", { mirza_sim = { fault = fault } }) }
+      assert.are.same({ nil, "schema" }, { v, code }, fault)
+      assert.truthy(msg:find(says, 1, true), fault .. ": " .. msg)
+      assert.are.equal("string", type(raw))
+    end
+  end)
+
+  it("collect: on_json gets each line as it completes, in order", function()
+    local got = {}
+    local r = assert(mirza.collect { url = sim.url, schema = ORDER, json = { depth = 2 },
+      on_json = function(ev) got[#got + 1] = ev end, body = H.chat_body("the order?") })
+    local paths = {}
+    for i, ev in ipairs(got) do
+      paths[i] = ev.path
+      assert.are.equal("json", ev.type)
+    end
+    assert.are.same({ "/lines/0", "/lines/1", "/lines/2" }, paths)
+    assert.are.same(r.value.lines[2], got[2].value)
+    got = {}
+    assert(mirza.collect { url = sim.url, on_json = function(ev) got[#got + 1] = ev.path end, -- depth 1, no schema
+      body = H.chat_body("x", sim_text('Sure: {"a": 1, "b": [2]} done')) })
+    assert.are.same({ "/a", "/b" }, got)
+  end)
+
+  it("turn: json events come while the answer streams, before its last delta", function()
+    local e = new_engine()
+    finally(function() e:close() end)
+    local order, last_text, done = {}, 0, nil
+    for ev in e:turn("the order?", { schema = ORDER, json = { depth = 2 } }) do
+      order[#order + 1] = ev
+      if ev.type == "text" then last_text = #order end
+      if ev.type == "done" then done = ev end
+    end
+    local first_json
+    for i, ev in ipairs(order) do
+      if ev.type == "json" then first_json = first_json or i end
+    end
+    assert.truthy(first_json and first_json < last_text, "the first line came only after the whole answer")
+    assert.are.equal(3, #done.value.lines)
+    local heard = {}
+    local st, res = e:say("the order?", say_opts { schema = ORDER, json = { depth = 2 },
+      on_json = function(ev) heard[#heard + 1] = ev.path end })
+    assert.truthy(st, res)
+    assert.are.same({ "/lines/0", "/lines/1", "/lines/2" }, heard)
+    local _, msg, code = e:say("the order?", say_opts { schema = ORDER, body_extra = { mirza_sim = {
+      fault = "schema-break" } } })
+    assert.are.equal("schema", code)
+    assert.truthy(msg:find("missing required member", 1, true), msg)
+  end)
+end)
+
 describe("mirza.tools.run with a schema", function()
   local sim, dir
   setup(function() sim = H.start_sim(FAST) end)
@@ -280,5 +350,12 @@ describe("mirza.tools.run with a schema", function()
     assert.are.same({ "user", "assistant" }, { r.messages[1].role, r.messages[2].role })
     assert.are.equal(GOOD, r.messages[2].content)
     assert.are.equal(2, #r.messages)
+  end)
+
+  it("on_json gets the values as they complete", function()
+    local got = {}
+    assert(tools.run { url = sim.url, tools = {}, schema = PERSON, on_json = function(ev) got[#got + 1] = ev.path end,
+      body = H.chat_body("who?", sim_text(GOOD)) })
+    assert.are.same({ "/name", "/age" }, got)
   end)
 end)
