@@ -205,6 +205,7 @@ static int custom_route(conn *c, const http_request *r) {
 
 static int route_clear(conn *c, const char *id) {
   long n = sessions_clear(c->srv, id);
+  if (!id) slots_clear(c->srv);
   cJSON *r = cJSON_CreateObject();
   cJSON_AddBoolToObject(r, "ok", 1);
   cJSON_AddNumberToObject(r, "sessions_cleared", (double)n);
@@ -253,13 +254,10 @@ static void pick_session(job *j, const http_request *r, const cJSON *body) {
   const char *id = http_get_header(r, "X-MTPLX-Session-Id"), *src = "header.x-mtplx-session-id";
   if (!id || !*id) id = json_str(meta, "session_id"), src = "body.metadata.session_id";
   if (!id || !*id) id = json_str(body, "user"), src = "body.user";
-  j->session_exclusive = id && *id && strcmp(src, "body.user") != 0 && !is_llama(j->srv);
-  if (!id || !*id) {
-    /* llama-server's slot cache works without any session: compare with
-     * the previous prompt, whoever sent it. */
-    id = is_llama(j->srv) ? "llama-slot" : NULL;
-    src = NULL;
-  }
+  /* llama-server knows no session: its slots' caches serve everyone (state.c) */
+  if (is_llama(j->srv)) id = NULL;
+  j->session_exclusive = id && *id && strcmp(src, "body.user") != 0;
+  if (!id || !*id) id = NULL, src = NULL;
   j->has_session = id != NULL;
   snprintf(j->session, sizeof j->session, "%s", id ? id : "");
   j->session_source = src;
@@ -365,8 +363,8 @@ static int prepare_chat(job *j, const http_request *r, cJSON *body) {
   http_faults(j->c, &j->f);
   if (j->f.redirect) return send_redirect(j->c, r, &j->f);
   if (j->f.http_status) return send_http_fault(j->c, &j->f);
-  char *prompt = cJSON_PrintUnformatted(messages);
-  size_t plen = strlen(prompt);
+  char *prompt = j->prompt = cJSON_PrintUnformatted(messages);
+  size_t plen = j->prompt_len = strlen(prompt);
   j->prompt_tokens = plen / 4 > 0 ? (long)(plen / 4) : 1;
   int st = 0;
   long ctx = j->srv->cfg.context_window;
@@ -396,7 +394,6 @@ static int prepare_chat(job *j, const http_request *r, cJSON *body) {
       st = send_error(j->c, 409, "session is already generating", "conflict_error", "SessionBusy");
     j->cached_tokens = common / 4 < j->prompt_tokens ? common / 4 : j->prompt_tokens - 1;
   }
-  free(prompt);
   if (st) j->has_session = false; /* nothing to release */
   return st;
 }

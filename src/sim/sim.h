@@ -9,7 +9,8 @@
  *   main.c    options, startup behaviour, signals, accept loop
  *   buf.c     growable byte buffer and JSON string escaping
  *   http.c    request parsing, plain and chunked responses, socket waits
- *   state.c   sessions, the slot scheduler, the in-flight request registry
+ *   state.c   sessions, the slots and their prompt caches, the scheduler, the
+ *             in-flight request registry
  *   gen.c     deterministic words, sentences and the token sequences
  *   fault.c   parsing of fault specs
  *   serve.c   routes and chat request validation
@@ -225,6 +226,15 @@ typedef struct waiter {
   struct waiter *next;
 } waiter;
 
+/* One of the --parallel generation slots and the prompt it last served
+ * (its KV cache, as llama-server keeps one per slot). */
+typedef struct slot {
+  char *prompt;
+  size_t prompt_len;
+  bool busy;
+  double last_used;
+} slot;
+
 typedef struct server {
   sim_config cfg;
   sim_faults faults; /* --fault, applied to every chat request */
@@ -235,6 +245,7 @@ typedef struct server {
   pthread_mutex_t mu;
   pthread_cond_t cv;
   long busy_slots;
+  slot *slots; /* cfg.parallel of them */
   waiter *queue_head, *queue_tail;
   session *sessions;
   inflight *inflight;
@@ -252,8 +263,10 @@ void inflight_add(server *s, inflight *f);
 void inflight_remove(server *s, inflight *f);
 bool inflight_cancel(server *s, const char *id);
 typedef int (*sched_tick)(void *arg);
-int sched_acquire(server *s, sched_tick tick, void *arg);
-void sched_release(server *s);
+int sched_acquire(server *s, sched_tick tick, void *arg, const char *prompt, size_t n, int *slot_index,
+                  long *cached_bytes);
+void sched_release(server *s, int slot_index);
+long slots_clear(server *s);
 
 /* ---- serve.c -------------------------------------------------------- */
 void serve_connection(server *s, int fd);
@@ -295,6 +308,9 @@ typedef struct job {
   double t0, t_slot, t_first, t_last, t_hb;
   const char *split_p; /* second half of a token cut by utf8-split */
   size_t split_n;
+  char *prompt; /* the messages as JSON (what the caches compare) */
+  size_t prompt_len;
+  int slot_index; /* the slot held (when slot) */
   bool slot, gone, cancelled, role_sent, oversized_done;
   bool fired_error, fired_cut, fired_stall, fired_malformed, fired_crash;
   bool fired_bad_utf8, fired_nul;

@@ -4,6 +4,13 @@
  * generation slots (--parallel) with a FIFO queue, and the registry of
  * in-flight requests that /v1/mtplx/cancel/{id} searches.
  *
+ * Each slot keeps the last prompt it served, as llama-server's slots keep
+ * their KV cache: a request is given the free slot whose prompt shares the
+ * longest prefix with its own (the least recently used free slot when none
+ * shares more than a tenth), and that prefix is what it finds cached. So a
+ * client that sends requests sharing a preamble to the same server reuses
+ * it, and one that spreads them over more preambles than slots evicts it.
+ *
  * One mutex guards everything: contention is negligible next to the
  * simulated decode, and a single lock cannot deadlock.
  */
@@ -20,6 +27,47 @@ void state_init(server *s) {
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
   pthread_cond_init(&s->cv, &ca);
   pthread_condattr_destroy(&ca);
+  s->slots = calloc((size_t)s->cfg.parallel, sizeof *s->slots);
+  if (!s->slots) abort();
+}
+
+static size_t common_prefix(const char *a, size_t an, const char *b, size_t bn) {
+  size_t n = 0;
+  while (n < an && n < bn && a[n] == b[n]) n++;
+  return n;
+}
+
+/* The free slot for a prompt (under the lock), as llama-server's
+ * get_available_slot: the longest shared prefix if it is more than a tenth
+ * of the prompt (--slot-prompt-similarity 0.1), else the least recently
+ * used; *common: the prefix shared with the chosen slot's prompt. */
+static int slot_pick(server *s, const char *prompt, size_t n, size_t *common) {
+  int best = -1, lru = -1;
+  size_t best_n = 0, lru_n = 0;
+  for (int i = 0; i < (int)s->cfg.parallel; i++) {
+    slot *sl = &s->slots[i];
+    if (sl->busy) continue;
+    size_t c = common_prefix(prompt, n, sl->prompt ? sl->prompt : "", sl->prompt_len);
+    if (c * 10 > n && c > best_n) best = i, best_n = c;
+    if (lru < 0 || sl->last_used < s->slots[lru].last_used) lru = i, lru_n = c;
+  }
+  *common = best >= 0 ? best_n : lru_n;
+  return best >= 0 ? best : lru;
+}
+
+/* Forget every slot's prompt (MTPLX's /admin/cache/clear); returns how
+ * many held one. */
+long slots_clear(server *s) {
+  long n = 0;
+  pthread_mutex_lock(&s->mu);
+  for (int i = 0; i < (int)s->cfg.parallel; i++) {
+    n += s->slots[i].prompt != NULL;
+    free(s->slots[i].prompt);
+    s->slots[i].prompt = NULL;
+    s->slots[i].prompt_len = 0;
+  }
+  pthread_mutex_unlock(&s->mu);
+  return n;
 }
 
 static session *session_find(server *s, const char *id) {
@@ -128,8 +176,10 @@ static void queue_remove(server *s, waiter *w) {
 
 /* Wait for a generation slot, first come first served. Every SIM_SLICE_MS
  * the lock is dropped and tick(arg) runs (heartbeats, disconnect checks); a
- * nonzero tick abandons the wait and is returned. 0 = slot held. */
-int sched_acquire(server *s, sched_tick tick, void *arg) {
+ * nonzero tick abandons the wait and is returned. 0 = slot held: its index,
+ * and the bytes of prompt its cache held; the slot now caches prompt. */
+int sched_acquire(server *s, sched_tick tick, void *arg, const char *prompt, size_t n, int *slot_index,
+                  long *cached_bytes) {
   waiter w = {0}; /* queued on our stack: removed before every return below */
   pthread_mutex_lock(&s->mu);
   if (s->queue_tail) s->queue_tail->next = &w;
@@ -153,14 +203,25 @@ int sched_acquire(server *s, sched_tick tick, void *arg) {
   }
   queue_remove(s, &w);
   s->busy_slots++;
+  size_t common = 0;
+  int i = slot_pick(s, prompt ? prompt : "", prompt ? n : 0, &common);
+  slot *sl = &s->slots[i];
+  sl->busy = true;
+  sl->last_used = sim_now();
+  free(sl->prompt);
+  sl->prompt = sim_strndup(prompt ? prompt : "", prompt ? n : 0);
+  sl->prompt_len = prompt ? n : 0;
+  *slot_index = i;
+  *cached_bytes = (long)common;
   pthread_cond_broadcast(&s->cv); /* the next in line may fit too */
   pthread_mutex_unlock(&s->mu);
   return 0;
 }
 
-void sched_release(server *s) {
+void sched_release(server *s, int slot_index) {
   pthread_mutex_lock(&s->mu);
   s->busy_slots--;
+  s->slots[slot_index].busy = false;
   pthread_cond_broadcast(&s->cv);
   pthread_mutex_unlock(&s->mu);
 }

@@ -361,9 +361,12 @@ static const char *generate(job *j) {
 
 /* Queue for a slot, then "prefill" for ttft_ms. 0 = ready to decode. */
 static int acquire_and_prefill(job *j) {
-  int rc = sched_acquire(j->srv, queue_tick, j);
+  long common = 0;
+  int rc = sched_acquire(j->srv, queue_tick, j, j->prompt, j->prompt_len, &j->slot_index, &common);
   if (rc) return rc;
   j->slot = true;
+  if (!j->has_session) /* the slot's cache; an MTPLX session keeps its own */
+    j->cached_tokens = common / 4 < j->prompt_tokens ? common / 4 : j->prompt_tokens - 1;
   if (j->stream && j->srv->cfg.dialect == DIALECT_LLAMA && http_begin_chunked(j->c, 200, "text/event-stream", NULL))
     return -1;
   j->t_slot = sim_now();
@@ -391,7 +394,7 @@ int job_run(job *j) {
   }
   j->gone = j->gone || rc == -1;
   if (rc == -2) finish = "cancelled";
-  if (j->slot) sched_release(j->srv);
+  if (j->slot) sched_release(j->srv, j->slot_index);
   j->slot = false;
   inflight_remove(j->srv, &j->fl);
   if (j->gone) {
@@ -404,6 +407,7 @@ int job_run(job *j) {
 void job_free(job *j) {
   tools_free(j);
   free(j->json_text);
+  free(j->prompt);
   sbuf_free(&j->out);
   sbuf_free(&j->pre);
   sbuf_free(&j->post);
