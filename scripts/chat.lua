@@ -1,6 +1,7 @@
 --- chat.lua - an assistant loop over stdin lines (or a FIFO, or a file).
 ---
 ---   build/mirza scripts/chat.lua [behaviour.lua] [--sim] [--port N] [--fifo PATH] [--verbose]
+---                                [--continue [NAME]] [--name NAME] [--no-save]
 ---   mirza chat ...          (the same, installed)
 ---
 --- Each input line is one user turn; the thinking goes to stderr, the
@@ -24,21 +25,62 @@
 --- and named on the first line; --verbose (MIRZA_VERBOSE=1) adds the
 --- engine's one line about it. At the end the chat stops a daemon it
 --- started and leaves an adopted or detected one running.
+--- The conversation is saved after every turn (mirza.conversation) in
+--- $XDG_STATE_HOME/mirza/conversations (else ~/.local/state/mirza/
+--- conversations, made 0700) as NAME.json, NAME the start's local time or
+--- --name NAME; --continue resumes the last one saved (history, session,
+--- thinking), --continue NAME a named one (a path when NAME holds a /; a
+--- NAME ending in .lua is the behaviour file); /new starts another;
+--- --no-save keeps nothing. The run log (MIRZA_RECORD) names it.
 local engine = require "mirza.engine"
 local behaviour_mod = require "mirza.behaviour"
+local conversation = require "mirza.conversation"
 
-local behaviour_path, use_sim, fifo, port, verbose
+local behaviour_path, use_sim, fifo, port, verbose, continue, name, no_save
 local i = 1
 while arg[i] do
   if arg[i] == "--sim" then use_sim = true
   elseif arg[i] == "--verbose" or arg[i] == "-v" then verbose = true
   elseif arg[i] == "--fifo" then i = i + 1; fifo = arg[i]
   elseif arg[i] == "--port" then i = i + 1; port = tonumber(arg[i])
+  elseif arg[i] == "--name" then i = i + 1; name = arg[i]
+  elseif arg[i] == "--no-save" then no_save = true
+  elseif arg[i] == "--continue" then
+    continue = true
+    local nxt = arg[i + 1]
+    if nxt and not nxt:find("^%-") and not nxt:find("%.lua$") then i = i + 1; continue = nxt end
   else behaviour_path = arg[i] end
   i = i + 1
 end
 
 local function say_err(...) io.stderr:write(...) io.stderr:write("\n") end
+
+-- Where the conversation is kept: the directory (nil: not saved) and the
+-- file to resume (--continue).
+local conv_dir, resume
+if not no_save or continue then
+  local err
+  conv_dir, err = conversation.dir()
+  if not conv_dir and not no_save then say_err("chat: the conversation will not be saved: ", err) end
+end
+if name and not conversation.valid_name(name) then
+  say_err("chat: ", ("%q is not a conversation name (letters, digits, . _ -)"):format(name))
+  os.exit(2)
+end
+if continue then
+  local found, why = conversation.find(conv_dir, continue ~= true and continue or nil)
+  if not found then
+    say_err("chat: ", why)
+    os.exit(1)
+  end
+  resume, name = found, name or why
+elseif conv_dir then
+  if name and conversation.find(conv_dir, name) then
+    say_err("chat: a conversation named ", name, " exists: --continue ", name, " resumes it")
+    os.exit(2)
+  end
+  name = name or conversation.new_name(conv_dir)
+end
 
 local b = behaviour_mod.default()
 if behaviour_path then
@@ -53,11 +95,13 @@ end
 local opts = use_sim and { preset = "mirza-sim", port = port or 18767, daemon = { args = { "--tok-rate", "60" } } }
     or (port and { port = port }) or {}
 opts.verbose = verbose
-local made, e = pcall(engine.new, opts) -- a broken config file: its message, no traceback
-if not made then
-  say_err("chat: ", tostring(e))
+opts.history = resume
+local made, e, new_err = pcall(engine.new, opts) -- a broken config file: its message, no traceback
+if not made or not e then
+  say_err("chat: ", tostring(made and new_err or e))
   os.exit(1)
 end
+e.conversation_name = name
 e.stages = { b:stage_spec() }
 local ok, msg = e:load(b:system())
 if not ok then
@@ -66,8 +110,24 @@ if not ok then
 end
 local how = e.detected and ("using " .. require("mirza.detect").describe(e.detected) .. " at")
     or not e.daemon and "using" or e.daemon.adopted and "adopted" or "started"
-say_err(("chat: %s %s (session %s). /help for commands, /quit to leave."):format(how,
-  require("mirza").redact_url(e.base_url), e.cfg.session_id))
+say_err(("chat: %s %s (session %s%s). /help for commands, /quit to leave."):format(how,
+  require("mirza").redact_url(e.base_url), e.cfg.session_id, name and (", conversation " .. name) or ""))
+if e.conversation then
+  local c = e.conversation
+  say_err(("chat: continuing %s: %d messages, saved %s%s"):format(name, c.messages, tostring(c.saved_at),
+    c.model and c.model ~= e:model() and (", answered by " .. c.model .. " then") or ""))
+end
+
+-- After every turn: the conversation saved as NAME.json, NAME the last one
+-- (a failure said once, the chat goes on).
+local save_failed
+local function save()
+  if no_save or not conv_dir or not name or #e.history.messages == 0 then return end
+  local saved, err = e:save(conversation.path(conv_dir, name))
+  if saved then saved, err = conversation.mark_last(conv_dir, name) end
+  if not saved and not save_failed then say_err("chat: the conversation is not saved: ", err) end
+  save_failed = not saved
+end
 
 local function show_stats(st)
   if not st then return end
@@ -93,7 +153,14 @@ commands = {
     local done, why = e:clear_cache()
     say_err(done and "session cache cleared" or ("cache not cleared: " .. tostring(why)))
   end,
-  new = function() e:reset() say_err("new conversation (session ", e.cfg.session_id, ")") end,
+  new = function()
+    e:reset()
+    if conv_dir and not no_save then
+      name = conversation.new_name(conv_dir)
+      e.conversation_name = name
+    end
+    say_err("new conversation (session ", e.cfg.session_id, ")", name and (", saved as " .. name) or "")
+  end,
   reload = function()
     local done, failed = e:reload()
     for _, n in ipairs(done) do say_err("reloaded ", n) end
@@ -127,6 +194,7 @@ local function turn(line)
   })
   if st then show_stats(st)
   elseif not routed then say_err("turn failed: ", tostring(res)) end -- else the error sink said it
+  save()
 end
 
 local input = fifo and assert(io.open(fifo)) or io.stdin
@@ -134,7 +202,9 @@ for line in input:lines() do
   local cmd, a = line:match("^/(%S+)%s*(.-)%s*$")
   if cmd == "quit" then break end
   if cmd then
-    if commands[cmd] then commands[cmd](a)
+    if commands[cmd] then
+      commands[cmd](a)
+      if cmd == "think" or cmd == "budget" then save() end -- the thinking state is part of it
     else say_err("error: unknown command /", cmd, " (/help lists them)") end
   elseif line:find("%S") then
     turn(line)

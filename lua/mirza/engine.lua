@@ -40,10 +40,24 @@ E.preset_models, E.defaults, E.ENV = config.preset_models, config.defaults, conf
 E.config, E.config_file, E.new_session_id = config.config, config.config_file, config.new_session_id
 local merge = require("mirza.util").merge
 
----Create an engine (does not contact the daemon: see `load`).
+---Create an engine (does not contact the daemon: see `load`). With
+---`history = path` it continues the conversation saved there (`e:save`,
+---mirza.conversation): a file that cannot be read or is not a whole
+---conversation gives nil, message, "io"|"history".
 ---@param opts? table see `Engine.defaults`
----@return mirza.Engine
+---@return mirza.Engine|nil engine
+---@return string? message
+---@return string? code "io"|"history"
 function E.new(opts)
+  local saved -- the conversation of `history = path`, read before anything is set up
+  if type(opts) == "table" and opts.history ~= nil then
+    if type(opts.history) ~= "string" then error("mirza.engine: 'history' must be a file path (string)", 2) end
+    local msg, code
+    saved, msg, code = require("mirza.conversation").read(opts.history)
+    if not saved then return nil, msg, code end
+    opts = require("mirza.util").copy(opts)
+    opts.history = nil
+  end
   local cfg = E.config(opts)
   local self = setmetatable({
     cfg = cfg,
@@ -65,7 +79,19 @@ function E.new(opts)
   if cfg.pool or cfg.endpoints then self.pool = cfg.pool or require("mirza.pool").new(cfg.endpoints) end
   self:_set_base((self.pool and self.pool.endpoints[1].base) or cfg.base_url or (self.daemon and self.daemon.base_url)
       or ("http://%s:%d/v1"):format(cfg.host, cfg.port))
+  if saved then require("mirza.conversation").apply(self, saved, opts.session_id ~= nil) end
   return self
+end
+
+---Save the conversation (history, session id, thinking budget, model,
+---`conversation_name`) to `path` as JSON, atomically (a temporary file
+---renamed over it): mirza.conversation, docs/engine.md.
+---@param path string
+---@return true|nil ok
+---@return string? message
+---@return string? code "io"
+function Engine:save(path)
+  return require("mirza.conversation").save(self, path)
 end
 
 ---Where the next request goes (a pool's engine follows its endpoint).
@@ -86,6 +112,8 @@ end
 ---@field last table|nil stats of the last turn
 ---@field loaded boolean
 ---@field served_model string|nil the id an unsupervised endpoint serves (from /v1/models)
+---@field conversation_name string|nil the conversation's name: saved with it (`e:save`) and in the run log
+---@field conversation table|nil what `history = path` resumed: `{name, model, saved_at, messages}`
 ---@field detected mirza.Detected|nil what load() found answering (no preset asked for, or an endpoint used as is
 ---without a model): `{kind = "llama-server", model = "qwen3", via = "/props", dialect = "llama", ...}`
 

@@ -22,8 +22,10 @@
 --- The body is kept verbatim: replay matches requests by it.
 ---
 --- An engine recording also appends one JSON line per turn to `runs.jsonl`
---- (`log_turn`): time, endpoint, model, session, request number, a prompt
---- summary, the answer, the reasoning length, tool calls, stats, error.
+--- (`log_turn`): time, endpoint, model, session, the conversation's name
+--- (`e.conversation_name`: `mirza chat`'s, a saved one's), request number,
+--- a prompt summary, the answer, the reasoning length, tool calls, stats,
+--- error.
 --- Numbers continue after the files already in the directory, and several
 --- processes may record into one directory at once: a number is claimed
 --- by appending one byte to the directory's `.ids` file (O_APPEND, so each
@@ -208,7 +210,7 @@ function M.turn_line(e, out, messages)
   local fin = acc.final or {}
   local line = {
     time = os.date("!%Y-%m-%dT%H:%M:%SZ"), endpoint = M.scrub_url(e.chat_url), model = e:model(),
-    session = e.cfg.session_id,
+    session = e.cfg.session_id, conversation = e.conversation_name,
     request = M.ids[out.stream], prompt = M.summary(messages), answer = out.answer,
     reasoning_bytes = acc.think_bytes, finish_reason = fin.finish_reason,
     tool_calls = acc.tool_calls and #acc.tool_calls or 0, interrupted = out.cancelled or nil, stats = {},

@@ -1,0 +1,255 @@
+--- mirza.conversation: an engine's conversation kept in a file, so that it
+--- outlives the process (`e:save(path)`, `engine.new{history = path}`,
+--- `mirza chat --continue`).
+---
+--- The file is one JSON object:
+---
+---   {"mirza_conversation": 1, "name": "...", "saved_at": "2026-12-04T03:50:39Z",
+---    "session_id": "mirza-...", "model": "...", "thinking": {"budget": 0},
+---    "system": "...", "messages": [...]}
+---
+--- `messages` are the history as the engine keeps it (assistant turns
+--- without their reasoning, tool calls and results, `interrupted` marks),
+--- so a resumed conversation sends the same bytes again and the daemon's
+--- prefix cache still matches; the session id is the daemon's session
+--- (MTPLX keeps its KV cache under it). A save writes a temporary file in
+--- the same directory, then renames it over the old one: a reader, or a
+--- crash, never sees a half-written file (the rename is atomic; the data
+--- reach the disk when the system flushes them: no fsync from Lua).
+---
+--- `mirza chat` keeps its conversations in a per-user directory
+--- (`dir()`: $XDG_STATE_HOME/mirza/conversations, else
+--- ~/.local/state/mirza/conversations, created 0700), one NAME.json each,
+--- and the name of the last one saved in its `last` file.
+local M = {}
+
+---The format's version, written as `mirza_conversation`; files of a newer
+---version are refused.
+M.VERSION = 1
+
+local function json() return require("mirza").json end
+
+-- The message list as JSON wants it: an array even when empty.
+local function messages_of(history)
+  local out = json().array {}
+  for i, m in ipairs(history.messages) do out[i] = m end
+  return out
+end
+
+---The conversation of an engine as the table saved.
+---@param e mirza.Engine
+---@param name? string default: `e.conversation_name`
+---@return table
+function M.snapshot(e, name)
+  return {
+    mirza_conversation = M.VERSION, name = name or e.conversation_name, saved_at = os.date("!%Y-%m-%dT%H:%M:%SZ"),
+    session_id = e.cfg.session_id, model = e:model(), thinking = { budget = e.thinking.budget },
+    system = e.history.system, messages = messages_of(e.history),
+  }
+end
+
+-- "dir/name.json" -> "name"
+local function basename(path)
+  return (path:match("([^/]+)$") or path):gsub("%.json$", "")
+end
+
+---Write `text` to `path` through a temporary file in the same directory
+---and a rename: the file is the old one or the new one, never a part.
+---@param path string
+---@param text string
+---@return true|nil ok
+---@return string? message
+---@return string? code "io"
+function M.write_atomic(path, text)
+  local tmp = ("%s.%08x.tmp"):format(path, math.random(0, 0x7fffffff))
+  local f, err = io.open(tmp, "wb")
+  if not f then return nil, ("cannot save %s: %s"):format(path, err), "io" end
+  local ok, werr = f:write(text)
+  local closed, cerr = f:close()
+  if not ok or not closed then
+    os.remove(tmp)
+    return nil, ("cannot save %s: %s"):format(path, tostring(werr or cerr)), "io"
+  end
+  local moved, rerr = os.rename(tmp, path)
+  if not moved then
+    os.remove(tmp)
+    return nil, ("cannot save %s: %s"):format(path, rerr), "io"
+  end
+  return true
+end
+
+---Save an engine's conversation to `path` (see the module comment). The
+---engine's `conversation_name`, when not set, becomes the file's name
+---without `.json`.
+---@param e mirza.Engine
+---@param path string
+---@return true|nil ok
+---@return string? message
+---@return string? code "io"
+function M.save(e, path)
+  if type(path) ~= "string" then error("e:save: path must be a string, got " .. type(path), 3) end
+  e.conversation_name = e.conversation_name or basename(path)
+  return M.write_atomic(path, json().encode(M.snapshot(e)) .. "\n")
+end
+
+-- Why a decoded file is not a conversation, or nil.
+local function invalid(t)
+  if type(t) ~= "table" or type(t.mirza_conversation) ~= "number" then return "not a mirza conversation" end
+  if t.mirza_conversation > M.VERSION then
+    return ("a conversation of format %s, newer than this mirza's (%d)"):format(tostring(t.mirza_conversation),
+      M.VERSION)
+  end
+  if type(t.messages) ~= "table" then return "no message list" end
+  for _, k in ipairs { "session_id", "system", "name", "model" } do
+    if t[k] ~= nil and t[k] ~= json().null and type(t[k]) ~= "string" then return ("'%s' is not a string"):format(k) end
+  end
+  if t.thinking ~= nil and (type(t.thinking) ~= "table" or type(t.thinking.budget) ~= "number") then
+    return "'thinking' has no budget"
+  end
+end
+
+---Read a saved conversation: the table, with its history rebuilt and
+---checked (`history = {system, messages}`), or nil, message, code: "io"
+---when the file cannot be read, "history" when it is not a whole
+---conversation (cut, not JSON, a message that is not one).
+---@param path string
+---@return table|nil conversation
+---@return string? message
+---@return string? code "io"|"history"
+function M.read(path)
+  local f, err = io.open(path, "rb")
+  if not f then return nil, ("cannot read the conversation: %s"):format(err), "io" end
+  local text = f:read("a") or ""
+  f:close()
+  local t, jerr = json().decode(text)
+  local why = jerr or invalid(t)
+  if why then return nil, ("%s is not a saved conversation (%s)"):format(path, why), "history" end
+  local prompt = require "mirza.prompt"
+  local h = prompt.history(type(t.system) == "string" and t.system or nil)
+  for i, m in ipairs(t.messages) do
+    local ok, aerr = pcall(prompt.add, h, m)
+    if not ok then
+      return nil, ("%s is not a saved conversation (message %d: %s)"):format(path, i,
+        tostring(aerr):gsub("^prompt%.add: ", "")), "history"
+    end
+  end
+  t.history = h
+  return t
+end
+
+---Give a read conversation to an engine: its history, session id (unless
+---`keep_session`: one the script set itself), thinking budget and name.
+---The model is not changed (the daemon may serve another one now):
+---`e.conversation.model` says which one answered before.
+---@param e mirza.Engine
+---@param t table from `read`
+---@param keep_session? boolean
+function M.apply(e, t, keep_session)
+  e.history = t.history
+  if type(t.session_id) == "string" and not keep_session then e.cfg.session_id = t.session_id end
+  if t.thinking then require("mirza.thinking").set_budget(e.thinking, t.thinking.budget) end
+  e.conversation_name = type(t.name) == "string" and t.name or nil
+  e.conversation = { name = e.conversation_name, model = type(t.model) == "string" and t.model or nil,
+    saved_at = t.saved_at, messages = #t.history.messages }
+end
+
+-- ------------------------------------------------------------ chat's directory
+
+---The per-user directory of `mirza chat`'s conversations, created (mode
+---0700, parents as needed) when missing.
+---@param env? fun(name: string): string|nil default os.getenv
+---@return string|nil dir
+---@return string? message
+---@return string? code "io"
+function M.dir(env)
+  env = env or os.getenv
+  local state = env("XDG_STATE_HOME")
+  if not state or state == "" then
+    local home = env("HOME")
+    if not home or home == "" then return nil, "neither XDG_STATE_HOME nor HOME is set", "io" end
+    state = home .. "/.local/state"
+  end
+  local dir = state .. "/mirza/conversations"
+  local kind = select(3, require("mirza.core").stat(dir))
+  if kind == "directory" then return dir end
+  os.execute(("umask 077 && mkdir -p -- '%s' 2>/dev/null"):format(dir:gsub("'", "'\\''")))
+  if select(3, require("mirza.core").stat(dir)) ~= "directory" then
+    return nil, ("cannot create %s"):format(dir), "io"
+  end
+  return dir
+end
+
+---Whether `name` may name a conversation: letters, digits, `.`, `_`, `-`,
+---not starting with `.` (no path, nothing hidden), at most 100 bytes.
+---@param name string
+---@return boolean
+function M.valid_name(name)
+  return type(name) == "string" and #name <= 100 and name:find("^[%w_-][%w._-]*$") ~= nil
+end
+
+---The file of conversation `name` in `dir`.
+---@param dir string
+---@param name string
+---@return string path
+function M.path(dir, name)
+  return ("%s/%s.json"):format(dir, name)
+end
+
+local function exists(path)
+  local f = io.open(path)
+  if f then f:close() end
+  return f ~= nil
+end
+
+---A name for a new conversation in `dir`: the local time
+---("2026-12-04-035039"), with "-2", "-3", ... when taken.
+---@param dir string
+---@return string
+function M.new_name(dir)
+  local base = os.date("%Y-%m-%d-%H%M%S")
+  local name, n = base, 1
+  while exists(M.path(dir, name)) do
+    n = n + 1
+    name = ("%s-%d"):format(base, n)
+  end
+  return name
+end
+
+---Note `name` as the last conversation saved in `dir`.
+---@param dir string
+---@param name string
+---@return true|nil ok
+---@return string? message
+---@return string? code "io"
+function M.mark_last(dir, name)
+  return M.write_atomic(dir .. "/last", name .. "\n")
+end
+
+---The file of the conversation to continue: `name` (a name in `dir`, or
+---a path when it holds a `/`), else the last one saved in `dir`.
+---@param dir string|nil nil: only a path will do
+---@param name? string
+---@return string|nil path
+---@return string name_or_message
+---@return string? code "io" (none to continue, no such conversation), "usage" (a bad name)
+function M.find(dir, name)
+  if name and name:find("/", 1, true) then
+    if not exists(name) then return nil, ("no conversation file %s"):format(name), "io" end
+    return name, basename(name)
+  end
+  if not dir then return nil, "no conversation directory", "io" end
+  if not name then
+    local f = io.open(dir .. "/last")
+    name = f and f:read("l")
+    if f then f:close() end
+    if not name then return nil, ("no conversation to continue in %s"):format(dir), "io" end
+  end
+  if not M.valid_name(name) then
+    return nil, ("%q is not a conversation name (letters, digits, . _ -)"):format(name), "usage"
+  end
+  local path = M.path(dir, name)
+  if not exists(path) then return nil, ("no conversation named %s in %s"):format(name, dir), "io" end
+  return path, name
+end
+
+return M
