@@ -100,19 +100,23 @@ local function lua_literal(ch)
   return ch:find("^[%^%$%(%)%%%.%[%]%*%+%-%?]$") and "%" .. ch or ch
 end
 
--- One set "[...]" starting at i (the "["): its Lua form and the index
--- after it, or nil when it uses what cannot be translated.
+-- One set "[...]" starting at i (the "["): its Lua form, the index
+-- after it and whether it is byte-wise (negated, or holding \s, which
+-- ECMA extends to Unicode spaces); nil when it uses what cannot be
+-- translated (a non-ASCII member: Lua's set would hold its bytes).
 local function translate_set(p, i)
-  local out, j = { "[" }, i + 1
-  if p:sub(j, j) == "^" then out[2], j = "^", j + 1 end
+  local out, j, bytewise = { "[" }, i + 1, false
+  if p:sub(j, j) == "^" then out[2], j, bytewise = "^", j + 1, true end
   local first = true
   while j <= #p do
     local ch = p:sub(j, j)
     if ch == "]" and not first then
       out[#out + 1] = "]"
-      return table.concat(out), j + 1
+      return table.concat(out), j + 1, bytewise
+    elseif ch:byte() >= 0x80 then return nil
     elseif ch == "\\" then
       local e = p:sub(j + 1, j + 1)
+      bytewise = bytewise or e == "s"
       if IN_SET[e] then out[#out + 1] = IN_SET[e]
       elseif LITERAL_ESCAPES[e] then out[#out + 1] = LITERAL_ESCAPES[e]
       elseif e:find("^%p$") then out[#out + 1] = "%" .. e
@@ -128,18 +132,22 @@ local function translate_set(p, i)
   return nil -- no closing "]"
 end
 
--- One atom at i: its Lua form, the index after it, and whether it is
--- byte-wise where the regex is character-wise (".", a negated class).
+-- One atom at i: its Lua form, the index after it, whether it is
+-- byte-wise where the regex is character-wise (".", a negated class, \s:
+-- Unicode spaces in ECMA) and whether it is several bytes (a non-ASCII
+-- literal: no quantifier may follow it in Lua).
 local function translate_atom(p, i)
   local ch = p:sub(i, i)
-  if ch == "." then return "[^\n]", i + 1, true end
-  if ch == "[" then
-    local s, j = translate_set(p, i)
-    return s, j, s ~= nil and s:sub(2, 2) == "^"
+  if ch == "." then return "[^\n\r]", i + 1, true end
+  if ch == "[" then return translate_set(p, i) end
+  if ch:byte() >= 0x80 then
+    local seq = p:match("^[\192-\247][\128-\191]*", i)
+    if not seq then return nil end
+    return seq, i + #seq, false, true
   end
   if ch == "\\" then
     local e = p:sub(i + 1, i + 1)
-    if CLASS[e] then return CLASS[e], i + 2, e == "D" or e == "W" or e == "S" end
+    if CLASS[e] then return CLASS[e], i + 2, e == "D" or e == "W" or e == "s" or e == "S" end
     if LITERAL_ESCAPES[e] then return LITERAL_ESCAPES[e], i + 2, false end
     if e:find("^%p$") then return lua_literal(e), i + 2, false end
     return nil
@@ -167,10 +175,11 @@ local function translate(p)
       out[#out + 1] = "$"
       break
     end
-    local atom, j, bw = translate_atom(p, i)
+    local atom, j, bw, multibyte = translate_atom(p, i)
     if not atom then return nil end
     bytewise = bytewise or bw
     local q = p:sub(j, j)
+    if multibyte and (q == "*" or q == "+" or q == "?" or q == "{") then return nil end
     if q == "*" or q == "+" or q == "?" then
       if p:sub(j + 1, j + 1) == "?" then return nil end -- lazy: not worth the risk
       out[#out + 1], i = atom .. q, j + 1

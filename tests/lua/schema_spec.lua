@@ -192,7 +192,7 @@ describe("mirza.schema patterns", function()
     local c = assert(schema.compile { properties = { a = { pattern = "^(a|b)$" }, b = { pattern = "^x$" } } })
     assert.are.same({ "pattern ^(a|b)$ at /properties/a/pattern" }, c.unchecked)
     assert.is_true((schema.validate(c, { a = "zzz", b = "x" })))
-    for _, p in ipairs { "(a)", "a|b", "\\bword", "a+?", "(?=a)", "[[:alpha:]]", "\\1", "a{200}" } do
+    for _, p in ipairs { "(a)", "a|b", "\\bword", "a+?", "(?=a)", "[[:alpha:]]", "\\1", "a{200}", "é+", "[é]" } do
       assert.is_nil(schema._translate(p), p)
     end
   end)
@@ -200,7 +200,12 @@ describe("mirza.schema patterns", function()
   it("does not apply a byte-wise pattern to a non-ASCII string", function()
     passes({ pattern = "^.{3}$" }, '"été"') -- 3 characters, 5 bytes: not judged in bytes
     fails({ pattern = "^.{3}$" }, '"abcd"', "")
+    fails({ pattern = "^a.b$" }, '"a\\rb"', "") -- "." is no line terminator, \r included
     fails({ pattern = "^[a-z]+$" }, '"été"', "") -- no "." nor negation: bytes are exact
+    passes({ pattern = "^café$" }, '"café"') -- a non-ASCII literal is its bytes
+    fails({ pattern = "^café$" }, '"cafe"', "")
+    passes({ pattern = "^\\s+$" }, '"\\u00a0"') -- ECMA's \s takes U+00A0, Lua's %s does not: not judged
+    fails({ pattern = "^\\s+$" }, '" x"', "")
   end)
 end)
 
