@@ -173,10 +173,19 @@ local function run_once(open, req, stages)
   return acc
 end
 
+-- The result of a run, with the json stage's word on a JSON cut short.
+local function result_of(acc)
+  local r, msg, code, partial = reducer.result(acc)
+  local fin = acc.final
+  if r and fin and fin.json_error then r.json_error = fin.json_error end
+  return r, msg, code, partial
+end
+
 ---`mirza.collect` with `schema`, `attempts`, `json`, `on_json` (see the
 ---module comment): the result with `value` (and `attempts`, the requests
----made), or nil, message, code, partial as collect fails, or nil,
----message, "schema", raw after the last attempt.
+---made; `json_error` when the json stage saw the JSON cut or invalid), or
+---nil, message, code, partial as collect fails, or nil, message,
+---"schema", raw after the last attempt.
 ---@param open fun(opts: table): mirza.Stream
 ---@param opts table
 ---@return mirza.Result|nil result
@@ -194,8 +203,7 @@ function M.collect(open, opts)
   local stages = {}
   stages[#stages + 1] = M.json_stage(so.json, so.on_json)
   if not c then -- no schema: only the json events
-    local r, m2, c2, partial = reducer.result(run_once(open, req, stages))
-    return r, m2, c2, partial
+    return result_of(run_once(open, req, stages))
   end
   local body = M.add_format(body_table(req.body), c)
   body.messages = { table.unpack(body.messages or {}) }
@@ -204,7 +212,7 @@ function M.collect(open, opts)
   stages[#stages + 1] = M.check_stage(c, check)
   for attempt = 1, tries do
     check.value, check.schema_error = nil, nil
-    local r, m2, c2, partial = reducer.result(run_once(open, req, stages))
+    local r, m2, c2, partial = result_of(run_once(open, req, stages))
     if not r then return nil, m2, c2, partial end
     local v, why, raw = M.outcome(c, check, r.text)
     if v ~= nil then

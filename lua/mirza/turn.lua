@@ -326,6 +326,7 @@ local function rounds(e, input, topts, ropts, lopts)
     result.tool_calls = calls
     if not (tools and calls and #calls > 0) or result.cut then
       result.value, result.schema_error = t.value, t.schema_error
+      result.json_error = t.acc.final and t.acc.final.json_error -- the json stage: the JSON cut or invalid
       return e.last, result
     end
     -- later rounds think like the first (same request fields: the cache hits)

@@ -288,6 +288,12 @@ describe("mirza-sim honouring response_format", function()
     assert(mirza.collect { url = sim.url, on_json = function(ev) got[#got + 1] = ev.path end, -- depth 1, no schema
       body = H.chat_body("x", sim_text('Sure: {"a": 1, "b": [2]} done')) })
     assert.are.same({ "/a", "/b" }, got)
+    got = {}
+    local cut = assert(mirza.collect { url = sim.url, on_json = function(ev) got[#got + 1] = ev.path end,
+      body = H.chat_body("x", sim_text('{"a": 1, "b": [2, 3], "c": "unfini')) })
+    assert.are.same({ "/a", "/b" }, got) -- the values completed before the cut stand
+    assert.truthy(cut.json_error, "a cut JSON is said")
+    assert.is_nil(r.json_error)
   end)
 
   it("turn: json events come while the answer streams, before its last delta", function()
