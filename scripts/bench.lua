@@ -144,7 +144,9 @@ end
 
 -- Prefix affinity (issue 18 item 6): p.preambles distinct preambles of
 -- p.preamble_tokens tokens (4 bytes each, as mirza-sim counts them), each
--- asked p.questions questions, in turn (A B C D A B ...), as one batch
+-- asked p.questions questions, shuffled in a fixed order (in turn, A B C D
+-- A B ..., 4 slots answering in order would keep each preamble on its
+-- slot by chance, with or without affinity), as one batch
 -- over two mirza-sims (llama dialect, --parallel p.parallel: a prompt
 -- cache per slot), p.affinity on or off; the share of prompt tokens the
 -- daemons said they served from cache.
@@ -168,6 +170,12 @@ function runners.affinity(p)
         messages = { { role = "system", content = pre[k] }, { role = "user", content = ("Question %d?"):format(q) } },
         max_tokens = 8, mirza_sim = { answer_tokens = 8, tok_rate = 0, ttft_ms = 0 } } }
     end
+  end
+  local x = 12345
+  for i = #items, 2, -1 do -- Fisher-Yates on a fixed linear congruential sequence
+    x = (x * 1103515245 + 12345) % 2147483648
+    local j = x % i + 1
+    items[i], items[j] = items[j], items[i]
   end
   local out = os.tmpname()
   os.remove(out)
@@ -279,6 +287,35 @@ function runners.concurrent(p)
     min_end = math.min(table.unpack(counts, 1, n)) }
 end
 
+-- A structured answer (issue 18 item 3): about p.tokens tokens of JSON
+-- records as mirza-sim's text override, read by the core loop, through
+-- mirza.jsonstage at depth 2 (each record decoded as it completes) when
+-- p.stage: the stage's cost per token is the difference of the two rows.
+function runners.json(p)
+  local recs, n = {}, 0
+  while n < p.tokens * 4 do
+    recs[#recs + 1] = ('{"id": %d, "name": "Record %d", "score": %d.5, "tags": ["a", "b"], "ok": true}')
+      :format(#recs, #recs, #recs % 100)
+    n = n + #recs[#recs] + 2
+  end
+  local b = body(p)
+  b.mirza_sim.text, b.max_tokens = '{"records": [' .. table.concat(recs, ", ") .. "]}", p.tokens * 4
+  local s <close> = mirza.open { url = p.url .. "/chat/completions", body = b }
+  local it, _, _, closer = require("mirza.pipeline").compose(s:events(),
+    p.stage and { { name = "json", fn = require("mirza.jsonstage").stage, opts = { depth = 2 } } } or {})
+  local _ <close> = closer
+  local count, values = 0, 0
+  local c0, t0 = os.clock(), mirza.now()
+  for ev in it do
+    local ty = ev.type
+    if ty == "text" then count = count + 1
+    elseif ty == "json" then values = values + 1
+    elseif ty == "error" then error(ev.message) end
+  end
+  assert(not p.stage or values == #recs, "json stage: records missing")
+  return { tokens = count, cpu = os.clock() - c0, wall = mirza.now() - t0 }
+end
+
 -- Cancel latency: a paced turn cancelled after 20 deltas; the time from
 -- e:cancel() to the end of the turn (connection closed, cut delivered).
 function runners.cancel(p)
@@ -341,6 +378,10 @@ local function case_list(n)
   for _, on in ipairs { true, false } do -- 4 preambles of 2,000 tokens x 50 questions, two daemons
     add(("prefix affinity %s"):format(on and "on" or "off"), "affinity", { affinity = on, preambles = 4,
       preamble_tokens = 2000, questions = 50, parallel = 2 })
+  end
+  for _, st in ipairs { false, true } do
+    add(st and "core loop + json stage" or "core loop JSON answer", "json",
+      { tokens = n, fpc = 1, rate = 0, stage = st })
   end
   add("start-up (mirza -e '')", "startup", {})
   add("cancel latency", "cancel", {})
