@@ -24,14 +24,22 @@ local function preamble(k, tokens)
   return table.concat(words, " ")
 end
 
--- Lines: `np` preambles x `nq` questions, in turn (d1 d2 ... d1 d2 ...).
-local function lines(np, nq)
+-- Lines: `np` preambles x `nq` questions, in turn (d1 d2 ... d1 d2 ...),
+-- or shuffled in a fixed order (in turn, a pool of 4 slots answering in
+-- order keeps each of 4 preambles on its slot by chance).
+local function lines(np, nq, shuffled)
   local out = {}
   for q = 1, nq do
     for k = 1, np do
       out[#out + 1] = { custom_id = ("d%d-q%d"):format(k, q), system = preamble(k, 500),
         prompt = ("Question %d?"):format(q), max_tokens = 4, mirza_sim = { answer_tokens = 4 } }
     end
+  end
+  local x = 12345
+  for i = shuffled and #out or 0, 2, -1 do -- Fisher-Yates on a fixed linear congruential sequence
+    x = (x * 1103515245 + 12345) % 2147483648
+    local j = x % i + 1
+    out[i], out[j] = out[j], out[i]
   end
   return out
 end
@@ -107,13 +115,13 @@ describe("batch and the prompt cache", function()
     function()
       local sims = { sim_with { "--parallel", "2" }, sim_with { "--parallel", "2" } }
       local bases = { sims[1].base, sims[2].base }
-      local input = write_input(lines(4, 8))
+      local input = write_input(lines(4, 20, true))
       local share, where = {}, {}
       for _, on in ipairs { true, false } do
         local output = H.tmpname(".jsonl")
         local st = assert(batch.run { input = input, output = output, endpoints = bases, limit = 2, model = "m",
           quiet = true, progress = false, affinity = on })
-        assert.same({ 32, 0 }, { st.done_now, st.errors })
+        assert.same({ 80, 0 }, { st.done_now, st.errors })
         share[on] = batch.cached_share(st)
         local by = records(output)
         local per = {}
@@ -137,7 +145,7 @@ describe("batch and the prompt cache", function()
         for _, n in pairs(per) do most = math.max(most, n) end
         on_one = on_one + most
       end
-      assert.is_true(on_one >= 24, on_one .. " of 32 items on their preamble's usual daemon")
+      assert.is_true(on_one >= 60, on_one .. " of 80 items on their preamble's usual daemon")
     end)
 
   it("takes --no-affinity and --schema on the command line", function()
