@@ -371,6 +371,10 @@ local function say_schema(e, c, tries, input, topts, ropts, lopts)
       return nil, result, code, r4
     end
     result.attempts = attempt
+    if result.cut and result.cut.reason == "cancelled" then -- stopped on purpose: not asked again
+      forget(e, mark, bad, false)
+      return st, result
+    end
     local v, why, raw = structured.outcome(c, result, result.answer)
     if v ~= nil then
       forget(e, mark, bad, false)

@@ -214,6 +214,17 @@ describe("an engine turn with a schema", function()
     assert.are.same({ "earlier", "who?", GOOD }, { h[1].content, h[3].content, h[4].content })
   end)
 
+  it("say: a cancelled answer is not asked again", function()
+    local before = count_requests(dir)
+    local st, res = e:say("who?", { schema = PERSON, attempts = 3, answer = function() e:cancel() end,
+      mode = "token", body_extra = sim_text(BAD) })
+    assert.truthy(st, res)
+    assert.are.equal("cancelled", res.cut.reason)
+    assert.are.equal(1, res.attempts)
+    assert.is_nil(res.value)
+    assert.are.equal(before + 1, count_requests(dir))
+  end)
+
   it("the engine's schema applies to every turn; schema = false turns it off", function()
     local se = new_engine { record = dir, schema = PERSON }
     finally(function() se:close() end)
