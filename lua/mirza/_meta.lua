@@ -288,3 +288,45 @@ function JSONStream:closed() end
 ---@param opts? mirza.JSONStreamOptions
 ---@return mirza.JSONStream
 function mirza.json.stream(opts) end
+
+---@class mirza.EmbedOptions
+---@field url? string             a base URL ("http://h:p", "http://h:p/v1") or the route itself; or `pool`
+---@field pool? mirza.Pool|string[]  endpoints to spread the chunks over (a mirza.pool, or base URLs)
+---@field input string|string[]|integer[]|integer[][]  one text, texts, one token list, or token lists
+---@field model? string           sent as is; none by default (the server's own; Ollama needs one)
+---@field batch? integer          inputs per request (default 64)
+---@field parallel? integer       requests at once to a lone `url` (default 4; a pool: its capacity)
+---@field attempts? integer       tries per chunk, as mirza.retry classifies a failure (default 3)
+---@field give_up_after? number   seconds every endpoint may be failing before no chunk is tried again (default 10)
+---@field dimensions? integer     sent as is (shortened vectors)
+---@field encoding_format? "float"|"base64"  base64: little-endian float32, a third of the bytes, decoded here
+---@field body_extra? table       more body fields
+---@field api_key? string
+---@field headers? table<string,string>
+---@field timeout? number|false
+---@field header_timeout? number|false
+---@field stall_timeout? number|false
+---@field deadline? number|false
+---@field record? string|false
+
+---The vectors of texts from a daemon's `POST /v1/embeddings` (lua/mirza/embed.lua,
+---docs/embeddings.md): `vecs[i][j]`, `vecs.n`, `vecs.dims`, `vecs.usage`,
+---`vecs.model`, `vecs:packed(i)` (little-endian float32 bytes). Chunks of
+---`batch` inputs run in parallel as mirza.loop tasks, in input order; a
+---chunk failing for good fails the call (nothing partial): nil, message,
+---code ("unsupported" for a server without the route, "http", "refused",
+---"protocol", ...), status.
+---@class mirza.embed
+---@overload fun(opts: mirza.EmbedOptions): mirza.Vectors|nil, string?, string?, integer?
+mirza.embed = {}
+
+---The floats of little-endian float32 bytes (`vecs:packed(i)`).
+---@param s string
+---@return number[]|nil floats nil when #s is not a multiple of 4
+---@return string? message
+function mirza.embed.unpack(s) end
+
+---A vector as little-endian float32 bytes.
+---@param v number[]
+---@return string
+function mirza.embed.pack(v) end
