@@ -106,6 +106,11 @@ static char *members(cJSON *obj) {
 
 static void add_frame_extra(job *j, const char *finish, cJSON *extra) {
   char *x = members(extra);
+  if (j->completion) {
+    text_frame(j, "", 0, finish, x);
+    free(x);
+    return;
+  }
   frame_open(j, finish);
   sbuf_add(&j->out, "{}", 2);
   frame_close(j, finish, x);
@@ -128,7 +133,7 @@ static void end_stream(job *j, bool done) {
 }
 
 static void llama_final(job *j, const char *finish, double t_end) {
-  if (!j->role_sent) role_frame(j);
+  if (!j->role_sent && !j->completion) role_frame(j);
   cJSON *x = cJSON_CreateObject();
   if (!j->include_usage) {
     cJSON_AddItemToObject(x, "timings", timings_obj(j, t_end));
@@ -163,18 +168,33 @@ static cJSON *message_obj(const job *j) {
   return m;
 }
 
-/* The non-streamed chat.completion in the dialect's member order. */
+/* A /v1/completions choice: text, index, logprobs, finish_reason. */
+static cJSON *text_choice(const job *j, const char *finish) {
+  cJSON *ch = cJSON_CreateObject();
+  if (!llama(j)) cJSON_AddNumberToObject(ch, "index", 0);
+  cJSON_AddStringToObject(ch, "text", j->content.p ? j->content.p : "");
+  if (llama(j)) cJSON_AddNumberToObject(ch, "index", 0);
+  cJSON_AddNullToObject(ch, "logprobs");
+  cJSON_AddStringToObject(ch, "finish_reason", finish);
+  return ch;
+}
+
+/* The non-streamed chat.completion (or text_completion) in the dialect's
+ * member order. */
 static int send_body(job *j, const char *finish, double t_end) {
-  cJSON *r = cJSON_CreateObject(), *ch = cJSON_CreateObject();
+  cJSON *r = cJSON_CreateObject(), *ch = j->completion ? text_choice(j, finish) : cJSON_CreateObject();
+  const char *object = j->completion ? "text_completion" : "chat.completion";
   if (!llama(j)) {
     cJSON_AddStringToObject(r, "id", j->id);
-    cJSON_AddStringToObject(r, "object", "chat.completion");
+    cJSON_AddStringToObject(r, "object", object);
     cJSON_AddNumberToObject(r, "created", (double)j->created);
     cJSON_AddStringToObject(r, "model", j->srv->cfg.model_id);
-    cJSON_AddNumberToObject(ch, "index", 0);
-    cJSON_AddItemToObject(ch, "message", message_obj(j));
-    cJSON_AddStringToObject(ch, "finish_reason", finish);
-  } else {
+    if (!j->completion) {
+      cJSON_AddNumberToObject(ch, "index", 0);
+      cJSON_AddItemToObject(ch, "message", message_obj(j));
+      cJSON_AddStringToObject(ch, "finish_reason", finish);
+    }
+  } else if (!j->completion) {
     cJSON_AddStringToObject(ch, "finish_reason", finish);
     cJSON_AddNumberToObject(ch, "index", 0);
     cJSON_AddItemToObject(ch, "message", message_obj(j));
@@ -184,7 +204,7 @@ static int send_body(job *j, const char *finish, double t_end) {
     cJSON_AddNumberToObject(r, "created", (double)j->created);
     cJSON_AddStringToObject(r, "model", j->srv->cfg.model_id);
     cJSON_AddStringToObject(r, "system_fingerprint", "b9928-mirza-sim");
-    cJSON_AddStringToObject(r, "object", "chat.completion");
+    cJSON_AddStringToObject(r, "object", object);
   }
   cJSON_AddItemToObject(r, "usage", usage_obj(j));
   if (llama(j)) {

@@ -248,6 +248,14 @@ static char *last_user_text(const cJSON *messages) {
   return content ? cJSON_PrintUnformatted(content) : sim_strndup("", 0);
 }
 
+/* The prompt of a /v1/completions request: a string, or a list holding
+ * one string; NULL otherwise. */
+static const char *completion_prompt(const cJSON *body) {
+  const cJSON *p = cJSON_GetObjectItemCaseSensitive(body, "prompt");
+  if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1) p = p->child;
+  return cJSON_IsString(p) ? p->valuestring : NULL;
+}
+
 /* Session id and where it came from; explicit ones are exclusive (409). */
 static void pick_session(job *j, const http_request *r, const cJSON *body) {
   const cJSON *meta = cJSON_GetObjectItemCaseSensitive(body, "metadata");
@@ -306,17 +314,19 @@ static const char *check_fields(const job *j, const cJSON *body) {
 static void make_id(job *j, const http_request *r) {
   const char *rid = http_get_header(r, "X-MTPLX-Request-Id");
   long n = atomic_fetch_add(&j->srv->id_count, 1) + 1;
+  const char *pfx = j->completion ? "cmpl-" : "chatcmpl-";
   if (!is_llama(j->srv)) {
-    if (rid && *rid) snprintf(j->id, sizeof j->id, "chatcmpl-%.180s", rid);
-    else snprintf(j->id, sizeof j->id, "chatcmpl-%ld", n);
+    if (rid && *rid) snprintf(j->id, sizeof j->id, "%s%.180s", pfx, rid);
+    else snprintf(j->id, sizeof j->id, "%s%ld", pfx, n);
     return;
   }
   static const char al[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
   uint64_t h = gen_hash((uint64_t)n * 7919u, j->srv->launch_id, strlen(j->srv->launch_id));
-  memcpy(j->id, "chatcmpl-", 9);
+  size_t pl = strlen(pfx);
+  memcpy(j->id, pfx, pl);
   for (int i = 0; i < 32; i++, h = h * 6364136223846793005ull + 1442695040888963407ull)
-    j->id[9 + i] = al[(h >> 33) % 62];
-  j->id[41] = '\0';
+    j->id[pl + i] = al[(h >> 33) % 62];
+  j->id[pl + 32] = '\0';
 }
 
 /* Where the reasoning and the answer come from (mirza_sim overrides, loop
@@ -354,7 +364,11 @@ static void plan_text(job *j, const cJSON *body, const cJSON *ctl, const char *u
 static int prepare_chat(job *j, const http_request *r, cJSON *body) {
   char err[300];
   const cJSON *messages = cJSON_GetObjectItemCaseSensitive(body, "messages");
-  if (!cJSON_IsArray(messages) || cJSON_GetArraySize(messages) == 0)
+  const char *ptext = j->completion ? completion_prompt(body) : NULL;
+  if (j->completion && !ptext)
+    return send_error(j->c, 400, "'prompt' is required: a string, or a list of one string", "invalid_request_error",
+                      NULL);
+  if (!j->completion && (!cJSON_IsArray(messages) || cJSON_GetArraySize(messages) == 0))
     return send_error(j->c, 400, "'messages' is required", "invalid_request_error", NULL);
   const cJSON *ctl = cJSON_GetObjectItemCaseSensitive(body, "mirza_sim");
   if (collect_faults(j, r, ctl, err, sizeof err)) return send_error(j->c, 400, err, "invalid_request_error", NULL);
@@ -363,7 +377,7 @@ static int prepare_chat(job *j, const http_request *r, cJSON *body) {
   http_faults(j->c, &j->f);
   if (j->f.redirect) return send_redirect(j->c, r, &j->f);
   if (j->f.http_status) return send_http_fault(j->c, &j->f);
-  char *prompt = j->prompt = cJSON_PrintUnformatted(messages);
+  char *prompt = j->prompt = ptext ? sim_strndup(ptext, strlen(ptext)) : cJSON_PrintUnformatted(messages);
   size_t plen = j->prompt_len = strlen(prompt);
   j->prompt_tokens = plen / 4 > 0 ? (long)(plen / 4) : 1;
   int st = 0;
@@ -405,7 +419,7 @@ static void configure_chat(job *j, const http_request *r, const cJSON *body) {
   j->stream = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(body, "stream"));
   const cJSON *so = cJSON_GetObjectItemCaseSensitive(body, "stream_options");
   j->include_usage = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(so, "include_usage"));
-  j->thinking = thinking_on(j, body);
+  j->thinking = !j->completion && thinking_on(j, body);
   const char *cc = http_get_header(r, "X-MTPLX-Allow-Client-Controls");
   j->client_controls = cc && strcmp(cc, "1") == 0;
   long max = json_long(body, "max_completion_tokens", -1);
@@ -418,7 +432,8 @@ static void configure_chat(job *j, const http_request *r, const cJSON *body) {
   j->frames_per_chunk = json_long(ctl, "frames_per_chunk", cfg->frames_per_chunk);
   j->created = (long)time(NULL);
   make_id(j, r);
-  char *user = last_user_text(cJSON_GetObjectItemCaseSensitive(body, "messages"));
+  char *user = j->completion ? sim_strndup(j->prompt, j->prompt_len)
+                             : last_user_text(cJSON_GetObjectItemCaseSensitive(body, "messages"));
   plan_text(j, body, ctl, user);
   free(user);
   tools_plan(j, body);
@@ -449,7 +464,7 @@ int serve_faults(conn *c, const http_request *r, const cJSON *ctl, sim_faults *f
   return 0;
 }
 
-static int route_chat(conn *c, const http_request *r) {
+static int route_chat(conn *c, const http_request *r, bool completion) {
   cJSON *body = cJSON_ParseWithLength(r->body ? r->body : "", r->body_len);
   if (!cJSON_IsObject(body)) {
     cJSON_Delete(body);
@@ -459,6 +474,7 @@ static int route_chat(conn *c, const http_request *r) {
   if (!j) abort();
   j->srv = c->srv;
   j->c = c;
+  j->completion = completion;
   int st = prepare_chat(j, r, body);
   if (!st) {
     count_chat(j);
@@ -513,12 +529,14 @@ static int route(conn *c, const http_request *r) {
   if (strcmp(p, "/health") == 0 && get) return route_health(c);
   if (is_llama(s) && strcmp(p, "/props") == 0 && get) return route_props(c);
   if (strcmp(p, "/v1/models") == 0 && get) return route_models(c);
-  if (strcmp(p, "/v1/chat/completions") == 0 && post) return route_chat(c, r);
+  if (strcmp(p, "/v1/chat/completions") == 0 && post) return route_chat(c, r, false);
+  if (strcmp(p, "/v1/completions") == 0 && post) return route_chat(c, r, true);
   if (strcmp(p, "/v1/embeddings") == 0 && post) return route_embeddings(c, r);
   if (!is_llama(s) && post && strcmp(p, "/admin/cache/clear") == 0) return route_clear(c, NULL);
   if (!is_llama(s) && post && match_id(p, "/admin/sessions/", "/clear", id, sizeof id)) return route_clear(c, id);
   if (!is_llama(s) && post && match_id(p, "/v1/mtplx/cancel/", "", id, sizeof id)) return route_cancel(c, id);
   bool known = strcmp(p, "/health") == 0 || strcmp(p, "/v1/models") == 0 || strcmp(p, "/v1/chat/completions") == 0 ||
+               strcmp(p, "/v1/completions") == 0 ||
                (strcmp(p, "/v1/embeddings") == 0 && !(s->cfg.no_embeddings && !is_llama(s)));
   if (known) return send_error(c, 405, "Method Not Allowed", "invalid_request_error", NULL);
   return send_error(c, 404, "Not Found", "not_found_error", NULL);

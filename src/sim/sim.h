@@ -288,6 +288,7 @@ typedef struct job {
   server *srv;
   conn *c;
   bool stream, include_usage, thinking, client_controls;
+  bool completion; /* POST /v1/completions: text frames, no messages */
   char id[200];
   long created;
   char session[256];

@@ -155,7 +155,9 @@ bool inflight_cancel(server *s, const char *id) {
   bool found = false;
   pthread_mutex_lock(&s->mu);
   for (inflight *f = s->inflight; f; f = f->next) {
-    const char *bare = strncmp(f->id, "chatcmpl-", 9) == 0 ? f->id + 9 : f->id;
+    const char *bare = strncmp(f->id, "chatcmpl-", 9) == 0 ? f->id + 9
+                       : strncmp(f->id, "cmpl-", 5) == 0   ? f->id + 5
+                                                           : f->id;
     if (strcmp(f->id, id) == 0 || strcmp(bare, id) == 0) {
       atomic_store(&f->cancel, true);
       found = true;

@@ -27,19 +27,39 @@
 /* Precompute the constant parts of every frame of this request. */
 static void build_pieces(job *j) {
   const char *model = j->srv->cfg.model_id;
+  const char *object = j->completion ? "text_completion" : "chat.completion.chunk";
   if (j->srv->cfg.dialect == DIALECT_MTPLX) {
     sbuf_adds(&j->pre, "data: {\"id\":");
     sbuf_json_str(&j->pre, j->id);
-    sbuf_printf(&j->pre, ",\"object\":\"chat.completion.chunk\",\"created\":%ld,\"model\":", j->created);
+    sbuf_printf(&j->pre, ",\"object\":\"%s\",\"created\":%ld,\"model\":", object, j->created);
     sbuf_json_str(&j->pre, model);
-    sbuf_adds(&j->pre, ",\"choices\":[{\"index\":0,\"delta\":");
+    sbuf_adds(&j->pre,
+              j->completion ? ",\"choices\":[{\"index\":0,\"text\":\"" : ",\"choices\":[{\"index\":0,\"delta\":");
     return;
   }
   sbuf_printf(&j->post, "}],\"created\":%ld,\"id\":", j->created);
   sbuf_json_str(&j->post, j->id);
   sbuf_adds(&j->post, ",\"model\":");
   sbuf_json_str(&j->post, model);
-  sbuf_adds(&j->post, ",\"system_fingerprint\":\"b9928-mirza-sim\",\"object\":\"chat.completion.chunk\"");
+  sbuf_printf(&j->post, ",\"system_fingerprint\":\"b9928-mirza-sim\",\"object\":\"%s\"", object);
+}
+
+/* A /v1/completions frame: text (may be empty), finish (NULL: null) and
+ * extra top-level members ("" or ",\"usage\":..."), in OpenAI's member
+ * order, or llama-server's (choices first, as its chat frames). */
+void text_frame(job *j, const char *tok, size_t n, const char *finish, const char *extra) {
+  sbuf *o = &j->out;
+  bool mtplx = j->srv->cfg.dialect == DIALECT_MTPLX;
+  if (mtplx) sbuf_add(o, j->pre.p, j->pre.len);
+  else sbuf_adds(o, "data: {\"choices\":[{\"text\":\"");
+  sbuf_json_esc(o, tok, n);
+  sbuf_adds(o,
+            mtplx ? "\",\"logprobs\":null,\"finish_reason\":" : "\",\"index\":0,\"logprobs\":null,\"finish_reason\":");
+  sbuf_json_str(o, finish);
+  if (mtplx) sbuf_adds(o, "}]");
+  else sbuf_add(o, j->post.p, j->post.len);
+  sbuf_adds(o, extra);
+  sbuf_add(o, "}\n\n", 3);
 }
 
 /* Start a frame up to and including "delta":. finish NULL = null. */
@@ -130,7 +150,7 @@ static void heartbeat_frame(job *j, const char *phase, double now) {
 }
 
 static bool heartbeats_on(const job *j) {
-  return j->stream && j->srv->cfg.dialect == DIALECT_MTPLX && j->srv->cfg.heartbeat_ms > 0;
+  return j->stream && j->srv->cfg.dialect == DIALECT_MTPLX && j->srv->cfg.heartbeat_ms > 0 && !j->completion;
 }
 
 /* Wait until deadline; MTPLX streams get a heartbeat every --heartbeat-ms
@@ -265,8 +285,12 @@ static int pace(job *j) {
 
 static void emit_token(job *j, bool reasoning, const char *tok, size_t n) {
   if (j->stream) {
-    if (!j->role_sent) role_frame(j);
-    token_frame(j, reasoning, tok, n);
+    if (j->completion) {
+      text_frame(j, tok, n, NULL, "");
+    } else {
+      if (!j->role_sent) role_frame(j);
+      token_frame(j, reasoning, tok, n);
+    }
   } else {
     sbuf_add(reasoning ? &j->reasoning : &j->content, tok, n);
   }
@@ -276,7 +300,7 @@ static void emit_token(job *j, bool reasoning, const char *tok, size_t n) {
   else j->nanswer++;
   j->t_last = sim_now();
   long every = j->srv->cfg.progress_every;
-  if (j->stream && every > 0 && j->ntok % every == 0 && j->srv->cfg.dialect == DIALECT_MTPLX)
+  if (j->stream && every > 0 && j->ntok % every == 0 && j->srv->cfg.dialect == DIALECT_MTPLX && !j->completion)
     progress_frame(j, j->t_last);
 }
 
@@ -383,7 +407,7 @@ int job_run(job *j) {
     j->gone = conn_wait_until(j->c, j->t0 + (double)j->f.head_delay_ms / 1000.0, &j->fl.cancel) != 0;
   if (j->stream && j->srv->cfg.dialect == DIALECT_MTPLX) {
     if (http_begin_chunked(j->c, 200, "text/event-stream", NULL)) j->gone = true;
-    role_frame(j);
+    if (!j->completion) role_frame(j);
     job_flush(j);
   }
   int rc = j->gone ? -1 : acquire_and_prefill(j);

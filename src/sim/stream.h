@@ -11,6 +11,7 @@
 void frame_open(job *j, const char *finish);
 void frame_close(job *j, const char *finish, const char *extra);
 void role_frame(job *j);
+void text_frame(job *j, const char *tok, size_t n, const char *finish, const char *extra);
 void job_flush(job *j);
 int finish_ok(job *j, const char *finish);
 void finish_error(job *j);
