@@ -17,7 +17,7 @@
  * string holds no raw byte below 0x20, only the escapes \" \\ \/ \b \f \n
  * \r \t \uXXXX, and a \u surrogate only as a high-low pair. Bytes >= 0x80
  * are not checked as UTF-8 (the value is handed on as is). cJSON is laxer
- * in exactly these places (it takes "01", "1.", control bytes as white
+ * in exactly these places (it takes "01", "1.", "-.5", control bytes as white
  * space or in strings, "\uZZZZ" as U+0000): whatever this parser takes,
  * cJSON takes too, so a value it hands out always decodes.
  *

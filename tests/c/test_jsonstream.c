@@ -14,7 +14,7 @@
  * (a number only once the byte after it is seen), then MZ_JS_CUT at its
  * length. Invalid documents give their status at the offset written next
  * to them, whatever the pieces; where cJSON is laxer (it takes "01", "1.",
- * control bytes, "\uZZZZ") the table says so and cJSON is checked to take
+ * "-.5", control bytes, "\uZZZZ") the table says so and cJSON is checked to take
  * them, everywhere else to refuse them too.
  */
 #include <stdarg.h>
@@ -392,6 +392,7 @@ static const bad_doc BAD[] = {
     {"[-01]", 1, MZ_JS_NUMBER, 3, 0, 1},
     {"[1.]", 1, MZ_JS_NUMBER, 3, 0, 1},
     {"[1.e5]", 1, MZ_JS_NUMBER, 3, 0, 1},
+    {"[-.5]", 1, MZ_JS_NUMBER, 2, 0, 1},
     {"[-]", 1, MZ_JS_NUMBER, 2, 0, 0},
     {"[1e]", 1, MZ_JS_NUMBER, 3, 0, 0},
     {"[1e+]", 1, MZ_JS_NUMBER, 4, 0, 0},
