@@ -3,7 +3,9 @@
 -- embeddings body as its own text: the floats as the server wrote them),
 -- with the same resume, retries and pool as chat lines; a daemon without
 -- embeddings (llama-server without --embeddings: 501) is recorded with
--- its status and body.
+-- its status and body. A completions line takes the run's --max-tokens,
+-- a schema (its text decoded and validated), and a prefix key on its
+-- prompt (its cached tokens recorded).
 local mirza = require "mirza"
 local batch = require "mirza.batch"
 local json = mirza.json
@@ -61,7 +63,7 @@ describe("batch lines for /v1/embeddings", function()
     for _, l in ipairs(lines) do
       local id = l.custom_id
       local b = copy_with(l.body, { model = "m" })
-      local want = assert(mirza.request { url = sim.base .. "/v1/embeddings", body = b }) -- the same text, the same body
+      local want = assert(mirza.request { url = sim.base .. "/v1/embeddings", body = b }) -- same text, same body
       assert.equal(200, by[id].response.status_code, id)
       assert.equal(json.null, by[id].error, id)
       assert.truthy(text[id]:find('"body":' .. want, 1, true), id .. ": the body is not the server's text")
@@ -104,4 +106,50 @@ describe("batch lines for /v1/embeddings", function()
     os.remove(input)
     os.remove(output)
   end)
+end)
+
+describe("batch lines for /v1/completions", function()
+  local sim
+  setup(function()
+    sim = H.start_sim { "--tok-rate", "0", "--ttft-ms", "0", "--dialect", "llama", "--parallel", "1",
+      "--context-window", "100000" }
+  end)
+  teardown(function() sim.stop() end)
+
+  local function comp_line(id, prompt, more)
+    local body = { prompt = prompt }
+    for k, v in pairs(more or {}) do body[k] = v end
+    return { custom_id = id, method = "POST", url = "/v1/completions", body = body }
+  end
+
+  it("records the server's text_completion, with the run's max_tokens, a schema's value and the cached tokens",
+    function()
+      local doc = ("A long document about the tides of the Atlantic. "):rep(50)
+      local lines = { comp_line("text", "Bonjour", { mirza_sim = { text = "Salut tout le monde" } }),
+        comp_line("json", "Give me n", { mirza_sim = { text = 'Sure: {"n": 4}' } }),
+        comp_line("doc1", doc .. "Question one?"), comp_line("doc2", doc .. "Question two?") }
+      local input, output = input_of(lines), H.tmpname(".jsonl")
+      assert(batch.run { input = input, output = output, endpoints = { sim.base }, model = "m",
+        quiet = true, progress = false, limit = 1, body = { max_tokens = 2 },
+        schema = { type = "object", required = { "n" }, properties = { n = { type = "integer" } } } })
+      local by = records(output)
+      local t = by.text.response.body
+      assert.same({ "text_completion", "length" }, { t.object, t.choices[1].finish_reason }) -- 2 tokens: cut
+      assert.equal(2, t.usage.completion_tokens)
+      assert.equal("schema", by.text.error.code) -- not JSON: the run's schema applies to completions
+      os.remove(output)
+      local st = assert(batch.run { input = input, output = output, endpoints = { sim.base }, model = "m", quiet = true,
+        progress = false, limit = 1,
+        schema = { type = "object", required = { "n" }, properties = { n = { type = "integer" } } } })
+      by = records(output)
+      assert.same({ n = 4 }, by.json.response.body.mirza.value)
+      assert.equal('Sure: {"n": 4}', by.json.response.body.choices[1].text)
+      -- the two questions on one document: the second's prompt mostly cached, and said so
+      local c1, c2 = by.doc1.mirza.cached_tokens, by.doc2.mirza.cached_tokens
+      assert.is_number(c1)
+      assert.is_true(math.max(c1, c2) >= #doc // 4 - 5, ("cached %d and %d"):format(c1, c2))
+      assert.is_number(batch.cached_share(st))
+      os.remove(input)
+      os.remove(output)
+    end)
 end)
