@@ -152,6 +152,34 @@ check "fault http=429 with Retry-After" grep -qi '^Retry-After: 1' "$TMP/h429"
 chat "$M" "{$U,\"stream\":true}" -H 'X-Mirza-Sim-Fault: utf8-split' >"$TMP/u8.sse"
 check "fault utf8-split" sse_check "$TMP/u8.sse" utf8
 
+# --- issue 18: embeddings, structured answers, completions, the slots' prefix cache
+emb() { curl -s "http://127.0.0.1:$1/v1/embeddings" -d "$2"; }
+emb "$M" '{"input":["a b","c","a b"]}' >"$TMP/e.json"
+check "embeddings: 3 unit vectors, equal texts equal" python3 -c '
+import json, math, sys
+r = json.load(open(sys.argv[1]))
+v = [d["embedding"] for d in r["data"]]
+assert [d["index"] for d in r["data"]] == [0, 1, 2] and all(len(x) == 16 for x in v)
+assert all(abs(math.sqrt(sum(c * c for c in x)) - 1) < 1e-5 for x in v) and v[0] == v[2] != v[1]
+' "$TMP/e.json"
+emb "$L" '{"input":"x","encoding_format":"base64","dimensions":3}' >"$TMP/e64.json"
+check "embeddings (llama): base64 of 3 float32" python3 -c '
+import base64, json, sys
+r = json.load(open(sys.argv[1]))
+assert list(r) == ["data", "model", "object", "usage"] and len(base64.b64decode(r["data"][0]["embedding"])) == 12
+' "$TMP/e64.json"
+RF='"response_format":{"type":"json_schema","json_schema":{"name":"t","schema":{"type":"object","properties":{"n":{"type":"integer","minimum":5,"maximum":6},"l":{"type":"array","items":{"type":"boolean"},"minItems":4}},"required":["n","l"]}}}'
+chat "$M" "{$U,$RF}" >"$TMP/rf.json"
+check "response_format: JSON in shape" jq -e '.choices[0].message.content | fromjson | (.n >= 5 and .n <= 6 and (.l | length) == 4)' "$TMP/rf.json"
+chat "$M" "{$U,$RF}" -H 'X-Mirza-Sim-Fault: schema-break' >"$TMP/rfb.json"
+check "schema-break: the required n missing" jq -e '.choices[0].message.content | fromjson | has("n") | not' "$TMP/rfb.json"
+curl -s "http://127.0.0.1:$L/v1/completions" -d '{"prompt":"Once","max_tokens":3}' >"$TMP/cmpl.json"
+check "llama /v1/completions" jq -e '.object == "text_completion" and .choices[0].finish_reason == "length" and (.choices[0].text | length) > 0' "$TMP/cmpl.json"
+P="\"messages\":[{\"role\":\"system\",\"content\":\"$(printf 'preamble %.0s' $(seq 100))\"},{\"role\":\"user\",\"content\":\"q\"}]"
+chat "$L" "{$P}" >/dev/null
+chat "$L" "{$P}" >"$TMP/pc.json"
+check "prefix cache: a repeated prompt is cached but its last token" jq -e '.timings.cache_n == .usage.prompt_tokens - 1' "$TMP/pc.json"
+
 # --- keep-alive: two requests on one curl invocation share the connection
 curl -sv "http://127.0.0.1:$M/health" "http://127.0.0.1:$M/v1/models" >/dev/null 2>"$TMP/ka.txt"
 check "keep-alive (plain)" grep -q 'Re-using existing connection' "$TMP/ka.txt"
