@@ -299,7 +299,7 @@ function mirza.json.stream(opts) end
 ---@field attempts? integer       tries per chunk, as mirza.retry classifies a failure (default 3)
 ---@field give_up_after? number   seconds every endpoint may be failing before no chunk is tried again (default 10)
 ---@field dimensions? integer     sent as is (shortened vectors)
----@field encoding_format? "float"|"base64"  base64: little-endian float32, a third of the bytes, decoded here
+---@field encoding_format? "float"|"base64"  base64: little-endian float32, 1/4 to 2/5 of the bytes
 ---@field body_extra? table       more body fields
 ---@field api_key? string
 ---@field headers? table<string,string>

@@ -19,8 +19,8 @@
 --- without --embeddings, MTPLX) is said so at once, code "unsupported".
 ---
 --- Answers in float arrays and in base64 (little-endian float32, what
---- `encoding_format = "base64"` asks; a third of the bytes of the JSON
---- floats) are both read; base64 is decoded here in Lua (no C helper
+--- `encoding_format = "base64"` asks; a quarter to two fifths of the
+--- bytes of the JSON floats) are both read; base64 is decoded here in Lua (no C helper
 --- exists for it: docs/embeddings.md has the cost of each).
 local loop = require "mirza.loop"
 local retry = require "mirza.retry"
@@ -43,8 +43,7 @@ local UNSUPPORTED = { [404] = true, [405] = true, [501] = true }
 local KEYS = { url = "string", pool = "table", model = "string", input = "string|table", batch = "number",
   parallel = "number", attempts = "number", give_up_after = "number", dimensions = "number", encoding_format = "string",
   api_key = "string", headers = "table", timeout = "number|boolean", header_timeout = "number|boolean",
-  stall_timeout = "number|boolean", deadline = "number|boolean", record = "string|boolean", body_extra = "table",
-  user = "string" }
+  stall_timeout = "number|boolean", deadline = "number|boolean", record = "string|boolean", body_extra = "table" }
 
 -- Raise on an unknown option or a wrong type: a programmer error, at the caller's line.
 local function check(opts)
@@ -58,8 +57,11 @@ local function check(opts)
   end
   if not opts.url and not opts.pool then error("mirza.embed: 'url' or 'pool' is required", 3) end
   if opts.input == nil then error("mirza.embed: 'input' is required", 3) end
-  if opts.batch and (opts.batch < 1 or opts.batch % 1 ~= 0) then
-    error("mirza.embed: 'batch' must be a positive integer (got " .. opts.batch .. ")", 3)
+  for _, k in ipairs { "batch", "parallel", "attempts" } do
+    local v = opts[k]
+    if v and (v < 1 or v % 1 ~= 0) then
+      error(("mirza.embed: '%s' must be a positive integer (got %s)"):format(k, tostring(v)), 3)
+    end
   end
 end
 
@@ -244,7 +246,7 @@ end
 -- The request of one chunk to endpoint base ("http://h:p/v1").
 local function request_of(opts, base, list)
   local body = { model = opts.model, input = list, encoding_format = opts.encoding_format,
-    dimensions = opts.dimensions, user = opts.user }
+    dimensions = opts.dimensions }
   for k, v in pairs(opts.body_extra or {}) do body[k] = v end
   return { url = base .. "/embeddings", body = body, api_key = opts.api_key, headers = opts.headers,
     timeout = opts.timeout, header_timeout = opts.header_timeout, stall_timeout = opts.stall_timeout,

@@ -207,7 +207,7 @@ describe("mirza.embed", function()
   it("nothing answering: refused, within the pool's unreachable time", function()
     local t0 = mirza.now()
     local v, _, code = mirza.embed { url = "http://127.0.0.1:" .. H.free_port(), input = texts(8), batch = 1,
-      attempts = 50 }
+      attempts = 12 }
     assert.is_nil(v)
     assert.equal("refused", code)
     assert.is_true(mirza.now() - t0 < 8, "gave up after " .. (mirza.now() - t0) .. " s")
@@ -220,6 +220,8 @@ describe("mirza.embed", function()
     assert.is_false(ok)
     assert.matches("embed_spec%.lua:%d+: mirza%.embed: unknown option \"bacth\"", err)
     assert.has_error(function() mirza.embed { url = sim.base, input = "x", batch = 0 } end)
+    assert.has_error(function() mirza.embed { url = sim.base, input = "x", parallel = 0 } end,
+      "mirza.embed: 'parallel' must be a positive integer (got 0)")
     assert.has_error(function() mirza.embed { url = sim.base, input = { "a", 3 } } end)
   end)
 end)
