@@ -171,6 +171,21 @@ local function hash(s)
   return ("%016x"):format(h ~ (h >> 32))
 end
 
+-- Keys of texts hashed lately: a batch's items repeat a few preambles,
+-- and looking a text up here costs C's string hash, not the Lua loop
+-- (160 us for 8 KB). Emptied when it holds 256 texts.
+local memo, nmemo = {}, 0
+
+-- hash(text), remembered.
+local function hash_memo(text)
+  local k = memo[text]
+  if k then return k end
+  if nmemo >= 256 then memo, nmemo = {}, 0 end
+  k = hash(text)
+  memo[text], nmemo = k, nmemo + 1
+  return k
+end
+
 -- The role of a message ("" for anything else).
 local function role_of(m)
   return type(m) == "table" and type(m.role) == "string" and m.role or ""
@@ -203,13 +218,13 @@ function P.prefix_key(x, bytes)
     local parts, n = {}, #x
     for i = 1, n - 1 do parts[#parts + 1] = role_of(x[i]) .. "\0" .. content_of(x[i]) .. "\0" end
     text = table.concat(parts)
-    if #text >= bytes then return hash(text) end
+    if #text >= bytes then return hash_memo(text) end
     if n > 0 then text = text .. role_of(x[n]) .. "\0" .. content_of(x[n]) end
   else
     error("mirza.pool.prefix_key: messages (a table) or a prompt (a string) expected, got " .. type(x), 2)
   end
   if #text < bytes then return nil end
-  return hash(text:sub(1, bytes))
+  return hash_memo(text:sub(1, bytes))
 end
 
 -- The LRU's node of key, made the most recent; nil when not remembered.
