@@ -455,24 +455,39 @@ local function matches(pat, s)
 end
 
 -- ------------------------------------------------------------ validating
--- check(n, v, ptr) -> nil when v satisfies node n, else message, pointer.
+-- check(n, v, d) -> nil when v satisfies node n, else message, pointer.
+-- The value's place is path[1..d] (member names, array indices from 0),
+-- one stack shared by the walk: a level writes path[d + 1] before going
+-- down, and a violation's pointer is made from it at once, so a valid
+-- value costs no pointer string at all. (validate does not yield: the
+-- stack is never shared by two walks at once.)
 
 local check
+local path = {}
+local EMPTY = {} -- an absent list, never written
 
-local function fail(ptr, msg)
+local function pointer(d)
+  if d == 0 then return "" end
+  local parts = {}
+  for i = 1, d do parts[i] = escape(path[i]) end
+  return "/" .. table.concat(parts, "/")
+end
+
+local function fail(d, msg)
+  local ptr = pointer(d)
   return where(ptr) .. ": " .. msg, ptr
 end
 
-local function check_type(n, v, ptr)
+local function check_type(n, v, d)
   local types = n.types
   if not types then return nil end
   for name in pairs(types.set) do
     if TYPE_CHECK[name](v) then return nil end
   end
-  return fail(ptr, "expected " .. table.concat(types.list, " or ") .. ", " .. got(v))
+  return fail(d, "expected " .. table.concat(types.list, " or ") .. ", " .. got(v))
 end
 
-local function check_enum(s, v, ptr)
+local function check_enum(s, v, d)
   if s.enum ~= nil then
     local found = false
     for _, e in ipairs(s.enum) do
@@ -484,15 +499,15 @@ local function check_enum(s, v, ptr)
     if not found then
       local shown = {}
       for i, e in ipairs(s.enum) do shown[i] = show(e) end
-      return fail(ptr, "expected one of " .. table.concat(shown, ", ") .. ", " .. got(v))
+      return fail(d, "expected one of " .. table.concat(shown, ", ") .. ", " .. got(v))
     end
   end
-  if s.const ~= nil and not equal(s.const, v) then return fail(ptr, "expected " .. show(s.const) .. ", " .. got(v)) end
+  if s.const ~= nil and not equal(s.const, v) then return fail(d, "expected " .. show(s.const) .. ", " .. got(v)) end
 end
 
-local function check_number(s, v, ptr)
+local function check_number(s, v, d)
   local function bound(ok, rel, limit)
-    if not ok then return fail(ptr, "expected a number " .. rel .. " " .. show(limit) .. ", got " .. show(v)) end
+    if not ok then return fail(d, "expected a number " .. rel .. " " .. show(limit) .. ", got " .. show(v)) end
   end
   local emin, emax = s.exclusiveMinimum, s.exclusiveMaximum
   local m, e
@@ -508,52 +523,47 @@ local function check_number(s, v, ptr)
   end
   if type(emin) == "number" and v <= emin then return bound(false, ">", emin) end
   if type(emax) == "number" and v >= emax then return bound(false, "<", emax) end
-  local d = s.multipleOf
-  if d and d > 0 then
-    local q = v / d
+  local mult = s.multipleOf
+  if mult and mult > 0 then
+    local q = v / mult
     if math.abs(q - math.floor(q + 0.5)) > 1e-9 * math.max(1, math.abs(q)) then
-      return fail(ptr, "expected a multiple of " .. show(d) .. ", got " .. show(v))
+      return fail(d, "expected a multiple of " .. show(mult) .. ", got " .. show(v))
     end
   end
 end
 
-local function check_string(n, s, v, ptr)
+local function check_string(n, s, v, d)
   if s.minLength or s.maxLength then
     local len = utf8_len(v)
     if s.minLength and len < s.minLength then
-      return fail(ptr, "expected at least " .. s.minLength .. " characters, got " .. len .. " (" .. show(v) .. ")")
+      return fail(d, "expected at least " .. s.minLength .. " characters, got " .. len .. " (" .. show(v) .. ")")
     end
     if s.maxLength and len > s.maxLength then
-      return fail(ptr, "expected at most " .. s.maxLength .. " characters, got " .. len .. " (" .. show(v) .. ")")
+      return fail(d, "expected at most " .. s.maxLength .. " characters, got " .. len .. " (" .. show(v) .. ")")
     end
   end
   if n.pattern and not matches(n.pattern, v) then
-    return fail(ptr, "expected a string matching /" .. n.pattern.source .. "/, " .. got(v))
+    return fail(d, "expected a string matching /" .. n.pattern.source .. "/, " .. got(v))
   end
 end
 
-local function check_members(n, v, ptr)
-  for _, k in ipairs(n.property_names or {}) do
-    if v[k] ~= nil then
-      local m, e = check(n.properties[k], v[k], ptr .. "/" .. escape(k))
-      if m then return m, e end
-    end
-  end
-  local keys = {}
-  for k in pairs(v) do keys[#keys + 1] = tostring(k) end
-  table.sort(keys)
+-- The members not in `properties` (names, patternProperties,
+-- additionalProperties) over `keys`, in that order.
+local function scan_members(n, v, d, keys)
+  local kd = d + 1
   for _, k in ipairs(keys) do
-    local sub, kp, known = v[k], ptr .. "/" .. escape(k), n.properties and n.properties[k] ~= nil
+    path[kd] = k
+    local sub, known = v[k], n.properties and n.properties[k] ~= nil
     if n.names then
-      local m = check(n.names, k, kp)
-      if m then return fail(kp, "member name " .. show(k) .. " is not allowed (propertyNames: " .. m .. ")") end
+      local m = check(n.names, k, kd)
+      if m then return fail(kd, "member name " .. show(k) .. " is not allowed (propertyNames: " .. m .. ")") end
     end
-    for _, pp in ipairs(n.pattern_properties or {}) do
+    for _, pp in ipairs(n.pattern_properties or EMPTY) do
       if pp.pattern == false then
         known = true -- unchecked: take it as matched rather than call the member additional
       elseif matches(pp.pattern, k) then
         known = true
-        local m, e = check(pp.node, sub, kp)
+        local m, e = check(pp.node, sub, kd)
         if m then return m, e end
       end
     end
@@ -561,12 +571,28 @@ local function check_members(n, v, ptr)
       if n.additional.bool == false then
         local names = n.property_names
         local allowed = names and #names > 0 and table.concat(names, ", ") or "none"
-        return fail(kp, "member not allowed (the object at " .. where(ptr) .. " takes only: " .. allowed .. ")")
+        return fail(kd, "member not allowed (the object at " .. where(pointer(d)) .. " takes only: " .. allowed .. ")")
       end
-      local m, e = check(n.additional, sub, kp)
+      local m, e = check(n.additional, sub, kd)
       if m then return m, e end
     end
   end
+end
+
+local function check_members(n, v, d)
+  for _, k in ipairs(n.property_names or EMPTY) do
+    if v[k] ~= nil then
+      path[d + 1] = k
+      local m, e = check(n.properties[k], v[k], d + 1)
+      if m then return m, e end
+    end
+  end
+  if not (n.names or n.pattern_properties or n.additional) then return nil end
+  local keys = {}
+  for k in pairs(v) do keys[#keys + 1] = tostring(k) end
+  if not scan_members(n, v, d, keys) then return nil end
+  table.sort(keys) -- a violation: the first by name, whatever the table's order
+  return scan_members(n, v, d, keys)
 end
 
 local function count(t)
@@ -575,15 +601,15 @@ local function count(t)
   return c
 end
 
-local function check_object(n, s, v, ptr)
-  for _, k in ipairs(n.required or {}) do
-    if v[k] == nil then return fail(ptr, "missing required member " .. show(k)) end
+local function check_object(n, s, v, d)
+  for _, k in ipairs(n.required or EMPTY) do
+    if v[k] == nil then return fail(d, "missing required member " .. show(k)) end
   end
-  for k, list in pairs(n.dependent_required or {}) do
+  for k, list in pairs(n.dependent_required or EMPTY) do
     if v[k] ~= nil then
-      for _, d in ipairs(list) do
-        if v[d] == nil then
-          return fail(ptr, "missing member " .. show(d) .. " (required when " .. show(k) .. " is present)")
+      for _, dep in ipairs(list) do
+        if v[dep] == nil then
+          return fail(d, "missing member " .. show(dep) .. " (required when " .. show(k) .. " is present)")
         end
       end
     end
@@ -591,134 +617,137 @@ local function check_object(n, s, v, ptr)
   if s.minProperties or s.maxProperties then
     local c = count(v)
     if s.minProperties and c < s.minProperties then
-      return fail(ptr, "expected at least " .. s.minProperties .. " members, got " .. c)
+      return fail(d, "expected at least " .. s.minProperties .. " members, got " .. c)
     end
     if s.maxProperties and c > s.maxProperties then
-      return fail(ptr, "expected at most " .. s.maxProperties .. " members, got " .. c)
+      return fail(d, "expected at most " .. s.maxProperties .. " members, got " .. c)
     end
   end
-  local m, e = check_members(n, v, ptr)
+  local m, e = check_members(n, v, d)
   if m then return m, e end
-  for k, sub in pairs(n.dependent_schemas or {}) do
+  for k, sub in pairs(n.dependent_schemas or EMPTY) do
     if v[k] ~= nil then
-      m, e = check(sub, v, ptr)
+      m, e = check(sub, v, d)
       if m then return m, e end
     end
   end
 end
 
-local function check_contains(n, s, v, ptr)
+local function check_contains(n, s, v, d)
   local hits = 0
   for i = 1, #v do
-    if not check(n.contains, v[i], ptr .. "/" .. (i - 1)) then hits = hits + 1 end
+    path[d + 1] = i - 1
+    if not check(n.contains, v[i], d + 1) then hits = hits + 1 end
   end
   local lo, hi = s.minContains or 1, s.maxContains
-  if hits < lo then return fail(ptr, "expected at least " .. lo .. " items matching contains, got " .. hits) end
-  if hi and hits > hi then return fail(ptr, "expected at most " .. hi .. " items matching contains, got " .. hits) end
+  if hits < lo then return fail(d, "expected at least " .. lo .. " items matching contains, got " .. hits) end
+  if hi and hits > hi then return fail(d, "expected at most " .. hi .. " items matching contains, got " .. hits) end
 end
 
-local function check_array(n, s, v, ptr)
+local function check_array(n, s, v, d)
   local len = #v
   if s.minItems and len < s.minItems then
-    return fail(ptr, "expected at least " .. s.minItems .. " items, got " .. len)
+    return fail(d, "expected at least " .. s.minItems .. " items, got " .. len)
   end
   if s.maxItems and len > s.maxItems then
-    return fail(ptr, "expected at most " .. s.maxItems .. " items, got " .. len)
+    return fail(d, "expected at most " .. s.maxItems .. " items, got " .. len)
   end
   local prefix = n.prefix or {}
   for i = 1, len do
     local sub = prefix[i] or n.items
     if not sub then break end
-    local m, e = check(sub, v[i], ptr .. "/" .. (i - 1))
+    path[d + 1] = i - 1
+    local m, e = check(sub, v[i], d + 1)
     if m then return m, e end
   end
   if s.uniqueItems == true then
     for i = 2, len do
       for j = 1, i - 1 do
         if equal(v[i], v[j]) then
-          return fail(ptr .. "/" .. (i - 1), "duplicate of " .. ptr .. "/" .. (j - 1) .. " (the items must be unique)")
+          path[d + 1] = i - 1
+          return fail(d + 1, "duplicate of " .. pointer(d) .. "/" .. (j - 1) .. " (the items must be unique)")
         end
       end
     end
   end
-  if n.contains then return check_contains(n, s, v, ptr) end
+  if n.contains then return check_contains(n, s, v, d) end
 end
 
 -- The alternative the answer most likely meant: the one whose violation
 -- lies deepest in the value, and among equals one whose type it has.
-local function closest(list, v, ptr)
+local function closest(list, v, d)
   local best, best_score
   for _, sub in ipairs(list) do
-    local m, e = check(sub, v, ptr)
-    local score = m and #e * 2 + ((sub.bool ~= nil or not check_type(sub, v, ptr)) and 1 or 0)
+    local m, e = check(sub, v, d)
+    local score = m and #e * 2 + ((sub.bool ~= nil or not check_type(sub, v, d)) and 1 or 0)
     if m and (not best or score > best_score) then best, best_score = m, score end
   end
   return best
 end
 
-local function check_combinators(n, v, ptr)
-  for _, sub in ipairs(n.all or {}) do
-    local m, e = check(sub, v, ptr)
+local function check_combinators(n, v, d)
+  for _, sub in ipairs(n.all or EMPTY) do
+    local m, e = check(sub, v, d)
     if m then return m, e end
   end
   if n.any then
     local ok = false
     for _, sub in ipairs(n.any) do
-      if not check(sub, v, ptr) then
+      if not check(sub, v, d) then
         ok = true
         break
       end
     end
     if not ok then
-      return fail(ptr, "matches none of the anyOf alternatives (closest: " .. closest(n.any, v, ptr) .. ")")
+      return fail(d, "matches none of the anyOf alternatives (closest: " .. closest(n.any, v, d) .. ")")
     end
   end
   if n.one then
     local hits = {}
     for i, sub in ipairs(n.one) do
-      if not check(sub, v, ptr) then hits[#hits + 1] = i end
+      if not check(sub, v, d) then hits[#hits + 1] = i end
     end
     if #hits == 0 then
-      return fail(ptr, "matches none of the oneOf alternatives (closest: " .. closest(n.one, v, ptr) .. ")")
+      return fail(d, "matches none of the oneOf alternatives (closest: " .. closest(n.one, v, d) .. ")")
     end
     if #hits > 1 then
-      return fail(ptr, "matches oneOf alternatives " .. table.concat(hits, " and ") .. ", expected exactly one")
+      return fail(d, "matches oneOf alternatives " .. table.concat(hits, " and ") .. ", expected exactly one")
     end
   end
-  if n["not"] and not check(n["not"], v, ptr) then
-    return fail(ptr, "matches the schema under not, which it must not")
+  if n["not"] and not check(n["not"], v, d) then
+    return fail(d, "matches the schema under not, which it must not")
   end
   if n["if"] then
     local branch = n["then"]
-    if check(n["if"], v, ptr) then branch = n["else"] end
-    if branch then return check(branch, v, ptr) end
+    if check(n["if"], v, d) then branch = n["else"] end
+    if branch then return check(branch, v, d) end
   end
 end
 
-function check(n, v, ptr)
+function check(n, v, d)
   if n.bool ~= nil then
     if n.bool then return nil end
-    return fail(ptr, "no value is allowed here, " .. got(v))
+    return fail(d, "no value is allowed here, " .. got(v))
   end
   local s = n.s
-  local m, e = check_type(n, v, ptr)
+  local m, e = check_type(n, v, d)
   if m then return m, e end
-  m, e = check_enum(s, v, ptr)
+  m, e = check_enum(s, v, d)
   if m then return m, e end
-  if type(v) == "number" then m, e = check_number(s, v, ptr)
-  elseif type(v) == "string" then m, e = check_string(n, s, v, ptr)
+  if type(v) == "number" then m, e = check_number(s, v, d)
+  elseif type(v) == "string" then m, e = check_string(n, s, v, d)
   elseif type(v) == "table" then
     -- an empty table is both: each side's keywords apply unless the type rules it out
     local set = n.types and n.types.set
-    if is_array(v) and (not set or set.array) then m, e = check_array(n, s, v, ptr) end
-    if not m and is_object(v) and (not set or set.object) then m, e = check_object(n, s, v, ptr) end
+    if is_array(v) and (not set or set.array) then m, e = check_array(n, s, v, d) end
+    if not m and is_object(v) and (not set or set.object) then m, e = check_object(n, s, v, d) end
   end
   if m then return m, e end
   if n.ref then
-    m, e = check(n.ref, v, ptr)
+    m, e = check(n.ref, v, d)
     if m then return m, e end
   end
-  return check_combinators(n, v, ptr)
+  return check_combinators(n, v, d)
 end
 
 ---Check a value against a compiled schema (a schema not compiled yet is
@@ -734,7 +763,7 @@ function M.validate(c, value)
     c, msg = M.compile(c)
     if not c then error(msg, 2) end
   end
-  local m, e = check(c.root, value, "")
+  local m, e = check(c.root, value, 0)
   if m then return false, m, e end
   return true
 end
@@ -790,10 +819,16 @@ function M.decode(c, text)
   text = text or ""
   local i = text:find("[%[{]")
   if not i then return nil, "the answer holds no JSON (it begins: " .. show(begins(text)) .. ")", "schema", text end
-  local j = value_end(text, i)
-  if not j then return nil, "the JSON in the answer is cut (it ends before its value closes)", "schema", text end
-  local v, msg = json.decode(text:sub(i, j))
-  if v == nil then return nil, "the answer is not valid JSON: " .. msg, "schema", text end
+  -- the common answer ends with its value: one decode, no scan
+  local last, v = text:find("[%]}]%s*$", i), nil
+  if last then v = json.decode(text:sub(i, last)) end
+  if v == nil then
+    local j = value_end(text, i)
+    if not j then return nil, "the JSON in the answer is cut (it ends before its value closes)", "schema", text end
+    local msg
+    v, msg = json.decode(text:sub(i, j))
+    if v == nil then return nil, "the answer is not valid JSON: " .. msg, "schema", text end
+  end
   local ok, vmsg, ptr = M.validate(c, v)
   if not ok then return nil, vmsg, "schema", text, ptr end
   return v
