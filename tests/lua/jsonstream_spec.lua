@@ -227,9 +227,9 @@ describe("mirza.jsonstage", function()
       out[#out].json_error)
   end)
 
-  it("sets json_error for invalid JSON and stops adding json events", function()
+  it("sets json_error for invalid JSON, keeps the values completed before it and adds no more", function()
     local out = through({
-      { type = "text", text = '[{"a": 1}, {"b": 2}' }, { type = "text", text = ' {"c": 3}, {"d": 4}]' },
+      { type = "text", text = '[{"a": 1},' }, { type = "text", text = ' {"b": 2} {"c": 3}, {"d": 4}]' },
       { type = "error", code = "server", message = "boom" } }, { depth = 1 })
     local paths = {}
     for _, ev in ipairs(out) do if ev.type == "json" then paths[#paths + 1] = ev.path end end
