@@ -175,6 +175,10 @@ end
 function Loop:_finish(t, ok, err, code, results)
   t.status, t.ok = "done", ok
   self.alive = self.alive - 1
+  -- Its timers go with it: a cancelled task's sleep or stream timeout and a
+  -- finished task's deadline would keep step() waiting for nothing.
+  if t.timer then self:cancel_timer(t.timer) t.timer = nil end
+  if t.deadline_timer then self:cancel_timer(t.deadline_timer) t.deadline_timer = nil end
   if ok then
     t.results = results
   else
@@ -293,7 +297,9 @@ function Loop:_await_stream(t, s, timeout)
   t.waiting_on = s
   local timer
   if timeout then timer = self:at(mirza.now() + timeout, function() self:_wake(t, token, "timer") end) end
+  t.timer = timer -- a cancel (no return from suspend) drops it in _finish
   local why = suspend()
+  t.timer = nil
   if timer then self:cancel_timer(timer) end
   return why
 end
@@ -339,8 +345,9 @@ function hook(op, x, timeout)
   if op == "sleep" then
     local t = l.current
     local token = l:_arm(t)
-    l:at(mirza.now() + x, function() l:_wake(t, token, "timer") end)
+    t.timer = l:at(mirza.now() + x, function() l:_wake(t, token, "timer") end)
     suspend()
+    t.timer = nil
   elseif op == "open" then
     l.current.streams[x] = true
   elseif op == "closed" then

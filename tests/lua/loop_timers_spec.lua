@@ -145,11 +145,11 @@ describe("mirza.loop timers", function()
     assert.same({ "signalled", "a asleep", "slept" }, seen)
   end)
 
-  -- Bug (loop.lua, Task:cancel and Loop:_finish): a task's pending timers
-  -- stay in the heap when it is cancelled (its sleep) or finishes (its
-  -- deadline), so `step()` sleeps until they are due, and `while l:step()
-  -- do end` after cancelling a task asleep for an hour waits that hour.
-  pending("drops the sleep timer of a cancelled task and the deadline of a finished one", function()
+  -- A task's pending timers left in the heap when it is cancelled (its
+  -- sleep) or finishes (its deadline) made `step()` sleep until they were
+  -- due: `while l:step() do end` after cancelling a task asleep for an hour
+  -- waited that hour.
+  it("drops the sleep timer of a cancelled task and the deadline of a finished one", function()
     local l = loop.new()
     local t = l:spawn(function() mirza.sleep(3) end)
     l:run(function() return t.status == "waiting" end) -- run checks after the ready tasks ran, before waiting
