@@ -39,6 +39,8 @@
 
 #define SCHEMA_DEEP 4 /* beyond this depth, arrays get minItems items */
 #define SCHEMA_MAX_DEPTH 32
+#define SCHEMA_MAX_ITEMS 10000    /* a minItems beyond it is not met */
+#define SCHEMA_MAX_LENGTH 1000000 /* nor a minLength beyond it */
 
 typedef struct sgen {
   sbuf out;
@@ -174,7 +176,8 @@ static void add_str(sgen *g, const char *s, size_t n) {
 
 static long num_or(const cJSON *m, const char *k, long dflt) {
   const cJSON *v = get(m, k);
-  return cJSON_IsNumber(v) && v->valuedouble >= 0 ? (long)v->valuedouble : dflt;
+  if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0)) return dflt;
+  return v->valuedouble < 1e15 ? (long)v->valuedouble : (long)1e15;
 }
 
 static const char *const WORDS[] = {"quick", "model",  "answer", "local", "stream", "token", "clear", "simple",
@@ -188,6 +191,7 @@ static bool fits(const char *s, long lo, long hi) {
 
 static void gen_string(sgen *g, const cJSON *m) {
   long lo = num_or(m, "minLength", 0), hi = num_or(m, "maxLength", -1);
+  if (lo > SCHEMA_MAX_LENGTH) lo = SCHEMA_MAX_LENGTH;
   const cJSON *fmt = get(m, "format");
   char buf[128];
   if (cJSON_IsString(fmt)) {
@@ -244,9 +248,10 @@ static void gen_integer(sgen *g, const cJSON *m) {
       cJSON_IsNumber(mo) && mo->valuedouble >= 1 && mo->valuedouble == floor(mo->valuedouble) ? mo->valuedouble : 1;
   a = ceil(a / step) * step;
   double count = b >= a ? floor((b - a) / step) + 1 : 1;
+  if (!(count >= 1)) count = 1; /* NaN too (infinite bounds) */
   if (count > 1e15) count = 1e15;
   double v = a + step * (double)(rnd(g) % (uint64_t)count);
-  sbuf_printf(&g->out, "%.0f", v);
+  sbuf_printf(&g->out, "%.0f", isfinite(v) ? v : 0.0);
 }
 
 static void gen_number(sgen *g, const cJSON *m) {
@@ -262,7 +267,7 @@ static void gen_number(sgen *g, const cJSON *m) {
     if (xhi ? f < hi : f <= hi) v = f;
     else if (xlo ? v - 0.5 > lo : v - 0.5 >= lo) v -= 0.5;
   }
-  sbuf_printf(&g->out, "%.15g", v);
+  sbuf_printf(&g->out, "%.15g", isfinite(v) ? v : 0.0); /* infinite bounds: cJSON reads 1e999 so */
 }
 
 static void value(sgen *g, const cJSON *schema, int depth);
@@ -304,6 +309,7 @@ static void gen_array(sgen *g, const cJSON *m, int depth) {
   long n = depth >= SCHEMA_DEEP ? lo : 3;
   if (n < lo) n = lo;
   if (hi >= 0 && n > hi) n = hi;
+  if (n > SCHEMA_MAX_ITEMS) n = SCHEMA_MAX_ITEMS;
   const cJSON *items = get(m, "items");
   sbuf_add(&g->out, "[", 1);
   for (long i = 0; i < n; i++) {

@@ -242,6 +242,26 @@ for _, dialect in ipairs { "mtplx", "llama" } do
       assert.is_nil(json.decode(r.text))
     end)
 
+    it("odd schemas are answered, never crash the simulator", function()
+      local odd = {
+        json.object {}, true, false, { ["$ref"] = "#/nowhere" }, { ["$ref"] = "other.json#/x" },
+        { type = "object", properties = { next = { ["$ref"] = "#" } }, required = { "next" } }, -- endless
+        { type = "array", minItems = 1e12 }, { type = "string", minLength = 1e300 },
+        { type = "number", minimum = 1e308, maximum = -1e308 }, { type = "integer", multipleOf = 0.5 },
+        { enum = {} }, { type = {} }, { allOf = { false } }, { anyOf = {} },
+      }
+      for _, schema in ipairs(odd) do
+        local c = plain(sim(dialect), { rf = rf(schema), extra = thinking_off })
+        -- (a string of a million characters is more tokens than the context holds: length)
+        assert.truthy(c.finish_reason == "stop" or c.finish_reason == "length", json.encode(schema))
+      end
+      local low = body { rf = rf { type = "number", minimum = "LOW" }, extra = thinking_off, stream = false }
+      local raw = json.encode(low)
+      raw = raw:gsub('"LOW"', "-1e999") -- cJSON reads it as -inf
+      local n = json.decode(assert(mirza.request { url = sim(dialect).url, body = raw, timeout = 10 }))
+      assert.is_number(json.decode(n.choices[1].message.content))
+    end)
+
     describe("faults", function()
       local function faulty(spec, stream)
         local opts = { rf = rf(PERSON), extra = thinking_off, stream = stream }
