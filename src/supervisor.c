@@ -623,8 +623,15 @@ pid_t mz_pidfile_read(int port) {
   if (!mz_pidfile_path(port, path, sizeof path)) return 0;
   strcpy(dir, path);
   if (dir_is_safe(dir_part(dir)) < 0) return 0;
-  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  /* O_NONBLOCK and a regular file only: a fifo (or a device) put there
+   * would block the read for as long as a writer held it open. */
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   if (fd < 0) return 0;
+  struct stat st;
+  if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    return 0;
+  }
   ssize_t n;
   do n = read(fd, text, sizeof text - 1);
   while (n < 0 && errno == EINTR);
