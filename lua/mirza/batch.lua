@@ -445,8 +445,8 @@ function B.record(item, r)
 end
 
 ---A record as a line of JSON (no newline). A body recorded as the server
----sent it (`r.raw`, an embeddings or completions answer) is put in as
----its own text, not decoded and encoded again (its floats stay as sent).
+---sent it (`r.raw`, an embeddings answer) is put in as its own text, not
+---decoded and encoded again (its floats stay as sent).
 ---@param rec table B.record's
 ---@param r table the attempt result
 ---@return string
