@@ -106,6 +106,23 @@ describe("mirza.pool prefix affinity", function()
     assert.same({ 0, 0, 0 }, { p.affine, p.spread, p.nkeys })
   end)
 
+  it("says whether a key's endpoint would take it now (room_for): affine, new, or busy", function()
+    local p, clock = fake({ URLS[1], URLS[2] }, { limit = 1, rest = 1 })
+    assert.same({ "new", "new" }, { p:room_for("A"), p:room_for(nil) })
+    assert.equal(1, pick(p, "A"))
+    assert.is_false(p:room_for("A"))           -- its endpoint is full
+    p:release(p.endpoints[1], true)
+    assert.equal("affine", p:room_for("A"))
+    assert.equal(1, pick(p, "A"))
+    p:report(p.endpoints[1], { code = "refused" }, "x") -- rests
+    assert.is_false(p:room_for("A"))
+    clock.t = p.endpoints[1].rest_until
+    assert.is_false(p:room_for("A"))           -- probing: not for its key
+    local off = fake({ URLS[1] }, { affinity = false })
+    assert.equal(1, pick(off, "A"))
+    assert.equal("new", off:room_for("A"))
+  end)
+
   it("prefers the engine's own endpoint over the key's", function()
     local p = fake(URLS, { limit = 3 })
     assert.equal(1, pick(p, "A"))
