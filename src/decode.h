@@ -84,7 +84,9 @@ const char *mz_error_message(const cJSON *error, const char **type, char *code_b
 /* Render the message for an HTTP error response into out (always
  * NUL-terminated; httperr.c): "HTTP <status> <reason phrase>: <line>" where
  * the line is the server's error message for a JSON body (error.message,
- * error as a string, detail, message), the <title> (else the first line of
+ * error as a string, detail — FastAPI's validation list as its first
+ * entry, "body.messages: Field required (and N more)" — message), the
+ * <title> (else the first line of
  * text) of an HTML page, or the first line of any other body; whitespace
  * and control characters collapse to one space, and a line over ~200 bytes
  * is cut on a UTF-8 boundary and ends in "...". An empty body gives
