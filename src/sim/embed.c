@@ -11,11 +11,12 @@
  * shortened embeddings), default --embedding-dims. A string counts 4 bytes
  * a token (at least 1), a token list its length.
  *
- * The body is written by hand: llama-server's members in its order
- * (nlohmann::json sorts them: data, model, object, usage; each item
- * embedding, index, object), OpenAI's otherwise (object, data, model,
- * usage; object, index, embedding). encoding_format "base64" gives the
- * little-endian float32 bytes in base64, as both do.
+ * The body is written by hand: llama-server's members in the order its
+ * code inserts them (format_embeddings_response_oaicompat, an
+ * ordered_json: model, object, usage, data; each item embedding, index,
+ * object), OpenAI's otherwise (object, data, model, usage; object, index,
+ * embedding). encoding_format "base64" gives the little-endian float32
+ * bytes in base64, as both do.
  *
  * --no-embeddings: llama-server without --embeddings answers 501
  * not_supported_error with its message; MTPLX has no such route (404).
@@ -192,11 +193,11 @@ int route_embeddings(conn *c, const http_request *r) {
     char usage[96];
     snprintf(usage, sizeof usage, "{\"prompt_tokens\":%ld,\"total_tokens\":%ld}", total, total);
     if (is_llama(s)) {
-      sbuf_adds(&out, "{\"data\":[");
-      sbuf_add(&out, data.p, data.len);
-      sbuf_adds(&out, "],\"model\":");
+      sbuf_adds(&out, "{\"model\":");
       sbuf_json_str(&out, model);
-      sbuf_printf(&out, ",\"object\":\"list\",\"usage\":%s}", usage);
+      sbuf_printf(&out, ",\"object\":\"list\",\"usage\":%s,\"data\":[", usage);
+      sbuf_add(&out, data.p, data.len);
+      sbuf_adds(&out, "]}");
     } else {
       sbuf_adds(&out, "{\"object\":\"list\",\"data\":[");
       sbuf_add(&out, data.p, data.len);

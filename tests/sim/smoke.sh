@@ -166,7 +166,7 @@ emb "$L" '{"input":"x","encoding_format":"base64","dimensions":3}' >"$TMP/e64.js
 check "embeddings (llama): base64 of 3 float32" python3 -c '
 import base64, json, sys
 r = json.load(open(sys.argv[1]))
-assert list(r) == ["data", "model", "object", "usage"] and len(base64.b64decode(r["data"][0]["embedding"])) == 12
+assert list(r) == ["model", "object", "usage", "data"] and len(base64.b64decode(r["data"][0]["embedding"])) == 12
 ' "$TMP/e64.json"
 RF='"response_format":{"type":"json_schema","json_schema":{"name":"t","schema":{"type":"object","properties":{"n":{"type":"integer","minimum":5,"maximum":6},"l":{"type":"array","items":{"type":"boolean"},"minItems":4}},"required":["n","l"]}}}'
 chat "$M" "{$U,$RF}" >"$TMP/rf.json"
