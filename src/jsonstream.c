@@ -326,6 +326,18 @@ static size_t plain_run(const unsigned char *s, size_t i, size_t len) {
   return i;
 }
 
+/* White space between tokens (indentation: most of a pretty-printed
+ * answer's bytes), and the digits of a number, skipped in a tight loop. */
+static size_t ws_run(const unsigned char *s, size_t i, size_t len) {
+  while (i < len && is_ws(s[i])) i++;
+  return i;
+}
+
+static size_t digit_run(const unsigned char *s, size_t i, size_t len) {
+  while (i < len && s[i] >= '0' && s[i] <= '9') i++;
+  return i;
+}
+
 #define AGAIN 3 /* step: the byte is not taken, read it again in the new state */
 
 /* One byte c at i. Returns 0 (taken), AGAIN, MZ_JS_VALUE (taken unless the state says a number ended:
@@ -417,6 +429,9 @@ int mz_js_feed(mz_jsonstream *p, const char *buf, size_t len, size_t *used, mz_j
   }
   while (i < len) {
     if (p->state == S_STR && !p->key_path && (i = plain_run(s, i, len)) == len) break;
+    if (p->state >= S_VALUE && p->state <= S_AFTER && (i = ws_run(s, i, len)) == len) break;
+    if ((p->state == S_NUM_INT || p->state == S_NUM_FRAC || p->state == S_NUM_EXP) && (i = digit_run(s, i, len)) == len)
+      break;
     int was_number = p->state >= S_NUM_MINUS && p->state <= S_NUM_EXP;
     r = step(p, buf, i, out);
     if (r < 0) return r;
