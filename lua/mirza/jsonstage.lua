@@ -36,6 +36,7 @@ local TERMINAL = { done = true, error = true, cut = true }
 function M.stage(upstream, opts)
   local p = json.stream { depth = opts and opts.depth or 0, max_bytes = opts and opts.max_bytes }
   local failed -- the message of invalid JSON met mid-stream
+  local ended = false -- the parser is finished and closed
   local queue, qh, qt = {}, 1, 0
 
   local function add(evs)
@@ -47,7 +48,8 @@ function M.stage(upstream, opts)
 
   -- The end: finish the parser once, and say why the JSON is not whole.
   local function finish(ev)
-    if p:closed() then return end
+    if ended then return end
+    ended = true
     local ok, msg = p:finish()
     p:close()
     if ev and not ok then ev.json_error = failed or msg end
@@ -67,7 +69,7 @@ function M.stage(upstream, opts)
       return nil
     end
     local ty = ev.type
-    if ty == "text" and not failed and not p:closed() then
+    if ty == "text" and not failed and not ended then
       local evs, msg, _, done = p:feed(ev.text)
       if evs then add(evs)
       else
