@@ -284,6 +284,14 @@ describe("mirza-sim honouring response_format", function()
     end
   end)
 
+  it("in the llama dialect too (the same field: llama-server makes it a grammar)", function()
+    local llama = H.start_sim { "--tok-rate", "0", "--ttft-ms", "0", "--dialect", "llama" }
+    finally(llama.stop)
+    local r = assert(mirza.collect { url = llama.url, schema = ORDER, body = H.chat_body("the order?") })
+    assert.are.equal(3, #r.value.lines)
+    assert.is_true(r.value.id >= 1)
+  end)
+
   it("collect: on_json gets each line as it completes, in order", function()
     local got = {}
     local r = assert(mirza.collect { url = sim.url, schema = ORDER, json = { depth = 2 },
