@@ -35,7 +35,7 @@
 --- literals, `.`, classes (`\d \w \s`, their negations, `[...]`), the
 --- quantifiers `* + ? {n} {n,} {n,m}` on one of those, and a leading `^` /
 --- trailing `$` is translated into the Lua pattern that matches the same
---- strings; any other pattern (groups, `|`, lookaround, `\b`, ...) is
+--- strings (mirza.regex); any other pattern (groups, `|`, lookaround, `\b`, ...) is
 --- left unchecked and listed in `c.unchecked`, never approximated. Lua
 --- matches bytes, the regex code points: a translated pattern holding `.`
 --- or a negated class is not applied to a string with non-ASCII bytes
@@ -48,6 +48,7 @@
 --- either an array or an object (unless marked with mirza.json.array /
 --- mirza.json.object).
 local json = require("mirza.core").json
+local regex = require "mirza.regex"
 
 local M = {}
 
@@ -88,114 +89,6 @@ end
 local function where(ptr)
   return ptr == "" and "(root)" or ptr
 end
-
--- ------------------------------------------------------------ patterns
-
--- ECMA class escapes -> Lua, outside and inside a set.
-local CLASS = { d = "%d", D = "%D", w = "[%w_]", W = "[^%w_]", s = "%s", S = "%S" }
-local IN_SET = { d = "%d", w = "%w_", s = "%s" }
-local LITERAL_ESCAPES = { n = "\n", t = "\t", r = "\r", f = "\f", v = "\v" }
-
-local function lua_literal(ch)
-  return ch:find("^[%^%$%(%)%%%.%[%]%*%+%-%?]$") and "%" .. ch or ch
-end
-
--- One set "[...]" starting at i (the "["): its Lua form, the index
--- after it and whether it is byte-wise (negated, or holding \s, which
--- ECMA extends to Unicode spaces); nil when it uses what cannot be
--- translated (a non-ASCII member: Lua's set would hold its bytes).
-local function translate_set(p, i)
-  local out, j, bytewise = { "[" }, i + 1, false
-  if p:sub(j, j) == "^" then out[2], j, bytewise = "^", j + 1, true end
-  local first = true
-  while j <= #p do
-    local ch = p:sub(j, j)
-    if ch == "]" and not first then
-      out[#out + 1] = "]"
-      return table.concat(out), j + 1, bytewise
-    elseif ch:byte() >= 0x80 then return nil
-    elseif ch == "\\" then
-      local e = p:sub(j + 1, j + 1)
-      bytewise = bytewise or e == "s"
-      if IN_SET[e] then out[#out + 1] = IN_SET[e]
-      elseif LITERAL_ESCAPES[e] then out[#out + 1] = LITERAL_ESCAPES[e]
-      elseif e:find("^%p$") then out[#out + 1] = "%" .. e
-      else return nil end
-      j = j + 2
-    elseif ch == "[" then return nil -- ECMA allows it literally, Lua's [[:x:]] would differ
-    else
-      out[#out + 1] = (ch == "%" or ch == "]") and "%" .. ch or ch
-      j = j + 1
-    end
-    first = false
-  end
-  return nil -- no closing "]"
-end
-
--- One atom at i: its Lua form, the index after it, whether it is
--- byte-wise where the regex is character-wise (".", a negated class, \s:
--- Unicode spaces in ECMA) and whether it is several bytes (a non-ASCII
--- literal: no quantifier may follow it in Lua).
-local function translate_atom(p, i)
-  local ch = p:sub(i, i)
-  if ch == "." then return "[^\n\r]", i + 1, true end
-  if ch == "[" then return translate_set(p, i) end
-  if ch:byte() >= 0x80 then
-    local seq = p:match("^[\192-\247][\128-\191]*", i)
-    if not seq then return nil end
-    return seq, i + #seq, false, true
-  end
-  if ch == "\\" then
-    local e = p:sub(i + 1, i + 1)
-    if CLASS[e] then return CLASS[e], i + 2, e == "D" or e == "W" or e == "s" or e == "S" end
-    if LITERAL_ESCAPES[e] then return LITERAL_ESCAPES[e], i + 2, false end
-    if e:find("^%p$") then return lua_literal(e), i + 2, false end
-    return nil
-  end
-  if ch:find("^[%(%)|%*%+%?{}%^%$]$") then return nil end
-  return lua_literal(ch), i + 1, false
-end
-
--- "{n}", "{n,}", "{n,m}" at i: n, m (nil: unbounded), the index after.
-local function braces(p, i)
-  local n, comma, m, j = p:match("^{(%d+)(,?)(%d*)}()", i)
-  if not n then return nil end
-  n = tonumber(n)
-  if comma == "" then return n, n, j end
-  return n, m ~= "" and tonumber(m) or nil, j
-end
-
--- The Lua pattern for an ECMA regex, and whether it is byte-wise
--- somewhere; nil when the regex is outside the translated subset.
-local function translate(p)
-  local out, i, bytewise = {}, 1, false
-  if p:sub(1, 1) == "^" then out[1], i = "^", 2 end
-  while i <= #p do
-    if p:sub(i) == "$" then
-      out[#out + 1] = "$"
-      break
-    end
-    local atom, j, bw, multibyte = translate_atom(p, i)
-    if not atom then return nil end
-    bytewise = bytewise or bw
-    local q = p:sub(j, j)
-    if multibyte and (q == "*" or q == "+" or q == "?" or q == "{") then return nil end
-    if q == "*" or q == "+" or q == "?" then
-      if p:sub(j + 1, j + 1) == "?" then return nil end -- lazy: not worth the risk
-      out[#out + 1], i = atom .. q, j + 1
-    elseif q == "{" then
-      local n, m, k = braces(p, j)
-      if not n or n > 100 or (m and (m < n or m > 100)) then return nil end
-      out[#out + 1] = atom:rep(n)
-      if m then out[#out + 1] = (atom .. "?"):rep(m - n) else out[#out + 1] = atom .. "*" end
-      i = k
-    else
-      out[#out + 1], i = atom, j
-    end
-  end
-  return table.concat(out), bytewise
-end
-M._translate = translate -- for the specs
 
 -- ------------------------------------------------------------ compiling
 
@@ -256,7 +149,7 @@ end
 
 local function compile_pattern(ctx, p, at)
   if type(p) ~= "string" then bad(at .. ": a pattern must be a string") end
-  local lua, bytewise = translate(p)
+  local lua, bytewise = regex.translate(p)
   if not lua then
     ctx.unchecked[#ctx.unchecked + 1] = "pattern " .. p .. " at " .. where(at)
     return false
