@@ -70,7 +70,8 @@ end
 ---the raw answer (a string) for "schema"
 function M.collect(opts)
   if type(opts) == "table" and (opts.schema or opts.attempts or opts.json or opts.on_json) then
-    return require("mirza.structured").collect(open, opts)
+    local r, msg, code, partial = require("mirza.structured").collect(open, opts) -- no tail call: errors at the caller
+    return r, msg, code, partial
   end
   local result = require "mirza.result"
   local s <close> = open(opts)

@@ -49,12 +49,16 @@ function M.compile(s)
   return schema.compile(s)
 end
 
----How many requests `attempts` allows (at least 1).
+---How many requests `attempts` allows (at least 1); a bad value raises
+---at `level` (the script's line, seen from the caller).
 ---@param n any
+---@param level integer
 ---@return integer
-function M.attempts(n)
+function M.attempts(n, level)
   if n == nil then return 1 end
-  if math.type(n) ~= "integer" or n < 1 then error("mirza: attempts must be an integer >= 1", 3) end
+  if math.type(n) ~= "integer" or n < 1 then
+    error(("mirza: attempts must be an integer >= 1, got %s"):format(tostring(n)), level + 1)
+  end
   return n
 end
 
@@ -199,7 +203,7 @@ function M.collect(open, opts)
   end
   local c, msg, code = M.compile(so.schema)
   if c == nil then return nil, msg, code end
-  local tries = M.attempts(so.attempts)
+  local tries = M.attempts(so.attempts, 3) -- here, mirza.collect, the script
   local stages = {}
   stages[#stages + 1] = M.json_stage(so.json, so.on_json)
   if not c then -- no schema: only the json events

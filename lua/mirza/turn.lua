@@ -431,7 +431,7 @@ function M.say(e, input, opts)
   topts.schema = c -- compiled once for every attempt
   local attempts = lopts.attempts
   if attempts == nil then attempts = e.cfg.attempts end
-  return say_schema(e, c, structured.attempts(attempts), input, topts, ropts, lopts)
+  return say_schema(e, c, structured.attempts(attempts, 2), input, topts, ropts, lopts) -- e:say tail-calls this
 end
 
 return M

@@ -146,10 +146,16 @@ describe("mirza.collect with a schema", function()
     assert.are.equal(3, #request(dir, 2).messages)
   end)
 
-  it("attempts must be a whole number >= 1", function()
-    assert.has_error(function()
+  it("attempts must be a whole number >= 1, said at the caller's line", function()
+    local ok, err = pcall(function()
       mirza.collect { url = sim.url, schema = PERSON, attempts = 0, body = H.chat_body("x") }
     end)
+    assert.is_false(ok)
+    assert.truthy(err:find("structured_spec.lua:%d+: mirza: attempts must be an integer >= 1, got 0"), err)
+    ok, err = pcall(function()
+      tools.run { url = sim.url, tools = {}, schema = PERSON, attempts = 1.5, body = H.chat_body("x") }
+    end)
+    assert.truthy(not ok and err:find("structured_spec.lua:%d+: mirza: attempts", 1), err)
   end)
 end)
 
