@@ -50,6 +50,12 @@ describe("mirza.schema.validate", function()
     assert.is_true((schema.validate(assert(schema.compile { type = "null" }), null)))
   end)
 
+  it("sees JSON as mirza.json.decode gives it: a duplicated member's last value", function()
+    fails({ properties = { a = { type = "integer" } } }, '{"a": 1, "a": "x"}', "/a", 'got string "x"')
+    passes({ properties = { a = { type = "integer" } } }, '{"a": "x", "a": 1}')
+    passes({ type = "integer", maximum = 9007199254740992 }, "9007199254740993") -- a float: 2^53
+  end)
+
   it("gives the pointer of the first violation, indices from 0, ~ and / escaped", function()
     local s = { type = "object", properties = { items = { type = "array", items = {
       type = "object", properties = { price = { type = "number" } } } } } }
