@@ -372,6 +372,10 @@ function M.embed(opts)
     local last = math.min(n, first + size - 1)
     ctx.chunks[#ctx.chunks + 1] = { first = first, list = table.move(list, first, last, 1, {}) }
   end
+  -- the caller's task cancelled (or a deadline) while the chunks run: they go too
+  local _ <close> = setmetatable({}, { __close = function()
+    for _, t in ipairs(ctx.workers) do t:cancel() end -- a finished one: a no-op
+  end })
   for i = 1, math.min(#ctx.chunks, ctx.pool:capacity()) do ctx.workers[i] = loop.spawn(worker, ctx) end
   for _, t in ipairs(ctx.workers) do
     local ok, msg, code = t:join()

@@ -108,6 +108,18 @@ describe("mirza.embed", function()
     assert.is_true(ticks >= 5, "the ticker ran " .. ticks .. " times during 2 rounds of 150 ms") -- ~30; blocked: 1
   end)
 
+  it("a task cancelled while it embeds takes its chunks with it: slots back, nothing more sent", function()
+    local p = pool.new({ slow.base }, { limit = 2 })
+    local t = loop.spawn(function() return mirza.embed { pool = p, input = texts(20), batch = 1 } end)
+    loop.default():run(function() return p.endpoints[1].inflight == 2 end)
+    t:cancel()
+    assert.equal(0, p.endpoints[1].inflight)
+    loop.default():run() -- until every task is done: none sends anything more
+    assert.equal(0, p.endpoints[1].served)
+    assert.equal(0, p.endpoints[1].inflight)
+    assert.equal(0, mirza.streams())
+  end)
+
   it("base64 and float answers give the same float32 vectors; packed round-trips", function()
     local fl = assert(mirza.embed { url = sim.base, input = texts(40), batch = 7 })
     local b64 = assert(mirza.embed { url = sim.base, input = texts(40), batch = 7, encoding_format = "base64" })
