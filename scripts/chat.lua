@@ -29,9 +29,9 @@
 --- $XDG_STATE_HOME/mirza/conversations (else ~/.local/state/mirza/
 --- conversations, made 0700) as NAME.json, NAME the start's local time or
 --- --name NAME; --continue resumes the last one saved (history, session,
---- thinking), --continue NAME a named one (a path when NAME holds a /; a
---- NAME ending in .lua is the behaviour file); /new starts another;
---- --no-save keeps nothing. The run log (MIRZA_RECORD) names it.
+--- thinking), --continue NAME a named one (a file, saved back there, when
+--- NAME holds a /; a NAME ending in .lua is the behaviour file); /new
+--- starts another; --no-save keeps nothing. The run log (MIRZA_RECORD) names it.
 local engine = require "mirza.engine"
 local behaviour_mod = require "mirza.behaviour"
 local conversation = require "mirza.conversation"
@@ -57,7 +57,7 @@ local function say_err(...) io.stderr:write(...) io.stderr:write("\n") end
 
 -- Where the conversation is kept: the directory (nil: not saved) and the
 -- file to resume (--continue).
-local conv_dir, resume
+local conv_dir, resume, own_file -- own_file: --continue PATH, saved back there
 if not no_save or continue then
   local err
   conv_dir, err = conversation.dir()
@@ -74,6 +74,7 @@ if continue then
     os.exit(1)
   end
   resume, name = found, name or why
+  if continue ~= true and continue:find("/", 1, true) then own_file = found end
 elseif conv_dir then
   if name and conversation.find(conv_dir, name) then
     say_err("chat: a conversation named ", name, " exists: --continue ", name, " resumes it")
@@ -122,9 +123,9 @@ end
 -- (a failure said once, the chat goes on).
 local save_failed
 local function save()
-  if no_save or not conv_dir or not name or #e.history.messages == 0 then return end
-  local saved, err = e:save(conversation.path(conv_dir, name))
-  if saved then saved, err = conversation.mark_last(conv_dir, name) end
+  if no_save or not (own_file or conv_dir) or not name or #e.history.messages == 0 then return end
+  local saved, err = e:save(own_file or conversation.path(conv_dir, name))
+  if saved and not own_file then saved, err = conversation.mark_last(conv_dir, name) end
   if not saved and not save_failed then say_err("chat: the conversation is not saved: ", err) end
   save_failed = not saved
 end
@@ -155,6 +156,7 @@ commands = {
   end,
   new = function()
     e:reset()
+    own_file = nil
     if conv_dir and not no_save then
       name = conversation.new_name(conv_dir)
       e.conversation_name = name

@@ -277,6 +277,21 @@ describe("mirza chat --continue", function()
     assert.matches("chat: .*torn%.json is not a saved conversation", r.err)
   end)
 
+  it("--continue PATH resumes a file an engine saved, and saves it back there", function()
+    local state, dir = tmpdir(".state"), tmpdir()
+    local path = dir .. "/mine.json"
+    local e = offline { session_id = "from-a-script" }
+    prompt.add_turn(e.history, { { role = "user", content = "Avant" } }, "Oui.")
+    assert.is_true(e:save(path))
+    local r = chat(state, { "Après", "/quit" }, "--continue " .. H.q(path))
+    assert.equal(0, r.rc, r.err)
+    assert.truthy(r.err:find("session from-a-script, conversation mine)", 1, true), r.err)
+    local c = assert(conversation.read(path))
+    assert.equal(4, #c.messages)
+    assert.equal("Après", c.messages[3].content)
+    assert.same({}, listing(state .. "/mirza/conversations")) -- nothing in the chat's own directory
+  end)
+
   it("--no-save keeps nothing", function()
     local state = tmpdir(".state")
     local r = chat(state, { "Bonjour", "/quit" }, "--no-save")
