@@ -550,7 +550,12 @@ function Engine:_turn_begin(t, input, opts)
   local endpoint
   if self.pool then
     local msg, code
-    endpoint, msg, code = self.pool:acquire(self.cfg.connect_timeout, self._endpoint)
+    -- the endpoint of its last turn while it has room (its session cache), else where
+    -- its leading messages (the system prompt) went last (that daemon's prompt cache),
+    -- else the least loaded (mirza.pool's prefix affinity)
+    self._prefix_key = require("mirza.pool").prefix_key(messages)
+    endpoint, msg, code = self.pool:acquire(self.cfg.connect_timeout,
+      { prefer = self._endpoint, key = self._prefix_key })
     if not endpoint then return nil, msg, code end
     self._endpoint = endpoint
     self:_set_base(endpoint.base)
@@ -589,7 +594,7 @@ function Engine:_turn_failover(ep, ev, avoid, key)
   if tried > #self.pool.endpoints then return nil, false end
   self.pool:report(ep, { code = ev.code, status = ev.status, message = ev.message }, key)
   avoid[ep] = true
-  local nxt = self.pool:acquire(self.cfg.connect_timeout, nil, avoid)
+  local nxt = self.pool:acquire(self.cfg.connect_timeout, { avoid = avoid, key = self._prefix_key })
   if not nxt then return nil, true end
   self:log("warning", ("%s: %s; trying %s"):format(self.base_url, ev.message or ev.code, nxt.base))
   self._endpoint = nxt

@@ -287,6 +287,32 @@ describe("mirza.pool", function()
     assert.is_true(gone.pool.endpoints[1].rest_until > mirza.now(), "a refused endpoint not rested")
   end)
 
+  it("sends engines sharing a pool and a long system prompt where that prompt went last", function()
+    local engine = require "mirza.engine"
+    local a, b = H.start_sim(FAST), H.start_sim(FAST)
+    finally(function() a.stop() b.stop() end)
+    local p = pool.new({ a.base, b.base }, { limit = 2 })
+    local system = ("You extract invoices. Answer with the fields asked for, nothing else. "):rep(30)
+    local function new_engine(prompt)
+      local e = engine.new { pool = p, config_file = false, log = function() end, model = "mirza-sim",
+        body_extra = { mirza_sim = { text = "Un deux." } } }
+      require("mirza.prompt").set_system(e.history, prompt) -- as e:load(prompt) does, without its prefill
+      return e
+    end
+    -- one after the other, each endpoint always has room: without affinity
+    -- the least loaded (ties: the one that served fewer) alternates a, b, a, b
+    for i = 1, 4 do
+      local st, res = new_engine(system):say("question " .. i, { answer = function() end })
+      assert(st, res)
+    end
+    assert.same({ 4, 0 }, served(p))
+    -- another prompt has no home yet: it goes to the least loaded, and stays
+    for i = 1, 2 do
+      assert(new_engine(("Another system prompt, about receipts. "):rep(30)):say("q" .. i, { answer = function() end }))
+    end
+    assert.same({ 4, 2 }, served(p))
+  end)
+
   it("spreads engines sharing a pool over its endpoints and reports when all are down", function()
     local engine = require "mirza.engine"
     local a, b = H.start_sim(FAST), H.start_sim(FAST)
