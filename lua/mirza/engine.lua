@@ -79,6 +79,10 @@ function E.new(opts)
   if cfg.pool or cfg.endpoints then self.pool = cfg.pool or require("mirza.pool").new(cfg.endpoints) end
   self:_set_base((self.pool and self.pool.endpoints[1].base) or cfg.base_url or (self.daemon and self.daemon.base_url)
       or ("http://%s:%d/v1"):format(cfg.host, cfg.port))
+  if cfg.system_prompt then -- as e:load(prompt) sets it (load prefills it too)
+    self.system_prompt = cfg.system_prompt
+    require("mirza.prompt").set_system(self.history, cfg.system_prompt)
+  end
   if saved then require("mirza.conversation").apply(self, saved, opts.session_id ~= nil) end
   return self
 end
@@ -240,7 +244,8 @@ end
 ---A supervised daemon is adopted when healthy, waited for while loading,
 ---else started (when autostart) or reported; an unsupervised endpoint is
 ---used as is. With `verbose`, one line (`e:describe()`) goes to stderr.
----Then the system prompt, if given, is set and prefilled.
+---Then the system prompt, if given (else, at the first load, the
+---`system_prompt` option), is set and prefilled.
 ---@param system_prompt? string
 ---@return boolean|nil ok
 ---@return string? message
@@ -254,7 +259,9 @@ function Engine:load(system_prompt)
     self:log("info", ("daemon ready on %s (%s)"):format(self.base_url, how))
     if self.cfg.verbose then self:log("notice", self:describe()) end
   end
+  if system_prompt == nil and not self._prefilled then system_prompt = self.cfg.system_prompt end
   if system_prompt then
+    self._prefilled = true
     self.system_prompt = system_prompt
     require("mirza.prompt").set_system(self.history, system_prompt)
     self:prefill(system_prompt)

@@ -18,6 +18,16 @@ end
 describe("mirza.engine configuration", function()
   after_each(function() collectgarbage("collect") end)
 
+  it("system_prompt (code, config file) is the conversation's system prompt, as e:load(prompt) sets it", function()
+    local e = engine.new { config_file = false, daemon = false, system_prompt = "You are terse." }
+    assert.equal("You are terse.", e.system_prompt)
+    assert.equal("You are terse.", e.history.system)
+    local path = config_file('return { system_prompt = "From the file." }')
+    finally(function() os.remove(path) end)
+    assert.equal("From the file.", engine.new({ config_file = path, daemon = false }).history.system)
+    assert.is_nil(engine.new({ config_file = false, daemon = false }).history.system)
+  end)
+
   it("precedence: defaults < config file < code table < environment", function()
     local path = config_file("return { temperature = 0.1, max_tokens = 111, top_p = 0.5, port = 7001 }")
     finally(function() os.remove(path) end)
