@@ -5,6 +5,7 @@
  *
  *   local p <close> = mirza.json.stream{depth = 1}
  *   for _, ev in ipairs(p:feed(delta)) do ... end  -- {type="json", path=, value=}
+ *   p:feed(delta, list)                             -- the same, appended to list
  *   local ok, msg, code = p:finish()
  *
  * Built like liolib's files: the userdata is created closed, then the
@@ -82,15 +83,23 @@ static int push_error(lua_State *L, const mz_jsonstream *p, int status) {
                     mz_js_strerror(status));
 }
 
-/* p:feed(text) -> the list of values completed by text (maybe empty), or
- * nil, message, "protocol", list (those completed before the error). */
+/* p:feed(text [, list]) -> the list of values completed by text (maybe
+ * empty), or nil, message, "protocol", list (those completed before the
+ * error). With a list given, the values are appended to it and it is
+ * returned: no new table per piece (a stage feeding every delta). */
 static int js_feed(lua_State *L) {
   ljs *u = check_open(L);
   size_t len, off = 0, used;
   const char *s = luaL_checklstring(L, 2, &len);
   lua_Integer n = 0;
-  lua_settop(L, 2);
-  lua_newtable(L); /* [p, text, list] */
+  if (lua_isnoneornil(L, 3)) {
+    lua_settop(L, 2);
+    lua_newtable(L);
+  } else {
+    luaL_checktype(L, 3, LUA_TTABLE);
+    lua_settop(L, 3);
+    n = (lua_Integer)lua_rawlen(L, 3);
+  } /* [p, text, list] */
   for (;;) {
     mz_js_value v;
     int r = mz_js_feed(&u->p, s + off, len - off, &used, &v);

@@ -265,11 +265,12 @@ local JSONStream = {}
 
 ---Parse the next piece of the text.
 ---@param text string
+---@param list? mirza.JSONEvent[] append the values to this list (returned) instead of a new one per piece
 ---@return mirza.JSONEvent[]|nil events the values this piece completed, in order (maybe none)
 ---@return string? message invalid JSON with its byte offset (1-based, over all the pieces): this call and every later one
 ---@return string? code "protocol"
 ---@return mirza.JSONEvent[]? completed the values this piece completed before the error
-function JSONStream:feed(text) end
+function JSONStream:feed(text, list) end
 
 ---The end of the text: true when a whole top-level value was seen; else
 ---nil, "JSON cut at byte N...", "protocol" (or the invalid-JSON message, or

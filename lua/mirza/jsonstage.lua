@@ -17,8 +17,8 @@
 --- it untouched. Invalid JSON met mid-stream stops the parsing: no more
 --- `json` events, and the message goes to the terminal event.
 ---
---- Cost: one C call and one (mostly empty) list per text delta; no
---- per-byte Lua.
+--- Cost: one C call per text delta, no table unless it completes values;
+--- no per-byte Lua.
 local M = {}
 
 local json = require("mirza.core").json
@@ -38,11 +38,13 @@ function M.stage(upstream, opts)
   local failed -- the message of invalid JSON met mid-stream
   local ended = false -- the parser is finished and closed
   local queue, qh, qt = {}, 1, 0
+  local got = {} -- feed appends here (no table per delta); emptied into the queue
 
   local function add(evs)
     for i = 1, #evs do
       qt = qt + 1
       queue[qt] = evs[i]
+      evs[i] = nil
     end
   end
 
@@ -70,8 +72,9 @@ function M.stage(upstream, opts)
     end
     local ty = ev.type
     if ty == "text" and not failed and not ended then
-      local evs, msg, _, done = p:feed(ev.text)
-      if evs then add(evs)
+      local evs, msg, _, done = p:feed(ev.text, got)
+      if evs then
+        if evs[1] then add(evs) end
       else
         failed = msg
         add(done)

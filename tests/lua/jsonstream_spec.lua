@@ -68,6 +68,18 @@ describe("mirza.json.stream", function()
     assert.is_true(p:finish())
   end)
 
+  it("appends to a list it is given, and returns it", function()
+    local p <close> = json.stream { depth = 1 }
+    local list = { "kept" }
+    assert.equal(list, p:feed("[1, 2", list))
+    assert.equal(2, #list)
+    assert.equal(list, p:feed(", 3]", list))
+    assert.equal("kept", list[1])
+    assert.same({ "/0", "/1", "/2" }, { list[2].path, list[3].path, list[4].path })
+    assert.same({ 1, 2, 3 }, { list[2].value, list[3].value, list[4].value })
+    assert.error_matches(function() p:feed("x", "not a list") end, "table expected")
+  end)
+
   it("gives an empty list for a piece that completes nothing, and ignores text after the value", function()
     local p <close> = json.stream()
     assert.same({}, p:feed("no JSON yet, "))
