@@ -236,7 +236,7 @@ describe("mirza.embed", function()
   it("nothing answering: refused, within the pool's unreachable time", function()
     local t0 = mirza.now()
     local v, _, code = mirza.embed { url = "http://127.0.0.1:" .. H.free_port(), input = texts(8), batch = 1,
-      attempts = 12 }
+      attempts = 8 }
     assert.is_nil(v)
     assert.equal("refused", code)
     assert.is_true(mirza.now() - t0 < 8, "gave up after " .. (mirza.now() - t0) .. " s")
