@@ -9,7 +9,8 @@ set(TEST_ENV
   "MIRZA_FIXTURES=${CMAKE_SOURCE_DIR}/tests/fixtures"
   "MIRZA_TRACES=${CMAKE_SOURCE_DIR}/tests/fixtures/traces"
   "MIRZA_BUILD_DIR=${CMAKE_BINARY_DIR}"
-  "XDG_RUNTIME_DIR=${CMAKE_BINARY_DIR}/runtime")
+  "XDG_RUNTIME_DIR=${CMAKE_BINARY_DIR}/runtime"
+  "XDG_STATE_HOME=${CMAKE_BINARY_DIR}/state") # mirza chat saves its conversations there, not in ~
 file(MAKE_DIRECTORY ${CMAKE_BINARY_DIR}/runtime)
 
 # ctest's limit for one cmocka or busted test, in seconds (scripts/mutate

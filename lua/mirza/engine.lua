@@ -1,5 +1,5 @@
 --- mirza.engine: the engine object bound to one daemon — everything the
---- Python engine did (shared/seed), with its policies as reloadable Lua.
+--- Python engine it replaces did, with its policies as reloadable Lua.
 ---
 --- Configuration (mirza.config), from lowest to highest precedence:
 --- `engine.defaults`, the user config file (`$MIRZA_CONFIG`, else

@@ -3,7 +3,7 @@
  * llama-server's timings, the final SSE frames and the non-streamed body.
  *
  * These run once per request, so they use cJSON; the member order follows
- * the captures in /work/shared/protocol/traces because some clients (and
+ * the captures in tests/fixtures/traces because some clients (and
  * humans diffing streams) notice. Numbers are rounded for readability.
  */
 #include <cJSON.h>
