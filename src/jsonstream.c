@@ -416,7 +416,6 @@ static int step(mz_jsonstream *p, const char *buf, size_t i, mz_js_value *out) {
 int mz_js_feed(mz_jsonstream *p, const char *buf, size_t len, size_t *used, mz_js_value *out) {
   const unsigned char *s = (const unsigned char *)buf;
   size_t i = 0;
-  int r = 0;
   *used = 0;
   if (p->status) return p->status;
   if (p->state == S_DONE) return MZ_JS_END;
@@ -433,7 +432,7 @@ int mz_js_feed(mz_jsonstream *p, const char *buf, size_t len, size_t *used, mz_j
     if ((p->state == S_NUM_INT || p->state == S_NUM_FRAC || p->state == S_NUM_EXP) && (i = digit_run(s, i, len)) == len)
       break;
     int was_number = p->state >= S_NUM_MINUS && p->state <= S_NUM_EXP;
-    r = step(p, buf, i, out);
+    int r = step(p, buf, i, out);
     if (r < 0) return r;
     if (r == MZ_JS_VALUE) {
       *used = was_number ? i : i + 1; /* a number's end byte is the next call's */

@@ -193,8 +193,8 @@ static void gen_string(sgen *g, const cJSON *m) {
   long lo = num_or(m, "minLength", 0), hi = num_or(m, "maxLength", -1);
   if (lo > SCHEMA_MAX_LENGTH) lo = SCHEMA_MAX_LENGTH;
   const cJSON *fmt = get(m, "format");
-  char buf[128];
   if (cJSON_IsString(fmt)) {
+    char buf[128];
     const char *f = fmt->valuestring;
     unsigned d = (unsigned)(rnd(g) % 28) + 1, h = (unsigned)(rnd(g) % 24), k = (unsigned)(rnd(g) % 1000);
     buf[0] = '\0';
@@ -250,7 +250,8 @@ static void gen_integer(sgen *g, const cJSON *m) {
   double count = b >= a ? floor((b - a) / step) + 1 : 1;
   if (!(count >= 1)) count = 1; /* NaN too (infinite bounds) */
   if (count > 1e15) count = 1e15;
-  double v = a + step * (double)(rnd(g) % (uint64_t)count);
+  uint64_t n = (uint64_t)count; /* 1 to 1e15 */
+  double v = a + step * (double)(rnd(g) % (n ? n : 1));
   sbuf_printf(&g->out, "%.0f", isfinite(v) ? v : 0.0);
 }
 
