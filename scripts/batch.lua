@@ -25,6 +25,8 @@
 ---                        completions line without its own: sent as response_format,
 ---                        the answer decoded and validated (record: body.mirza.value,
 ---                        or error code "schema" with the JSON pointer)
+---   --attempts N         answers a chat item with a schema may give (default 1): a
+---                        violation is told to the model, which answers again
 ---   --no-affinity        send each item to the least loaded endpoint (default: items
 ---                        sharing a long prefix go where it went last, while it has
 ---                        room, so the daemon's prompt cache serves it)
@@ -71,11 +73,12 @@ local function usage(msg)
   io.stderr:write("batch: ", msg, "\nusage: mirza scripts/batch.lua INPUT OUTPUT [--endpoint URL[@N]]... ",
     "[--limit N] [--model ID] [--max-tokens N] [--max-retries N] [--retry-base S] [--deadline S] ",
     "[--batch-deadline S] [--give-up-after S] [--stall-timeout S] [--header-timeout S] [--no-repetition] ",
-    "[--schema FILE] [--no-affinity] [--progress-every S] [--quiet]\n")
+    "[--schema FILE] [--attempts N] [--no-affinity] [--progress-every S] [--quiet]\n")
   os.exit(2)
 end
 
 local NUM = { ["--limit"] = "limit", ["--max-tokens"] = "max_tokens", ["--max-retries"] = "max_retries",
+  ["--attempts"] = "attempts",
   ["--retry-base"] = "retry_base", ["--deadline"] = "deadline", ["--batch-deadline"] = "batch_deadline",
   ["--give-up-after"] = "give_up_after",
   ["--stall-timeout"] = "stall_timeout", ["--header-timeout"] = "header_timeout",
@@ -110,6 +113,9 @@ local function parse(argv)
     i = i + 1
   end
   if #pos ~= 2 then usage("INPUT and OUTPUT are required") end
+  if opts.attempts and (math.type(opts.attempts) ~= "integer" or opts.attempts < 1) then
+    usage("--attempts needs a whole number >= 1")
+  end
   opts.input, opts.output = pos[1], pos[2]
   if #eps == 0 then eps[1] = { url = os.getenv("MIRZA_BASE_URL") or "http://127.0.0.1:8766/v1" } end
   opts.endpoints = eps

@@ -64,6 +64,7 @@ B.defaults = {
   progress_every = 10,
   repetition = nil,       -- mirza.repetition options; false: no guard
   schema = nil,           -- a JSON Schema (table) or a path: the answer of every chat/completions line without its own
+  attempts = 1,           -- answers a chat item with a schema may give (a violation is told to the model)
   affinity = true,        -- items sharing a prefix go where it went last (mirza.pool prefix affinity)
   lookahead = 64,         -- with affinity: how many of the next items a free slot may choose from
 }
@@ -699,6 +700,22 @@ local function step(job, ctx)
   if item.invalid then return { code = "input", message = item.invalid, attempts = 0 } end
   local r = try(job, ctx)
   if r.ok then return r end
+  if r.code == "schema" and r.answered and item.kind == "chat" and (job.answers or 1) < opts.attempts then
+    -- the violation told to the model, which answers again at once (no backoff): the
+    -- retry's messages are the item's, its answer, and what did not fit
+    job.answers = (job.answers or 1) + 1
+    local body = copy(item.body)
+    local msgs = {}
+    for i, m in ipairs(item.body.messages or {}) do msgs[i] = m end
+    msgs[#msgs + 1] = { role = "assistant", content = r.text or "" }
+    msgs[#msgs + 1] = { role = "user", content = require("mirza.structured").retry_message(r.message) }
+    body.messages = msgs
+    local again = copy(item)
+    again.body = body
+    job.item, job.tried = again, {} -- the daemon answered: no reason to avoid it
+    ctx.stats.retries = ctx.stats.retries + 1
+    return nil, mirza.now()
+  end
   if give_up(ctx, r) then return nil end
   if not B.retryable(r.code, r.status) or job.n > opts.max_retries then return r end
   ctx.stats.retries = ctx.stats.retries + 1
@@ -749,6 +766,9 @@ local function resolve(opts)
   for k, v in pairs(opts) do o[k] = v end
   if not o.output then error("mirza.batch.run: 'output' is required", 3) end
   if not o.input and not o.items then error("mirza.batch.run: 'input' (a path) or 'items' is required", 3) end
+  if math.type(o.attempts) ~= "integer" or o.attempts < 1 then
+    error("mirza.batch.run: 'attempts' must be an integer >= 1, got " .. tostring(o.attempts), 3)
+  end
   o.pool = o.pool or pool_mod.new(o.endpoints or { o.base_url or "http://127.0.0.1:8766/v1" },
     { limit = o.limit, affinity = o.affinity ~= false })
   return o

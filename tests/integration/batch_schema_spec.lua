@@ -130,6 +130,32 @@ describe("batch items with a schema", function()
     assert.truthy(by["break"].error.message:find("missing required member", 1, true))
   end)
 
+  it("with attempts = N tells the model what did not fit and takes the answer that fits", function()
+    -- a --replay-dir sim answering a bad then a good recording, whatever is asked
+    local rdir = H.tmpname(".replay")
+    finally(function() os.execute("rm -rf " .. H.q(rdir)) end)
+    for _, text in ipairs { '{"name": "Ada"}', '{"name": "Ada", "age": 36}' } do
+      assert(mirza.collect { url = sim.url, body = H.chat_body("x", { mirza_sim = { text = text } }), record = rdir })
+    end
+    local rsim = H.start_sim { "--replay-dir", rdir }
+    finally(rsim.stop)
+    local saved = sim
+    sim = rsim
+    finally(function() sim = saved end)
+    local by, st = run({ line("again") }, { schema = PERSON, attempts = 2 })
+    assert.equal(0, st.errors)
+    assert.same({ name = "Ada", age = 36 }, by.again.response.body.mirza.value)
+    assert.equal(2, by.again.mirza.attempts)
+    sim = saved
+    -- every answer broken: as many as attempts, then the violation
+    by, st = run({ line("broken", nil, { mirza_sim = { fault = "schema-break" } }) }, { schema = PERSON, attempts = 3 })
+    assert.equal(1, st.errors)
+    assert.equal("schema", by.broken.error.code)
+    assert.equal(3, by.broken.mirza.attempts)
+    assert.has_error(function() batch.run { items = {}, output = "x", attempts = 0 } end,
+      "mirza.batch.run: 'attempts' must be an integer >= 1, got 0")
+  end)
+
   it("records a line whose schema cannot be compiled as an input error; a bad --schema stops the run", function()
     local by = run { line("bad", '{"a": 1}', { schema = { type = 5 } }),
       line("fine", "[]", { schema = { type = "array" } }) }
