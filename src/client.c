@@ -14,11 +14,14 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -274,6 +277,21 @@ int mz_stream_next(mz_stream *s, long timeout_ms, const mz_event **ev) {
   return MZ_NEXT_EVENT;
 }
 
+/* libcurl's socket, opened here so that a failure keeps its errno: with
+ * no descriptor left (EMFILE), libcurl 7.88 reports "Couldn't connect",
+ * which would read as a daemon that is down (response.c says what it is). */
+static curl_socket_t open_socket(void *ud, curlsocktype purpose, struct curl_sockaddr *a) {
+  (void)purpose;
+  mz_stream *s = ud;
+  int type = a->socktype;
+#ifdef SOCK_CLOEXEC
+  type |= SOCK_CLOEXEC; /* a daemon the script starts does not inherit it */
+#endif
+  curl_socket_t fd = socket(a->family, type, a->protocol);
+  s->sock_errno = fd == CURL_SOCKET_BAD ? errno : 0;
+  return fd;
+}
+
 /* ------------------------------------------------------ open / close */
 
 static int has_header(const char *const *h, const char *name) {
@@ -316,6 +334,8 @@ static int setup_easy(mz_stream *s, const mz_request *r) {
   rc |= curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, mz_on_header);
   rc |= curl_easy_setopt(e, CURLOPT_HEADERDATA, s);
   rc |= curl_easy_setopt(e, CURLOPT_ERRORBUFFER, s->errbuf);
+  rc |= curl_easy_setopt(e, CURLOPT_OPENSOCKETFUNCTION, open_socket);
+  rc |= curl_easy_setopt(e, CURLOPT_OPENSOCKETDATA, s);
   rc |= curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
   rc |= curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
   rc |= curl_easy_setopt(e, CURLOPT_USERAGENT, "mirza/" MIRZA_VERSION);
@@ -410,10 +430,51 @@ void mz_stream_close(mz_stream *s) {
   free(s);
 }
 
+/* ---------------------------------------------------- open-files limit
+ * Every stream holds a socket: 1,024 streams and the process's own files
+ * exceed the usual soft limit of 1,024 open files. The soft limit is
+ * raised to the hard one once per process, when the first client is made
+ * (as Go's runtime and nginx's worker_rlimit_nofile do); what it was is
+ * kept for mz_nofile(). A limit where the hard one cannot be set (macOS:
+ * an unlimited hard limit, OPEN_MAX for the soft) tries smaller steps. */
+static struct {
+  int done;
+  rlim_t orig, soft, hard;
+} nofile;
+
+static long lim_long(rlim_t v) { return v == RLIM_INFINITY || v > LONG_MAX ? -1 : (long)v; }
+
+void mz_nofile_raise(void) {
+  struct rlimit rl;
+  if (nofile.done || getrlimit(RLIMIT_NOFILE, &rl)) return;
+  nofile.done = 1;
+  nofile.orig = nofile.soft = rl.rlim_cur;
+  nofile.hard = rl.rlim_max;
+  const rlim_t steps[] = {rl.rlim_max, 1u << 20, 65536, 10240};
+  for (size_t i = 0; i < sizeof steps / sizeof *steps && rl.rlim_cur < rl.rlim_max; i++) {
+    if (steps[i] <= nofile.orig || steps[i] > rl.rlim_max) continue;
+    struct rlimit up = {steps[i], rl.rlim_max};
+    if (setrlimit(RLIMIT_NOFILE, &up) == 0) {
+      nofile.soft = steps[i];
+      break;
+    }
+  }
+}
+
+void mz_nofile(long *soft, long *hard, long *orig) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0) nofile.soft = rl.rlim_cur, nofile.hard = rl.rlim_max;
+  if (!nofile.done) nofile.orig = nofile.soft;
+  *soft = lim_long(nofile.soft);
+  *hard = lim_long(nofile.hard);
+  *orig = lim_long(nofile.orig);
+}
+
 /* curl_global_init/cleanup are reference-counted by libcurl: one pair per
  * client keeps several Lua states (or tests) independent. */
 mz_client *mz_client_new(volatile sig_atomic_t *interrupt) {
   if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) return NULL;
+  mz_nofile_raise();
   mz_client *c = calloc(1, sizeof *c);
   if (c) c->wake[0] = c->wake[1] = -1;
   if (!c || !(c->multi = curl_multi_init()) || pipe(c->wake)) goto fail;

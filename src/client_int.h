@@ -79,6 +79,7 @@ struct mz_stream {
   cJSON *term_json;
   mz_event cur; /* what next() handed out */
   char errbuf[CURL_ERROR_SIZE];
+  int sock_errno;           /* why libcurl got no socket (open_socket); 0: it did */
   mz_stream *rprev, *rnext; /* the client's ready list (see queue.c) */
   int listed;               /* on the ready list */
   FILE *rec;                /* record_path: the response as received; NULL when off */

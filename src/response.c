@@ -365,6 +365,18 @@ static void finish_transport_error(mz_stream *s, CURLcode rc) {
   default: break;
   }
   mz_flush_carry(s);
+  int os_errno = rc == CURLE_COULDNT_CONNECT ? s->sock_errno : 0;
+  if (os_errno == EMFILE || os_errno == ENFILE) { /* not the daemon's failure: no "refused" */
+    long soft, hard, orig;
+    mz_nofile(&soft, &hard, &orig);
+    mz_set_terminal(s, MZ_EV_ERROR, MZ_E_IO,
+                    "%s: no socket: %s (%zu streams open; this process may open %ld files, the hard "
+                    "limit is %ld): run fewer requests at once, or raise the limit (ulimit -Hn, "
+                    "limits.conf, LimitNOFILE=)",
+                    s->url, os_errno == EMFILE ? "too many open files" : "the system's table of open files is full",
+                    mz_client_streams(s->c), soft, hard);
+    return;
+  }
   const char *why = s->errbuf[0] ? s->errbuf : curl_easy_strerror(rc);
   if (closed && s->status) mz_set_terminal(s, MZ_EV_ERROR, code, "connection closed mid-stream (%s)", why);
   else if (rc == CURLE_OPERATION_TIMEDOUT)

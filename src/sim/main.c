@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -62,6 +63,7 @@ static const struct option long_opts[] = {{"host", 1, 0, 'H'},
                                           {"no-route", 1, 0, 0x106},
                                           {"embedding-dims", 1, 0, 0x107},
                                           {"no-embeddings", 0, 0, 0x108},
+                                          {"coalesce-writes", 0, 0, 0x109},
                                           {0, 0, 0, 0}};
 
 static void usage(FILE *out) {
@@ -112,6 +114,9 @@ static void usage(FILE *out) {
         "                          (default) or the next with a byte-identical body\n"
         "  --frames-per-chunk N    with --tok-rate 0: one HTTP chunk every N token\n"
         "                          frames; 0 = up to 32 KiB per chunk (default 0)\n"
+        "  --coalesce-writes       with --tok-rate 0: gather the chunks into writes of\n"
+        "                          256 KiB (each still its own HTTP chunk): a source\n"
+        "                          as fast as a pre-rendered file, for benchmarks\n"
         "  --route PATH=JSON       GET PATH answers 200 with that JSON body, to pose as\n"
         "                          another server (Ollama:\n"
         "                          --route '/api/version={\"version\":\"0.12.6\"}', vLLM:\n"
@@ -151,7 +156,7 @@ static void usage(FILE *out) {
         "against its schema (see mirza-sim(1), STRUCTURED ANSWERS).\n"
         "Per-request body overrides: \"mirza_sim\":{\"text\",\"reasoning\",\"answer_tokens\",\n"
         "  \"reasoning_tokens\",\"tok_rate\",\"ttft_ms\",\"fault\",\"tool_calls\",\n"
-        "  \"frames_per_chunk\"}\n",
+        "  \"frames_per_chunk\",\"coalesce_writes\"}\n",
         out);
 }
 
@@ -236,6 +241,7 @@ static void parse_args(server *s, int argc, char **argv) {
       c->replay_by_body = optarg[0] == 'b';
       break;
     case 0x104: c->frames_per_chunk = num(nm, optarg, 0, BIG); break;
+    case 0x109: c->coalesce_writes = true; break;
     case 0x105:
       if (optarg[0] != '/' || !strchr(optarg, '='))
         die("--route must be PATH=JSON with PATH starting with /, not '%s'", optarg);
@@ -354,9 +360,20 @@ static void accept_loop(server *s) {
   }
 }
 
+/* One thread and one socket per connection: a client running 1,024
+ * streams needs more than the usual soft limit of 1,024 open files. */
+static void raise_nofile(void) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
+}
+
 int main(int argc, char **argv) {
   static server srv;
   parse_args(&srv, argc, argv);
+  raise_nofile();
   install_signals();
   state_init(&srv);
   if (srv.cfg.replay_dir && recorded_load(&srv, srv.cfg.replay_dir, srv.cfg.replay_by_body))
