@@ -268,6 +268,8 @@ void http_faults(conn *c, const sim_faults *f) {
   c->slow_head_ms = f ? f->slow_head_ms : 0;
   c->head_bytes_ms = f ? f->head_bytes_ms : 0;
   c->gzip = f && f->gzip;
+  c->coalesce = false;
+  c->wire.len = 0;
   c->gz_crc = 0;
   c->gz_size = 0;
 }
@@ -357,9 +359,23 @@ int http_begin_chunked(conn *c, int status, const char *ctype, const char *extra
   return rc;
 }
 
+/* Write what --coalesce-writes gathered (before a wait, at the end). */
+static int flush_wire(conn *c) {
+  if (!c->wire.len) return 0;
+  int rc = http_write_all(c, c->wire.p, c->wire.len);
+  c->wire.len = 0;
+  return rc;
+}
+
 static int raw_chunk(conn *c, const char *p, size_t n) {
   char size[24];
   int sn = snprintf(size, sizeof size, "%zx\r\n", n);
+  if (c->coalesce) {
+    sbuf_add(&c->wire, size, (size_t)sn);
+    sbuf_add(&c->wire, p, n);
+    sbuf_add(&c->wire, "\r\n", 2);
+    return c->wire.len >= SIM_COALESCE_BYTES ? flush_wire(c) : 0;
+  }
   struct iovec iov[3] = {{size, (size_t)sn}, {(void *)p, n}, {"\r\n", 2}};
   return writev_all(c, iov, 3);
 }
@@ -382,6 +398,10 @@ int http_end_chunked(conn *c) {
     sbuf_free(&z);
     if (rc) return rc;
   }
+  if (c->coalesce) {
+    sbuf_add(&c->wire, "0\r\n\r\n", 5);
+    return flush_wire(c);
+  }
   return http_write_all(c, "0\r\n\r\n", 5);
 }
 
@@ -397,6 +417,7 @@ bool conn_gone(conn *c) {
  * (-1) or the cancel flag is raised (-2). Sub-millisecond rests use
  * nanosleep because poll() only has millisecond resolution. */
 int conn_wait_until(conn *c, double deadline, atomic_bool *cancel) {
+  if (flush_wire(c)) return -1; /* what was gathered leaves before the wait */
   for (;;) {
     if (cancel && atomic_load(cancel)) return -2;
     double left = deadline - sim_now();

@@ -430,6 +430,9 @@ static void configure_chat(job *j, const http_request *r, const cJSON *body) {
   j->rate = cJSON_IsNumber(rate) && rate->valuedouble >= 0 ? rate->valuedouble : cfg->tok_rate;
   j->ttft_ms = json_long(ctl, "ttft_ms", cfg->ttft_ms);
   j->frames_per_chunk = json_long(ctl, "frames_per_chunk", cfg->frames_per_chunk);
+  const cJSON *co = cJSON_GetObjectItemCaseSensitive(ctl, "coalesce_writes");
+  j->coalesce_writes = cJSON_IsBool(co) ? cJSON_IsTrue(co) : cfg->coalesce_writes;
+  j->c->coalesce = j->coalesce_writes && j->rate <= 0 && !j->c->gzip; /* http_faults cleared it */
   j->created = (long)time(NULL);
   make_id(j, r);
   char *user = j->completion ? sim_strndup(j->prompt, j->prompt_len)
@@ -574,4 +577,5 @@ void serve_connection(server *s, int fd) {
   }
   if (c.fd >= 0) close_gracefully(c.fd);
   free(c.buf);
+  free(c.wire.p);
 }

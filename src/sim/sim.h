@@ -37,9 +37,10 @@
 #define SIM_MAX_HEADER_BYTES (64u << 10)
 #define SIM_MAX_BODY_BYTES (16u << 20)
 #define SIM_MAX_HEADERS 100
-#define SIM_FLUSH_BYTES (32u << 10) /* batch size when the rate is unlimited */
-#define SIM_SLICE_MS 50             /* longest blind sleep: cancel/disconnect latency */
-#define SIM_MAX_ROUTES 16           /* --route and --no-route, each */
+#define SIM_FLUSH_BYTES (32u << 10)     /* batch size when the rate is unlimited */
+#define SIM_COALESCE_BYTES (256u << 10) /* --coalesce-writes: bytes per write */
+#define SIM_SLICE_MS 50                 /* longest blind sleep: cancel/disconnect latency */
+#define SIM_MAX_ROUTES 16               /* --route and --no-route, each */
 
 enum sim_dialect { DIALECT_MTPLX, DIALECT_LLAMA };
 
@@ -69,6 +70,7 @@ typedef struct sim_config {
   const char *replay_dir;  /* --replay-dir: serve a mirza recording (recorded.c) */
   bool replay_by_body;     /* --replay-match body (default: order) */
   long frames_per_chunk;   /* tok_rate 0: flush every N token frames; 0 = by size */
+  bool coalesce_writes;    /* tok_rate 0: chunks gathered into large writes */
   /* --route PATH=BODY: GET PATH answers 200 with BODY (JSON); --no-route PATH:
    * PATH answers 404 as if the server had no such route (serve.c) */
   const char *routes[SIM_MAX_ROUTES], *no_routes[SIM_MAX_ROUTES];
@@ -193,6 +195,12 @@ typedef struct conn {
   long head_bytes_ms;
   bool gzip;
   uint32_t gz_crc, gz_size;
+  /* --coalesce-writes: the chunks of a response (framing included) are
+   * gathered here and written SIM_COALESCE_BYTES at a time, before any
+   * wait and at the end, instead of one write per chunk: a source as fast
+   * as a pre-rendered file, each frame still its own HTTP chunk. */
+  bool coalesce;
+  sbuf wire;
 } conn;
 
 int http_read_request(conn *c, http_request *r);
@@ -301,6 +309,7 @@ typedef struct job {
   double rate;
   long ttft_ms;
   long frames_per_chunk; /* see sim_config */
+  bool coalesce_writes;  /* see sim_config */
   sim_faults f;
   inflight fl;
   /* runtime */
