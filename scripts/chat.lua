@@ -1,7 +1,7 @@
 --- chat.lua - an assistant loop over stdin lines (or a FIFO, or a file).
 ---
 ---   build/mirza scripts/chat.lua [behaviour.lua] [--sim] [--port N] [--fifo PATH] [--verbose]
----                                [--continue [NAME]] [--name NAME] [--no-save]
+---                                [--continue [NAME]] [--name NAME] [--no-save] [--help]
 ---   mirza chat ...          (the same, installed)
 ---
 --- Each input line is one user turn; the thinking goes to stderr, the
@@ -29,27 +29,67 @@
 --- $XDG_STATE_HOME/mirza/conversations (else ~/.local/state/mirza/
 --- conversations, made 0700) as NAME.json, NAME the start's local time or
 --- --name NAME; --continue resumes the last one saved (history, session,
---- thinking), --continue NAME a named one (a file, saved back there, when
---- NAME holds a /; a NAME ending in .lua is the behaviour file); /new
---- starts another; --no-save keeps nothing. The run log (MIRZA_RECORD) names it.
+--- thinking), --continue NAME a named one, else the file NAME of the
+--- current directory (a file is saved back there; NAME.json or a NAME
+--- holding a / is a file first; a NAME ending in .lua is the behaviour
+--- file); /new starts another; --no-save keeps nothing. The run log
+--- (MIRZA_RECORD) names it. --help lists the options; a bad one exits 2.
 local engine = require "mirza.engine"
 local behaviour_mod = require "mirza.behaviour"
 local conversation = require "mirza.conversation"
 
+local USAGE = [[
+usage: mirza chat [behaviour.lua] [options]   (or: mirza scripts/chat.lua ...)
+Each line of stdin is a user turn; in the chat, /help lists the commands.
+  behaviour.lua      a module returning {system, stage, on_turn}, hot-reloaded
+  --sim              run against mirza-sim, started on port 18767 (or --port)
+  --port N           the daemon's port (with --sim, the simulator's)
+  --fifo PATH        read the turns from PATH (a FIFO or a file), not stdin
+  -v, --verbose      add the engine's line about the daemon (MIRZA_VERBOSE=1)
+  --continue [NAME]  resume the last conversation, or NAME (a name or a file)
+  --name NAME        name the new conversation (default: the local time)
+  --no-save          save nothing
+  -h, --help         print this help and exit
+Engine settings: MIRZA_BASE_URL, MIRZA_MODEL, ... (mirza --help).
+Exit status: 0 done, 1 a daemon, behaviour or conversation failed, 2 bad usage.
+]]
+
+local function usage_error(msg)
+  io.stderr:write("chat: ", msg, " (mirza chat --help lists the options)\n")
+  os.exit(2)
+end
+
 local behaviour_path, use_sim, fifo, port, verbose, continue, name, no_save
 local i = 1
+-- The value of option arg[i]: the next argument, which must be there and
+-- not be an option.
+local function value(what)
+  local v = arg[i + 1]
+  if v == nil or (v:find("^%-.") and not tonumber(v)) then usage_error(arg[i] .. " needs " .. what) end
+  i = i + 1
+  return v
+end
 while arg[i] do
-  if arg[i] == "--sim" then use_sim = true
-  elseif arg[i] == "--verbose" or arg[i] == "-v" then verbose = true
-  elseif arg[i] == "--fifo" then i = i + 1; fifo = arg[i]
-  elseif arg[i] == "--port" then i = i + 1; port = tonumber(arg[i])
-  elseif arg[i] == "--name" then i = i + 1; name = arg[i]
-  elseif arg[i] == "--no-save" then no_save = true
-  elseif arg[i] == "--continue" then
+  local a = arg[i]
+  if a == "--help" or a == "-h" then io.write(USAGE) os.exit(0)
+  elseif a == "--sim" then use_sim = true
+  elseif a == "--verbose" or a == "-v" then verbose = true
+  elseif a == "--fifo" then fifo = value("a path")
+  elseif a == "--port" then
+    local v = value("a port number")
+    port = tonumber(v)
+    if math.type(port) ~= "integer" or port < 1 or port > 65535 then
+      usage_error("--port needs a port number from 1 to 65535, not " .. v)
+    end
+  elseif a == "--name" then name = value("a conversation name")
+  elseif a == "--no-save" then no_save = true
+  elseif a == "--continue" then
     continue = true
     local nxt = arg[i + 1]
     if nxt and not nxt:find("^%-") and not nxt:find("%.lua$") then i = i + 1; continue = nxt end
-  else behaviour_path = arg[i] end
+  elseif a:find("^%-.") then usage_error("unknown option " .. a)
+  elseif behaviour_path then usage_error(("one behaviour file only, not %s and %s"):format(behaviour_path, a))
+  else behaviour_path = a end
   i = i + 1
 end
 
@@ -68,13 +108,13 @@ if name and not conversation.valid_name(name) then
   os.exit(2)
 end
 if continue then
-  local found, why = conversation.find(conv_dir, continue ~= true and continue or nil)
+  local found, why, kind = conversation.find(conv_dir, continue ~= true and continue or nil)
   if not found then
     say_err("chat: ", why)
     os.exit(1)
   end
   resume, name = found, name or why
-  if continue ~= true and continue:find("/", 1, true) then own_file = found end
+  if kind == "file" then own_file = found end
 elseif conv_dir then
   if name and conversation.find(conv_dir, name) then
     say_err("chat: a conversation named ", name, " exists: --continue ", name, " resumes it")

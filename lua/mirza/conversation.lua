@@ -225,31 +225,51 @@ function M.mark_last(dir, name)
   return M.write_atomic(dir .. "/last", name .. "\n")
 end
 
----The file of the conversation to continue: `name` (a name in `dir`, or
----a path when it holds a `/`), else the last one saved in `dir`.
----@param dir string|nil nil: only a path will do
+local function is_file(path)
+  return select(3, require("mirza.core").stat(path)) == "file"
+end
+
+---The file of the conversation to continue: `name`, else the last one
+---saved in `dir`. A `name` holding a `/` is a path. One ending in `.json`
+---is the file of that name in the current directory, else conversation
+---`name` of `dir`, else that conversation without `.json` (`talk.json`:
+---`talk`). Any other name is conversation `name` of `dir`, else the file
+---of that name in the current directory: a name that resumed a
+---conversation of `dir` still does, a file there shadows nothing.
+---@param dir string|nil nil: only a file will do
 ---@param name? string
 ---@return string|nil path
----@return string name_or_message
----@return string? code "io" (none to continue, no such conversation), "usage" (a bad name)
+---@return string name_or_message the conversation's name (a file's: its name without `.json`)
+---@return string? code on failure "io" (none to continue, no such conversation), "usage" (a bad name);
+---  on success "file" when the path is a file of the user's, not one of `dir` (saved back there)
 function M.find(dir, name)
   if name and name:find("/", 1, true) then
     if not exists(name) then return nil, ("no conversation file %s"):format(name), "io" end
-    return name, basename(name)
+    return name, basename(name), "file"
   end
-  if not dir then return nil, "no conversation directory", "io" end
   if not name then
+    if not dir then return nil, "no conversation directory", "io" end
     local f = io.open(dir .. "/last")
     name = f and f:read("l")
     if f then f:close() end
     if not name then return nil, ("no conversation to continue in %s"):format(dir), "io" end
+    if not M.valid_name(name) then
+      return nil, ("%q is not a conversation name (letters, digits, . _ -)"):format(name), "usage"
+    end
+    if not exists(M.path(dir, name)) then return nil, ("no conversation named %s in %s"):format(name, dir), "io" end
+    return M.path(dir, name), name
   end
+  local stem = name:match("^(.+)%.json$")
+  if stem and is_file(name) then return name, stem, "file" end -- a file's name: the file here first
+  for _, n in ipairs { name, stem } do
+    if dir and M.valid_name(n) and exists(M.path(dir, n)) then return M.path(dir, n), n end
+  end
+  if not stem and is_file(name) then return name, name, "file" end -- no such conversation: a file here
   if not M.valid_name(name) then
     return nil, ("%q is not a conversation name (letters, digits, . _ -)"):format(name), "usage"
   end
-  local path = M.path(dir, name)
-  if not exists(path) then return nil, ("no conversation named %s in %s"):format(name, dir), "io" end
-  return path, name
+  if not dir then return nil, ("no conversation directory, nor a file %s here"):format(name), "io" end
+  return nil, ("no conversation named %s in %s, nor a file %s here"):format(stem or name, dir, name), "io"
 end
 
 return M

@@ -2,7 +2,8 @@
 -- raises at run time falls back to the previous version (reported with
 -- file:line), a changed system prompt applies from the next turn, unknown
 -- /commands are errors, /new starts a fresh session, and the chat stops
--- the daemon it started but leaves an adopted one running.
+-- the daemon it started but leaves an adopted one running; --help lists
+-- its options, a bad option is a usage error (exit 2).
 local mirza = require "mirza"
 local engine = require "mirza.engine"
 local behaviour = require "mirza.behaviour"
@@ -118,6 +119,59 @@ describe("scripts/chat.lua", function()
       want[#want + 1] = res.text
     end
     assert.equal(table.concat(want, " "), (r.out:gsub("\n", " "):gsub(" +$", "")))
+  end)
+
+  -- scripts/chat.lua with these arguments and nothing on stdin: {rc, out, err}.
+  local function chat_args(args)
+    local out, err = H.tmpname(".out"), H.tmpname(".err")
+    local cmd = ("timeout -k 2 20 %s %s/scripts/chat.lua %s </dev/null >%s 2>%s"):format(H.q(H.mirza_bin),
+      H.q(H.source), args, H.q(out), H.q(err))
+    local _, _, rc = os.execute(cmd)
+    local r = { rc = rc, out = H.read_file(out), err = H.read_file(err) }
+    os.remove(out) os.remove(err)
+    return r
+  end
+
+  it("--help lists every option it takes, one line each, within 80 columns, and exits 0", function()
+    for _, flag in ipairs { "--help", "-h", "--sim --help" } do
+      local r = chat_args(flag)
+      assert.equal(0, r.rc, r.err)
+      assert.equal("", r.err)
+      assert.matches("^usage: mirza chat ", r.out)
+      for line in r.out:gmatch("[^\n]+") do assert.is_true(#line <= 80, "a line over 80 columns: " .. line) end
+      -- every option the script compares an argument with has its line
+      local src = H.read_file(H.source .. "/scripts/chat.lua")
+      local n = 0
+      for opt in src:gmatch('a == "(%-[%w%-]*)"') do
+        n = n + 1
+        local listed = r.out:find("\n  " .. opt:gsub("%-", "%%-") .. "[ ,]") or r.out:find("\n  %-%w, " ..
+          opt:gsub("%-", "%%-") .. " ")
+        assert.truthy(listed, opt .. " is not on a line of its own in --help:\n" .. r.out)
+      end
+      assert.is_true(n >= 9, "found only " .. n .. " options in scripts/chat.lua")
+    end
+  end)
+
+  it("an unknown option or one without its value is a usage error naming it: exit 2, nothing started", function()
+    local port = H.free_port()
+    local cases = {
+      { "--bogus", "chat: unknown option %-%-bogus %(mirza chat %-%-help lists the options%)" },
+      { "-x beh.lua", "chat: unknown option %-x " },
+      { "--name", "chat: %-%-name needs a conversation name " },
+      { "--name --no-save", "chat: %-%-name needs a conversation name " },
+      { "--fifo", "chat: %-%-fifo needs a path " },
+      { "--port", "chat: %-%-port needs a port number " },
+      { "--port eighty", "chat: %-%-port needs a port number from 1 to 65535, not eighty " },
+      { "a.lua b.lua", "chat: one behaviour file only, not a%.lua and b%.lua " },
+    }
+    for _, c in ipairs(cases) do
+      local r = chat_args("--sim --port " .. port .. " " .. c[1])
+      assert.equal(2, r.rc, c[1] .. ": " .. r.err)
+      assert.matches("^" .. c[2], r.err)
+      assert.equal("", r.out)
+    end
+    local _, _, code = mirza.request { url = ("http://127.0.0.1:%d/health"):format(port), timeout = 1, deadline = 2 }
+    assert.equal("refused", code) -- no simulator was started
   end)
 
   it("leaves an adopted daemon running", function()

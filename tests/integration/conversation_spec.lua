@@ -4,7 +4,9 @@
 -- file); a missing, cut, foreign or broken file is refused with its
 -- reason ("io" or "history"); `mirza chat --continue [NAME]` in a child
 -- process resumes the last (or the named) conversation of its per-user
--- directory, saved after every turn; the run log names the conversation.
+-- directory, or a file (NAME.json in the current directory first, a bare
+-- NAME only when no conversation has it), saved after every turn; the run
+-- log names the conversation.
 local mirza = require "mirza"
 local engine = require "mirza.engine"
 local conversation = require "mirza.conversation"
@@ -187,12 +189,13 @@ describe("mirza chat --continue", function()
   teardown(function() sim.stop() end)
 
   -- Run scripts/chat.lua on `lines` with its state in `state` (and its
-  -- recordings in `rec`, when given): {rc, out, err}.
-  local function chat(state, lines, args, rec)
+  -- recordings in `rec`, its current directory `cwd`, when given): {rc, out, err}.
+  local function chat(state, lines, args, rec, cwd)
     local input, out, err = H.tmpname(".in"), H.tmpname(".out"), H.tmpname(".err")
     write(input, table.concat(lines, "\n") .. "\n")
-    local cmd = ("XDG_STATE_HOME=%s MIRZA_CONFIG=/dev/null %s %s %s/scripts/chat.lua --sim --port %d --fifo %s %s"
-      .. " >%s 2>%s"):format(H.q(state), rec and ("MIRZA_RECORD=" .. H.q(rec)) or "", H.q(H.mirza_bin),
+    local cmd = ("%sXDG_STATE_HOME=%s MIRZA_CONFIG=/dev/null %s %s %s/scripts/chat.lua --sim --port %d --fifo %s %s"
+      .. " >%s 2>%s"):format(cwd and ("cd " .. H.q(cwd) .. " && ") or "", H.q(state),
+        rec and ("MIRZA_RECORD=" .. H.q(rec)) or "", H.q(H.mirza_bin),
         H.q(H.source), sim.port, H.q(input), args or "", H.q(out), H.q(err))
     local _, _, rc = os.execute(cmd)
     local r = { rc = rc, out = H.read_file(out), err = H.read_file(err) }
@@ -290,6 +293,46 @@ describe("mirza chat --continue", function()
     assert.equal(4, #c.messages)
     assert.equal("Après", c.messages[3].content)
     assert.same({}, listing(state .. "/mirza/conversations")) -- nothing in the chat's own directory
+  end)
+
+  it("--continue NAME: NAME.json is the file here first, any other NAME the conversation first", function()
+    local state, here = tmpdir(".state"), tmpdir(".cwd")
+    local convs = state .. "/mirza/conversations"
+    local function file(path, q) -- a conversation an engine saved: one exchange, question q
+      local e = offline()
+      prompt.add_turn(e.history, { { role = "user", content = q } }, "Oui.")
+      assert.is_true(e:save(path))
+    end
+    -- talk.json here, no conversation talk: the file, saved back there
+    file(here .. "/talk.json", "Fichier")
+    local r = chat(state, { "Suite", "/quit" }, "--continue talk.json", nil, here)
+    assert.equal(0, r.rc, r.err)
+    assert.truthy(r.err:find("conversation talk)", 1, true), r.err)
+    local c = assert(conversation.read(here .. "/talk.json"))
+    assert.same({ "Fichier", "Suite" }, { c.messages[1].content, c.messages[3].content })
+    assert.same({}, listing(convs))
+    -- a conversation work and a file work here: --continue work is the conversation
+    assert.equal(0, chat(state, { "Travail", "/quit" }, "--name work").rc)
+    file(here .. "/work", "Ailleurs")
+    r = chat(state, { "Encore", "/quit" }, "--continue work", nil, here)
+    assert.equal(0, r.rc, r.err)
+    assert.same({ "Travail", "Encore" }, { saved(state, "work").messages[1].content,
+      saved(state, "work").messages[3].content })
+    assert.equal(2, #assert(conversation.read(here .. "/work")).messages)
+    -- no work.json here: --continue work.json is conversation work
+    r = chat(state, { "Trois", "/quit" }, "--continue work.json", nil, here)
+    assert.equal(0, r.rc, r.err)
+    assert.equal(6, #saved(state, "work").messages)
+    -- no conversation notes: the file notes here
+    file(here .. "/notes", "Notes")
+    r = chat(state, { "Plus", "/quit" }, "--continue notes", nil, here)
+    assert.equal(0, r.rc, r.err)
+    assert.equal("Plus", assert(conversation.read(here .. "/notes")).messages[3].content)
+    assert.is_nil(io.open(convs .. "/notes.json"))
+    -- neither: both places named
+    r = chat(state, { "/quit" }, "--continue nope.json", nil, here)
+    assert.equal(1, r.rc)
+    assert.matches("chat: no conversation named nope in .*/mirza/conversations, nor a file nope%.json here", r.err)
   end)
 
   it("--no-save keeps nothing", function()
