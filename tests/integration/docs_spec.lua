@@ -446,6 +446,24 @@ describe("man/mirza.1", function()
     assert.equal("", missing(man, opts), "options of man/mirza.1 that --help does not list")
   end)
 
+  it("documents every option of mirza chat --help, and no other", function()
+    local p = assert(io.popen(H.q(H.mirza_bin) .. " chat --help 2>&1"))
+    local chat = p:read("a")
+    p:close()
+    local opts = {}
+    for line in chat:gmatch("[^\n]+") do -- the option column: "  --sim", "  -v, --verbose", "  --name NAME"
+      for opt in (line:match("^  (%-%S*,? ?%S*)") or ""):gmatch("%-%-[%w%-]+") do opts[opt] = true end
+    end
+    local page = H.read_file(H.source .. "/man/mirza.1")
+    local man = {}
+    for opt in ((page:match("\n%.B chat\n(.-)\n%.TP\n") or ""):gsub("\\%-", "-")):gmatch("%-%-[%w%-]+") do
+      man[opt] = true
+    end
+    assert.is_true(opts["--continue"] and opts["--help"] and true or false, "cannot read the options of chat --help")
+    assert.equal("", missing(opts, man), "options of mirza chat --help missing from man/mirza.1's chat")
+    assert.equal("", missing(man, opts), "options in man/mirza.1's chat that mirza chat --help does not list")
+  end)
+
   it("documents every job that mirza --help lists", function()
     local page = H.read_file(H.source .. "/man/mirza.1")
     local jobs = "\n" .. (page:match("\n%.SH JOBS\n(.-)\n%.SH ") or "")
@@ -470,5 +488,22 @@ describe("man/mirza.1", function()
     end
     p:close()
     for line in help:gmatch("[^\n]+") do assert.is_true(#line <= 80, "a line over 80 columns: " .. line) end
+  end)
+end)
+
+-- ---- the extraction script --------------------------------------------------
+
+describe("the extraction script (issue 18)", function()
+  it("is the same in README.md and docs/structured.md, in at most 15 lines of Lua", function()
+    local function script(rel)
+      for _, b in ipairs(markdown_blocks(rel)) do
+        if b.lang == "lua" and b.code:find("invoices.jsonl", 1, true) then return b.code end
+      end
+    end
+    local readme, doc = script("README.md"), script("docs/structured.md")
+    assert.truthy(readme, "README.md: no Lua block writes invoices.jsonl")
+    assert.equal(readme, doc, "docs/structured.md's extraction script is not README.md's")
+    local lines = select(2, readme:gsub("\n", ""))
+    assert.is_true(lines <= 15, "the extraction script has " .. lines .. " lines")
   end)
 end)
