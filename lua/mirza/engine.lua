@@ -462,9 +462,11 @@ end
 -- owns the conversation: the daemon, the history, the thinking plan, the
 -- stages, the endpoint the next request goes to, the last turn's stats,
 -- the turn in flight. mirza.turn asks the engine through the `_turn_*`
--- methods below and otherwise uses only its public face (`cfg`, `stages`,
--- `log`, `tools`, `turn`, `last`); the engine calls a turn's `cancel` and
--- `finish` only. They are two files because they are two
+-- methods below (`_turn_begin`, `_turn_failover`, `_turn_error`,
+-- `_turn_end`, `_turn_results`, and for a say with a schema `_turn_mark`
+-- and `_turn_forget`) and otherwise uses only its public face (`cfg`,
+-- `stages`, `log`, `tools`, `turn`, `last`); the engine calls a turn's
+-- `cancel` and `finish` only, and never reads its fields. They are two files because they are two
 -- concerns — keeping a session, reading one response through a pipeline —
 -- that meet at this interface, not one class split for size.
 
@@ -548,10 +550,11 @@ end
 ---@param t mirza.Turn
 ---@param input string|table
 ---@param opts mirza.TurnOptions
+---@param schema? mirza.Schema the turn's schema, compiled (mirza.structured): sent as `response_format`
 ---@return mirza.TurnSpec|nil spec
 ---@return string? message
 ---@return string? code
-function Engine:_turn_begin(t, input, opts)
+function Engine:_turn_begin(t, input, opts, schema)
   local plan, messages, info, prompt = self:_prepare(input, opts)
   if not plan then return nil, messages, info end
   local endpoint
@@ -569,7 +572,7 @@ function Engine:_turn_begin(t, input, opts)
   end
   local merged = opts.merge -- deltas that arrived together as one event: the turn's option, else the engine's
   if merged == nil then merged = self.cfg.merge end
-  local req = { url = self.chat_url, body = self:body(messages, plan, opts, t.schema), headers = self:headers(),
+  local req = { url = self.chat_url, body = self:body(messages, plan, opts, schema), headers = self:headers(),
     api_key = self.cfg.api_key, stall_timeout = self.cfg.stall_timeout, timeout = self.cfg.connect_timeout,
     header_timeout = self.cfg.header_timeout,
     record = self.cfg.record, merge = merged == true }
@@ -659,6 +662,40 @@ end
 function Engine:_turn_results(msgs)
   local prompt = require "mirza.prompt"
   for _, m in ipairs(msgs) do prompt.add(self.history, m) end
+end
+
+---The newest message of the history (nil when it is empty): a mark
+---`_turn_forget` finds again by identity, however much of the history's
+---head is trimmed meanwhile.
+---@return table|nil message
+function Engine:_turn_mark()
+  local msgs = self.history.messages
+  return msgs[#msgs]
+end
+
+---The history once a say with a schema is over (mirza.turn): the failed
+---attempts' answers (`bad`, by identity) removed, and the retry prompt
+---(mirza.structured.retry_message) right after each — or, when no attempt
+---fitted (`all`), everything after `mark` (`_turn_mark` before the say;
+---nil: everything), as for a failed turn. Trimmed in place, by identity,
+---not position.
+---@param mark table|nil
+---@param bad table<table, boolean> the failed attempts' assistant messages
+---@param all boolean
+function Engine:_turn_forget(mark, bad, all)
+  local prefix = require("mirza.structured").retry_message("\0"):match("^(.-)\0")
+  local msgs = self.history.messages
+  local keep, after_mark, skip_next = {}, mark == nil, false
+  for _, m in ipairs(msgs) do
+    local retry_prompt = skip_next and m.role == "user" and type(m.content) == "string"
+        and m.content:sub(1, #prefix) == prefix
+    local drop = (all and after_mark) or bad[m] or retry_prompt
+    skip_next = bad[m] == true
+    if not drop then keep[#keep + 1] = m end
+    if m == mark then after_mark = true end
+  end
+  for i = #msgs, 1, -1 do msgs[i] = nil end
+  for i, m in ipairs(keep) do msgs[i] = m end
 end
 
 return setmetatable(E, { __index = Engine })

@@ -35,8 +35,9 @@
 --- A turn owns its request (stream, reducer, pipeline, cancel, busy-wait,
 --- the endpoint it holds); the engine owns the conversation. A turn asks
 --- the engine only through `e:_turn_begin`, `_turn_failover`, `_turn_error`,
---- `_turn_end` and `_turn_results` (see "turns" in mirza.engine) and reads
---- its public face (`cfg`, `stages`, `log`, `tools`, `turn`, `last`).
+--- `_turn_end`, `_turn_results`, `_turn_mark` and `_turn_forget` (see
+--- "turns" in mirza.engine) and reads its public face (`cfg`, `stages`,
+--- `log`, `tools`, `turn`, `last`): never the history itself.
 local mirza = require "mirza"
 local policy = require "mirza.policy"
 local reducer = require "mirza.result"
@@ -255,7 +256,7 @@ function M.start(e, input, opts)
   local c, cmsg, ccode = structured.compile(sch)
   if c == nil then return nil, cmsg, ccode end
   t.schema = c or nil
-  local spec, msg, code = e:_turn_begin(t, input, opts)
+  local spec, msg, code = e:_turn_begin(t, input, opts, t.schema)
   if not spec then return nil, msg, code end
   t.spec, t.plan, t.endpoint = spec, spec.plan, spec.endpoint
   t.acc = reducer.new { think = false } -- TTFT counts from here: request sent → first delta
@@ -336,60 +337,39 @@ local function rounds(e, input, topts, ropts, lopts)
   end
 end
 
-local RETRY_PREFIX = structured.retry_message("\0"):match("^(.-)\0")
-
--- The history once a say with a schema is over: the failed attempts'
--- answers (`bad`, by identity) and the retry prompts after them removed —
--- or, when no attempt fitted (`all`), everything since `mark`, as for a
--- failed turn. Trimmed in place (the history may have been trimmed at its
--- head meanwhile, so positions are not kept, identities are).
-local function forget(e, mark, bad, all)
-  local msgs = e.history.messages
-  local keep, after_mark, skip_next = {}, mark == nil, false
-  for _, m in ipairs(msgs) do
-    local retry_prompt = skip_next and m.role == "user" and type(m.content) == "string"
-        and m.content:sub(1, #RETRY_PREFIX) == RETRY_PREFIX
-    local drop = (all and after_mark) or bad[m] or retry_prompt
-    skip_next = bad[m] == true
-    if not drop then keep[#keep + 1] = m end
-    if m == mark then after_mark = true end
-  end
-  for i = #msgs, 1, -1 do msgs[i] = nil end
-  for i, m in ipairs(keep) do msgs[i] = m end
-end
-
 -- say with a schema: up to `tries` attempts; a failed one is answered
 -- with the violation (structured.retry_message) and asked again.
+-- The history is the engine's: the attempts are told apart by its marks
+-- (`e:_turn_mark`), and what they leave is trimmed by `e:_turn_forget`.
 local function say_schema(e, c, tries, input, topts, ropts, lopts)
-  local msgs = e.history.messages
-  local mark, bad, last = msgs[#msgs], {}, nil
+  local mark, bad, last = e:_turn_mark(), {}, nil
   for attempt = 1, tries do
-    local before = msgs[#msgs]
+    local before = e:_turn_mark()
     local st, result, code, r4 = rounds(e, input, topts, ropts, lopts)
     if not st then
-      forget(e, mark, bad, true)
+      e:_turn_forget(mark, bad, true)
       return nil, result, code, r4
     end
     result.attempts = attempt
     if result.cut and result.cut.reason == "cancelled" then -- stopped on purpose: not asked again
-      forget(e, mark, bad, false)
+      e:_turn_forget(mark, bad, false)
       return st, result
     end
     local v, why, raw = structured.outcome(c, result, result.answer)
     if v ~= nil then
-      forget(e, mark, bad, false)
+      e:_turn_forget(mark, bad, false)
       result.value, result.schema_error, e.last.value = v, nil, v
       return e.last, result
     end
     result.schema_error = result.schema_error or { message = why, raw = raw }
     result.raw, last = raw, result
-    local stored = msgs[#msgs]
+    local stored = e:_turn_mark()
     if stored ~= before and stored.role == "assistant" then -- the answer is in the history: answer it
       bad[stored] = true
       input = structured.retry_message(why)
     end -- else (a cut: nothing stored) the same input again
   end
-  forget(e, mark, bad, true)
+  e:_turn_forget(mark, bad, true)
   return nil, last.schema_error.message, "schema", last
 end
 
