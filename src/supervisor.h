@@ -4,7 +4,8 @@
  * of their own, stdout/stderr appended to a log file, non-blocking reaping,
  * graceful stop of the whole group (SIGTERM, grace period, SIGKILL), and
  * the per-port pid files that let a later run adopt and stop a daemon it
- * did not start. Pure C (POSIX/Linux): no Lua.
+ * did not start (those and mkdir -p are in pidfile.c). Pure C
+ * (POSIX/Linux): no Lua.
  *
  * Health checks over HTTP are not here: they use the client (client.h) and
  * are driven from Lua (lua/mirza/daemon.lua).
@@ -72,6 +73,8 @@ int mz_pid_listens(pid_t pid, int port);
  * terminated; "" when missing or empty). Reads only the file's tail. */
 char *mz_file_tail(const char *path, int nlines, char *buf, size_t len);
 
+/* ---- pidfile.c: the pid files, mkdir -p */
+
 /* Pid files: "$XDG_RUNTIME_DIR/mirza/daemon-<port>.pid", falling back to
  * "/tmp/mirza-<uid>/daemon-<port>.pid" (directory created 0700). The file
  * holds "<pid>\n". Path helper returns buf or NULL on overflow. */
@@ -80,8 +83,12 @@ int mz_pidfile_write(int port, pid_t pid); /* 0 or -1 (errno) */
 pid_t mz_pidfile_read(int port);           /* pid, or 0 if none/unreadable */
 int mz_pidfile_remove(int port);           /* 0 (also when absent) or -1 */
 
-/* mkdir -p with mode 0700 for every missing component of dir (modified in
- * place and restored). 0, or -1 with errno. */
+/* mkdir -p without a shell: every missing component of dir (modified in
+ * place and restored) made with mode, less the umask (a parent also gets
+ * u+wx). 0 when dir is a directory at the end (one already there is
+ * fine), or -1 with errno: ENOTDIR when it, or a component on the way, is
+ * not one; ENOENT for "". mz_mkdir_p is mz_mkdir_mode(dir, 0700). */
+int mz_mkdir_mode(char *dir, mode_t mode);
 int mz_mkdir_p(char *dir);
 
 #endif

@@ -1,6 +1,6 @@
 /*
  * test_pidfile.c - what the supervisor trusts in a pid file's directory
- * (mz_pidfile_read/write, src/supervisor.c). A pid file is an order to
+ * (mz_pidfile_read/write, src/pidfile.c). A pid file is an order to
  * kill that pid later, so it is read and written only in a directory that
  * is ours and that nobody else can write to: a directory writable by its
  * group or by others (sticky bit or not), owned by another user, or that

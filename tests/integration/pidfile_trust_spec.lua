@@ -1,5 +1,5 @@
 -- Adopting a daemon from a pid file (issue 19; lua/mirza/daemon.lua's
--- _adopted_pid over src/supervisor.c's pid files): the pid a pid file
+-- _adopted_pid over src/pidfile.c's pid files): the pid a pid file
 -- names is trusted, and so stopped by d:stop(), only when the file is ours
 -- (a regular file, not a symlink, in a directory of ours nobody else can
 -- write to) and the pid holds the daemon's port; a pid that names another
