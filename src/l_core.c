@@ -20,6 +20,7 @@
 
 #include "l_util.h"
 #include "mirza.h"
+#include "supervisor.h"
 
 #define CTX_KEY "mirza.ctx"
 
@@ -213,6 +214,25 @@ static int l_stat(lua_State *L) {
   return 4;
 }
 
+/* mirza.mkdir_p(path [, mode]) -> true | nil, msg, "io": mkdir -p without
+ * a shell (mz_mkdir_mode), so any byte but NUL may be in path. Each missing
+ * directory gets mode (default 0777), less the umask, as mkdir(1) does; an
+ * existing directory is fine, anything else there fails. */
+static int l_mkdir_p(lua_State *L) {
+  size_t len;
+  const char *path = luaL_checklstring(L, 1, &len);
+  lua_Integer mode = luaL_optinteger(L, 2, 0777);
+  luaL_argcheck(L, strlen(path) == len, 1, "path holds a NUL byte");
+  luaL_argcheck(L, mode >= 0 && mode <= 07777, 2, "mode must be 0 to 4095 (0700 is tonumber(\"700\", 8))");
+  char buf[PATH_MAX];
+  if (len >= sizeof buf) return mz_l_failf(L, MZ_E_IO, "cannot create %s: %s", path, strerror(ENAMETOOLONG));
+  memcpy(buf, path, len + 1);
+  if (mz_mkdir_mode(buf, (mode_t)mode) < 0)
+    return mz_l_failf(L, MZ_E_IO, "cannot create %s: %s", path, strerror(errno));
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
 /* ---- ready streams ------------------------------------------------------
  * mirza.ready() hands out the Stream userdata of the client's ready list.
  * A weak-valued registry table maps each open mz_stream (light userdata) to
@@ -337,6 +357,7 @@ int luaopen_mirza_core(lua_State *L) {
                                    {"now", l_now},
                                    {"streams", l_streams},
                                    {"stat", l_stat},
+                                   {"mkdir_p", l_mkdir_p},
                                    {"ready", l_ready},
                                    {"redact_url", l_redact_url},
                                    {"on_warning", l_on_warning},

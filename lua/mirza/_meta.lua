@@ -192,6 +192,19 @@ function mirza.isatty(fd) end
 ---@return string? code "io"
 function mirza.stat(path) end
 
+---`mkdir -p` without a shell: `path` and every missing directory above it
+---are created, each with `mode` less the umask (a parent also gets u+wx,
+---as mkdir(1) gives it); a directory already there is fine. Any byte but
+---NUL may be in the path (spaces, quotes, a leading `-`). Lua has no octal
+---literals: `tonumber("700", 8)` is 0700. Available as
+---`require("mirza.core").mkdir_p`.
+---@param path string
+---@param mode? integer default 0777 (`tonumber("777", 8)`): the umask decides, as for mkdir(1)
+---@return true|nil ok
+---@return string? message "cannot create PATH: Not a directory" (PATH or a component on the way is not a directory), "...: Permission denied", ...
+---@return string? code "io"
+function mirza.mkdir_p(path, mode) end
+
 ---The URL as it may be shown (in messages, logs, recordings): userinfo
 ---(`http://user:pass@host`) becomes `http://[redacted]@host`, and the value
 ---of every query parameter whose name looks like a credential (contains

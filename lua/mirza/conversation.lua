@@ -170,12 +170,10 @@ function M.dir(env)
     state = home .. "/.local/state"
   end
   local dir = state .. "/mirza/conversations"
-  local kind = select(3, require("mirza.core").stat(dir))
-  if kind == "directory" then return dir end
-  os.execute(("umask 077 && mkdir -p -- '%s' 2>/dev/null"):format(dir:gsub("'", "'\\''")))
-  if select(3, require("mirza.core").stat(dir)) ~= "directory" then
-    return nil, ("cannot create %s"):format(dir), "io"
-  end
+  local core = require "mirza.core"
+  if select(3, core.stat(dir)) == "directory" then return dir end
+  local ok, err = core.mkdir_p(dir, tonumber("700", 8)) -- no shell: any name is safe
+  if not ok then return nil, err, "io" end
   return dir
 end
 

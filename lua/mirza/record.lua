@@ -75,7 +75,7 @@ end
 local function next_id(dir)
   local least = floors[dir]
   if not least then
-    os.execute("mkdir -p '" .. dir:gsub("'", "'\\''") .. "'")
+    core.mkdir_p(dir) -- no shell; a failure is claim's to report, with the file it could not open
     least = 1
     while exists(("%s/%06d.request"):format(dir, least)) do least = least + 1 end
     floors[dir] = least
