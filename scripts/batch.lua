@@ -31,6 +31,8 @@
 ---                        sharing a long prefix go where it went last, while it has
 ---                        room, so the daemon's prompt cache serves it)
 ---   --progress-every S   seconds between progress lines when not a terminal (default 10)
+---   --tick S             read the streams at most every S seconds (default 0.05; 0: as
+---                        each token comes): one read per stream per tick, far less CPU
 ---   --quiet              no progress and no summary
 ---
 --- Running it again with the same OUTPUT resumes: finished custom_ids are
@@ -41,8 +43,9 @@
 --- when they report it. Ctrl-C stops
 --- the run and says how many records were saved and how to resume. Exit
 --- status: 0 all items ok, 1 some items failed or the batch deadline
---- stopped the run, 2 bad usage, unreadable or empty input, or a refused
---- OUTPUT; 130 interrupted.
+--- stopped the run, 2 bad usage, unreadable or empty input, a refused
+--- OUTPUT, or more requests at once (the @N added up) than the open-files
+--- limit allows; 130 interrupted.
 local batch = require "mirza.batch"
 
 -- --help: this file's header, without the comment marks, on stdout.
@@ -82,7 +85,7 @@ local NUM = { ["--limit"] = "limit", ["--max-tokens"] = "max_tokens", ["--max-re
   ["--retry-base"] = "retry_base", ["--deadline"] = "deadline", ["--batch-deadline"] = "batch_deadline",
   ["--give-up-after"] = "give_up_after",
   ["--stall-timeout"] = "stall_timeout", ["--header-timeout"] = "header_timeout",
-  ["--progress-every"] = "progress_every" }
+  ["--progress-every"] = "progress_every", ["--tick"] = "tick" }
 
 -- "URL" or "URL@N" -> {url=, limit=}
 local function endpoint(s)
@@ -128,6 +131,6 @@ end
 local stats, msg, code = batch.run(parse(arg))
 if not stats then
   io.stderr:write("batch: ", msg, "\n")
-  os.exit((code == "input" or code == "io" or code == "output") and 2 or 1)
+  os.exit((code == "input" or code == "io" or code == "output" or code == "limit") and 2 or 1)
 end
 os.exit((stats.errors > 0 or stats.deadline) and 1 or 0)

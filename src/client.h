@@ -135,6 +135,11 @@ int mz_client_sleep(mz_client *c, long timeout_ms);
  * mz_client_ready() takes up to n streams off the list, oldest first,
  * skipping any drained since they were listed, and never blocks. */
 int mz_client_wait_ready(mz_client *c, long timeout_ms);
+/* Sleep timeout_ms without reading any transfer: what arrives meanwhile is
+ * read together by the next wait (a scheduler's tick: one read per socket
+ * instead of one per frame, for many paced streams). A wake-up or a signal
+ * ends it early. Returns 0, MZ_NEXT_INTERRUPTED or MZ_NEXT_SIGNAL. */
+int mz_client_pause(mz_client *c, long timeout_ms);
 size_t mz_client_ready(mz_client *c, mz_stream **out, size_t n);
 /* Number of open streams. */
 size_t mz_client_streams(const mz_client *c);

@@ -346,6 +346,33 @@ static int l_isatty(lua_State *L) {
   return 1;
 }
 
+/* core.pause(seconds): sleep without reading any transfer (a scheduler's
+ * tick, mz_client_pause); Ctrl-C ends it as it ends mirza.sleep. */
+static int l_pause(lua_State *L) {
+  mz_ctx *ctx = mz_l_ctx(L);
+  long ms = mz_l_opt_ms(L, 1);
+  luaL_argcheck(L, ms >= 0, 1, "number expected");
+  double end = mz_l_end_of(ms);
+  int rc;
+  while ((rc = mz_client_pause(ctx->client, mz_l_left_ms(end))) == MZ_NEXT_SIGNAL) mz_l_after_signal(L);
+  if (rc == MZ_NEXT_INTERRUPTED) return mz_l_raise_interrupt(L);
+  return 0;
+}
+
+/* mirza.fd_limit() -> soft, hard, before: the open-files limit (each
+ * stream holds a socket), raised from `before` to the hard limit when the
+ * module loaded (mz_nofile_raise); math.huge for unlimited. */
+static int l_fd_limit(lua_State *L) {
+  long v[3];
+  mz_nofile_raise();
+  mz_nofile(&v[0], &v[1], &v[2]);
+  for (int i = 0; i < 3; i++) {
+    if (v[i] < 0) lua_pushnumber(L, HUGE_VAL);
+    else lua_pushinteger(L, v[i]);
+  }
+  return 3;
+}
+
 static int l_streams(lua_State *L) {
   lua_pushinteger(L, (lua_Integer)mz_client_streams(mz_l_ctx(L)->client));
   return 1;
@@ -363,6 +390,8 @@ int luaopen_mirza_core(lua_State *L) {
                                    {"on_warning", l_on_warning},
                                    {"plain_remote", l_plain_remote},
                                    {"isatty", l_isatty},
+                                   {"fd_limit", l_fd_limit},
+                                   {"pause", l_pause},
                                    {"task", l_task},
                                    {NULL, NULL}};
   mz_l_ctx(L);

@@ -169,6 +169,14 @@ function mirza.sleep(seconds) end
 ---@return function|false previous the hook that was in effect, or false
 function mirza.task(hook, slice) end
 
+---Sleep without reading any transfer: what the daemons send meanwhile
+---waits in the sockets and the next wait reads it together (mirza.loop's
+---`tick`). Unlike `mirza.sleep`, no stream makes progress meanwhile; a
+---signal (Ctrl-C) ends it as it ends `mirza.sleep`. Only in
+---`require("mirza.core")` (not re-exported by `mirza`).
+---@param seconds number
+function mirza.pause(seconds) end
+
 ---@return number seconds monotonic clock
 function mirza.now() end
 
@@ -180,6 +188,17 @@ function mirza.streams() end
 ---@param fd integer
 ---@return boolean
 function mirza.isatty(fd) end
+
+---The open-files limit of this process. Each open stream holds a socket,
+---so it bounds how many streams can be open at once (with the files the
+---script has open). mirza raises the soft limit to the hard one when it
+---loads (1,024 streams and a few files exceed the usual soft limit of
+---1,024); a stream that cannot get a socket ends with an `io` error that
+---says so and names both limits. `math.huge` stands for unlimited.
+---@return number soft the limit now (after the raise)
+---@return number hard the most it can be raised to without privileges
+---@return number before the soft limit the process started with
+function mirza.fd_limit() end
 
 ---File modification time, size, kind and identity (hot reload watches files
 ---with it; batch jobs tell a pipe from a file, and INPUT from OUTPUT).

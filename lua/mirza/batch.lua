@@ -67,6 +67,8 @@ B.defaults = {
   attempts = 1,           -- answers a chat item with a schema may give (a violation is told to the model)
   affinity = true,        -- items sharing a prefix go where it went last (mirza.pool prefix affinity)
   lookahead = 64,         -- with affinity: how many of the next items a free slot may choose from
+  tick = 0.05,            -- the scheduler reads the streams at most every tick seconds (mirza.loop's tick): at a
+                          -- daemon's pace one read per stream per tick, not one per token; false or 0: at once
 }
 
 -- ------------------------------------------------------------ input
@@ -840,8 +842,7 @@ local function make_writer(run, stats)
   run.stats = stats
   return function(rec, r)
     if run.write_error then error(run.write_error, 0) end
-    local ok, err = run.out:write(B.encode_record(rec, r), "\n")
-    if ok then ok, err = run.out:flush() end
+    local ok, err = run.out:write(B.encode_record(rec, r) .. "\n") -- unbuffered: one write(2) per record
     if not ok then
       run.write_error = ("cannot write %s: %s (the records before are kept; free space or choose another OUTPUT,"
         .. " then run the same command again)"):format(run.name, err)
@@ -870,10 +871,17 @@ local function drive(o, items, done, out)
   end
   local workers, progress = {}, nil
   local ctx = { opts = o, stats = stats, pool = o.pool, write = make_writer(out, stats), workers = workers }
+  -- The scheduler's tick while the batch runs (a longer one of the
+  -- script's own is kept): the records lose nothing but ttft_ms's
+  -- precision, the CPU per token drops (docs/batch.md, "CPU").
+  local sched = loop.current().loop
+  local tick_before = sched.tick
+  if o.tick and o.tick > 0 and (sched.tick or 0) < o.tick then sched.tick = o.tick end
   -- Cancelling the task running the batch cancels its workers too.
   local _ <close> = setmetatable({}, { __close = function()
     for _, t in ipairs(workers) do t:cancel() end
     if progress then progress:cancel() end
+    sched.tick = tick_before
   end })
   for i = 1, math.min(o.pool:capacity(), #queue) do workers[i] = loop.spawn(work, ctx, queue) end
   progress = o.progress and progress_task(stats, o)
@@ -932,6 +940,24 @@ local function stopped_line(run, o, items, err)
     #items - saved, o.resume_command or "the same command again")
 end
 
+-- Descriptors a run needs besides its connections: standard streams,
+-- INPUT and OUTPUT, the client's wake pipe and epoll, libcurl's own.
+local FD_RESERVE = 32
+
+---Whether `n` requests at once fit in the open-files limit (each holds a
+---socket; mirza raised the soft limit to the hard one when it loaded).
+---nil when they do, else the message that says what to do.
+---@param n integer requests in flight at most
+---@return string|nil message
+function B.check_fd_limit(n)
+  local soft, hard = mirza.fd_limit()
+  if n + FD_RESERVE <= soft then return nil end
+  return ("%d requests at once need about %d open files, and this process may open %s (%s): lower the"
+    .. " endpoints' @N so that they add up to at most %d, or raise the hard limit (ulimit -Hn as root,"
+    .. " limits.conf, LimitNOFILE=); nothing was changed"):format(n, n + FD_RESERVE, soft,
+    soft == hard and "the hard limit" or ("the hard limit is " .. hard), math.max(1, soft - FD_RESERVE))
+end
+
 ---Run a batch. Returns the summary (also written to stderr unless
 ---`quiet`): total, skipped (already in the output), done_now, errors,
 ---retries, cut, tokens, elapsed, left (unfinished: deadline), deadline.
@@ -941,7 +967,9 @@ end
 ---api_key, quiet, log, resume_command (shown when Ctrl-C stops the run).
 ---An existing OUTPUT file must hold batch records (it is resumed: its
 ---custom_ids are skipped) and must not be INPUT; a pipe or a terminal
----is written as it comes, without resume. Codes: "input", "io",
+---is written as it comes, without resume; each record goes out in one
+---write. Codes: "limit" (more requests at once than the open-files limit
+---allows, nothing written), "input", "io",
 ---"output" (OUTPUT refused, nothing written), "write" (writing failed),
 ---"unreachable" (no endpoint ever answered: all refuse), "down" (every
 ---endpoint down for `give_up_after` s), "model" (no --model, and an
@@ -961,8 +989,11 @@ function B.run(opts)
   local perr
   items, perr = B.prepare(items, o)
   if not items then return nil, perr, "input" end
+  local ferr = B.check_fd_limit(math.min(o.pool:capacity(), #items))
+  if ferr then return nil, ferr, "limit" end
   local out, done, stream = open_output(o)
   if not out then return nil, done, stream end
+  out:setvbuf("no") -- a record is whole on disk (or in the pipe) in one write, never in pieces
   -- closed (standard output flushed) however the run ends, also when the
   -- task running it is cancelled: no file left open until a collection
   local _ <close> = setmetatable({}, { __close = function()

@@ -20,6 +20,7 @@ local M = {
   plain_remote = core.plain_remote,
 }
 M.isatty = core.isatty -- is this descriptor a terminal (progress lines redrawn in place)
+M.fd_limit = core.fd_limit -- the open-files limit: soft, hard, soft before mirza raised it
 
 -- MIRZA_RECORD=DIR records every request (mirza.record reads it, once).
 local RECORD = require("mirza.record").env_dir

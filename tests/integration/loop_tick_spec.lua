@@ -1,0 +1,102 @@
+-- mirza.loop's tick (issue 20 item 4): a scheduler with `tick = S` that has
+-- to wait looks at its streams at most every S seconds, so paced streams
+-- are read a tick's worth at a time — one wait per tick, not one per token
+-- — and lose nothing: every byte arrives, in order, and timers still fire.
+local mirza = require "mirza"
+local loop = require "mirza.loop"
+local H = require "tests.helper"
+
+local STREAMS, TOKENS, RATE = 8, 100, 200 -- 0.5 s per stream
+
+describe("mirza.loop tick", function()
+  local sim
+  setup(function() sim = H.start_sim { "--parallel", "16", "--ttft-ms", "0", "--quiet" } end)
+  teardown(function() if sim then sim.stop() end end)
+
+  -- STREAMS paced streams at once on a loop with this tick; returns the
+  -- loop, the texts, and the events read.
+  local function run(tick)
+    local l = loop.new { tick = tick }
+    local texts, events, fns = {}, 0, {}
+    for i = 1, STREAMS do
+      fns[i] = function()
+        local s <close> = mirza.open { url = sim.url, body = H.chat_body("q" .. i,
+          { mirza_sim = { text = ("s%d "):format(i) .. ("w "):rep(TOKENS - 1), tok_rate = RATE } }) }
+        local parts = {}
+        for ev in s:events() do
+          if ev.type == "text" then parts[#parts + 1] = ev.text; events = events + 1
+          elseif ev.type == "error" then error(ev.message) end
+        end
+        texts[i] = table.concat(parts)
+      end
+    end
+    local _, errs, nerr = loop.gather(fns, { loop = l })
+    assert.are.equal(0, nerr, nerr > 0 and select(2, next(errs)) or nil)
+    return l, texts, events
+  end
+
+  it("waits once per tick, not once per token, and every byte arrives", function()
+    local t0 = mirza.now()
+    local l, texts, events = run(0.1)
+    local wall = mirza.now() - t0
+    for i = 1, STREAMS do assert.are.equal(("s%d "):format(i) .. ("w "):rep(TOKENS - 1), texts[i]) end
+    assert.are.equal(STREAMS * TOKENS, events)
+    assert.is_true(l.pauses > 0, "the waits were shortened to ticks")
+    -- at most a wait per tick (and the few of the start and the end)
+    assert.is_true(l.polls <= wall / 0.1 * 1.5 + 8, ("%d waits in %.2f s"):format(l.polls, wall))
+  end)
+
+  it("without a tick, waits as the tokens come (the figure the tick is measured against)", function()
+    local l, _, events = run(nil)
+    assert.are.equal(0, l.pauses)
+    assert.is_true(l.polls > events / STREAMS, ("%d waits for %d events"):format(l.polls, events))
+  end)
+
+  it("is 0.05 s while mirza.batch runs (tick = 0: none), and the loop's own comes back after", function()
+    local batch = require "mirza.batch"
+    local input, out = H.tmpname(".jsonl"), H.tmpname(".jsonl")
+    finally(function() os.remove(input); os.remove(out) end)
+    local f = assert(io.open(input, "w"))
+    for i = 1, 4 do
+      f:write(mirza.json.encode { custom_id = "c" .. i, body = { messages = { { role = "user", content = "q" } },
+        mirza_sim = { answer_tokens = 20, tok_rate = 100 } } }, "\n")
+    end
+    f:close()
+    local function ticks_seen(tick)
+      os.remove(out)
+      local l, seen, over = loop.default(), {}, false
+      loop.run(function()
+        loop.spawn(function()
+          while not over do
+            seen[#seen + 1] = l.tick or "none"
+            mirza.sleep(0.01)
+          end
+        end)
+        local st = batch.run { input = input, output = out, endpoints = { sim.base .. "/v1" }, model = "m",
+          quiet = true, tick = tick }
+        over = true
+        assert.are.equal(4, st.done_now)
+      end)
+      assert.is_nil(l.tick, "the default loop's tick is back")
+      return seen
+    end
+    local seen = ticks_seen(nil)
+    assert.are.equal(0.05, seen[#seen])
+    seen = ticks_seen(0)
+    assert.are.equal("none", seen[#seen])
+  end)
+
+  it("still fires timers and sleeps, up to a tick late", function()
+    local l = loop.new { tick = 0.05 }
+    local slept, fired
+    l:spawn(function()
+      local t0 = mirza.now()
+      mirza.sleep(0.03)
+      slept = mirza.now() - t0
+    end)
+    l:at(mirza.now() + 0.02, function() fired = true end)
+    l:run()
+    assert.is_true(fired)
+    assert.is_true(slept >= 0.03, tostring(slept))
+  end)
+end)
