@@ -165,9 +165,22 @@ static void push_event(lua_State *L, const mz_ctx *ctx, const mz_event *e) {
 
 /* ------------------------------------------------------------ methods */
 
-/* Shared by next() and the events() iterator. Returns the number of Lua
- * results. */
-static int pull(lua_State *L, lstream *u, long ms) {
+/* What a chunks() pull gives: the kind and, for a think or text delta,
+ * its text (no table: nothing else to collect), else the event table. */
+static int push_chunk(lua_State *L, const mz_ctx *ctx, const mz_event *e) {
+  if (e->type == MZ_EV_THINK || e->type == MZ_EV_TEXT) {
+    push_str(L, ctx, e->type == MZ_EV_THINK ? MZ_STR_THINK : MZ_STR_TEXT);
+    lua_pushlstring(L, e->text, e->len);
+    return 2;
+  }
+  lua_pushstring(L, type_names[e->type]);
+  push_event(L, ctx, e);
+  return 2;
+}
+
+/* Shared by next() and the events() and chunks() iterators (chunk: the
+ * chunks() form). Returns the number of Lua results. */
+static int pull_as(lua_State *L, lstream *u, long ms, int chunk) {
   const mz_event *e;
   int rc;
   double end = ms > 0 ? mz_l_end_of(ms) : 0;
@@ -177,12 +190,17 @@ static int pull(lua_State *L, lstream *u, long ms) {
     if (ms > 0) ms = mz_l_left_ms(end);
   }
   switch (rc) {
-  case MZ_NEXT_EVENT: push_event(L, u->ctx, e); return 1;
+  case MZ_NEXT_EVENT:
+    if (chunk) return push_chunk(L, u->ctx, e);
+    push_event(L, u->ctx, e);
+    return 1;
   case MZ_NEXT_TIMEOUT: return mz_l_fail(L, "timeout", MZ_E_TIMEOUT);
   case MZ_NEXT_INTERRUPTED: return mz_l_raise_interrupt(L);
   default: /* MZ_NEXT_END */ lua_pushnil(L); return 1;
   }
 }
+
+static int pull(lua_State *L, lstream *u, long ms) { return pull_as(L, u, ms, 0); }
 
 /* ------------------------------------------------------------ in a task
  * Inside a scheduler's task (mz_l_in_task) a pull never blocks: when the
@@ -193,7 +211,7 @@ static int pull(lua_State *L, lstream *u, long ms) {
  * Stack of a cooperative pull: the call's arguments at 1..3 (next_batch's
  * max at 3), the stream at CO_STREAM, the deadline (mz_now() seconds, -1:
  * none) at CO_END. */
-enum { OP_NEXT, OP_BATCH };
+enum { OP_NEXT, OP_BATCH, OP_CHUNK };
 #define CO_STREAM 4
 #define CO_END 5
 
@@ -202,7 +220,7 @@ static int batch(lua_State *L, lstream *u, long ms, lua_Integer max);
 static int has_news(const lstream *u) { return mz_stream_pending(u->s) || mz_stream_finished(u->s); }
 
 static int take(lua_State *L, lstream *u, int op) {
-  return op == OP_BATCH ? batch(L, u, 0, luaL_optinteger(L, 3, 0)) : pull(L, u, 0);
+  return op == OP_BATCH ? batch(L, u, 0, luaL_optinteger(L, 3, 0)) : pull_as(L, u, 0, op == OP_CHUNK);
 }
 
 static int coop_step(lua_State *L, lstream *u, int op);
@@ -305,16 +323,33 @@ static int events_iter(lua_State *L) {
   return coop(L, u, -1, OP_NEXT);
 }
 
-/* for ev in s:events() do ... end (four values: the stream closes the loop) */
-static int s_events(lua_State *L) {
+/* The chunks() iterator: events_iter's, with the chunks() form. */
+static int chunks_iter(lua_State *L) {
+  lstream *u = lua_touserdata(L, lua_upvalueindex(1));
+  if (!u->s) return luaL_error(L, "attempt to use a closed stream");
+  if (!mz_l_in_task(L, u->ctx)) return pull_as(L, u, -1, 1);
+  lua_settop(L, 3);
+  lua_pushvalue(L, lua_upvalueindex(1)); /* CO_STREAM */
+  return coop(L, u, -1, OP_CHUNK);
+}
+
+/* The four values of a generic for over iter (the stream closes the loop). */
+static int iterate(lua_State *L, lua_CFunction iter) {
   check_stream(L, 1);
   lua_pushvalue(L, 1);
-  lua_pushcclosure(L, events_iter, 1);
+  lua_pushcclosure(L, iter, 1);
   lua_pushvalue(L, 1);
   lua_pushnil(L);
   lua_pushvalue(L, 1);
   return 4;
 }
+
+/* for ev in s:events() do ... end */
+static int s_events(lua_State *L) { return iterate(L, events_iter); }
+
+/* for kind, x in s:chunks() do ... end: x is the text of a think or text
+ * delta, the event table of any other kind. */
+static int s_chunks(lua_State *L) { return iterate(L, chunks_iter); }
 
 static int s_gc(lua_State *L) {
   lstream *u = to_stream(L, 1);
@@ -538,9 +573,9 @@ static int l_open(lua_State *L) {
 }
 
 int luaopen_mirza_stream(lua_State *L) {
-  static const luaL_Reg methods[] = {
-      {"next", s_next},         {"events", s_events}, {"close", s_close},           {"pending", s_pending},
-      {"finished", s_finished}, {"closed", s_closed}, {"next_batch", s_next_batch}, {NULL, NULL}};
+  static const luaL_Reg methods[] = {{"next", s_next},     {"events", s_events},         {"chunks", s_chunks},
+                                     {"close", s_close},   {"pending", s_pending},       {"finished", s_finished},
+                                     {"closed", s_closed}, {"next_batch", s_next_batch}, {NULL, NULL}};
   static const luaL_Reg meta[] = {{"__gc", s_gc}, {"__close", s_close}, {"__tostring", s_tostring}, {NULL, NULL}};
   mz_l_newclass(L, MZ_STREAM_MT, meta, methods);
   lua_createtable(L, 0, 4); /* mirza.defaults */
