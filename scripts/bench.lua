@@ -94,7 +94,7 @@ local function body(p)
     messages = { { role = "user", content = "bench" } },
     enable_thinking = think > 0,
     mirza_sim = { answer_tokens = p.tokens - think, reasoning_tokens = think, tok_rate = p.rate or 0,
-      ttft_ms = 0, frames_per_chunk = p.fpc or 1 },
+      ttft_ms = 0, frames_per_chunk = p.fpc or 1, coalesce_writes = p.coalesce or nil },
   }
 end
 
@@ -121,6 +121,18 @@ function runners.core(p)
     local ty = ev.type
     if ty == "text" or ty == "think" then count = count + 1
     elseif ty == "error" then error(ev.message) end
+  end
+  return { tokens = count, cpu = os.clock() - c0, wall = mirza.now() - t0 }
+end
+
+-- The lighter loop: `for kind, text in s:chunks()` (no table per delta).
+function runners.chunks(p)
+  local s <close> = mirza.open { url = p.url .. "/chat/completions", body = body(p) }
+  local count = 0
+  local c0, t0 = os.clock(), mirza.now()
+  for kind, x in s:chunks() do
+    if kind == "text" or kind == "think" then count = count + 1
+    elseif kind == "error" then error(x.message) end
   end
   return { tokens = count, cpu = os.clock() - c0, wall = mirza.now() - t0 }
 end
@@ -275,7 +287,7 @@ function runners.concurrent(p)
       min_mid, fair_mid = m, (total - base_total) // live
     end
   end
-  local l = loop.new()
+  local l = loop.new { tick = p.tick }
   local fns = {}
   for i = 1, n do counts[i], fns[i] = 0, concurrent_task(per, i, seen) end
   local c0, t0 = os.clock(), mirza.now()
@@ -285,6 +297,45 @@ function runners.concurrent(p)
   return { tokens = total, cpu = cpu, wall = wall, streams = n, per_stream = per.tokens,
     min_mid = min_mid or 0, fair_mid = fair_mid or 0, spread_ms = t_all and (t_all - t_first) * 1000,
     min_end = math.min(table.unpack(counts, 1, n)) }
+end
+
+-- Write syscalls of this process so far (/proc/self/io syscw); nil when
+-- unknown.
+local function write_calls()
+  local f = io.open("/proc/self/io")
+  if not f then return nil end
+  local n = tonumber(f:read("a"):match("syscw:%s*(%d+)"))
+  f:close()
+  return n
+end
+
+-- A batch job (issue 20 item 4): p.streams items, each p.tokens //
+-- p.streams tokens paced at p.rate, through mirza.batch with one endpoint
+-- @p.streams (all in flight at once), p.tick (nil: the batch's default),
+-- p.progress (a live progress line every 0.25 s, to stderr). Besides
+-- {tokens, cpu, wall}: write calls per record (OUTPUT is a file).
+function runners.batchjob(p)
+  local batch = require "mirza.batch"
+  local per = p.tokens // p.streams
+  local input, output = os.tmpname(), os.tmpname()
+  local f = assert(io.open(input, "w"))
+  local b = body { tokens = per, reasoning = p.reasoning, rate = p.rate, fpc = 1 }
+  for i = 1, p.streams do
+    b.messages[1].content = "bench " .. i
+    f:write(json.encode { custom_id = "item-" .. i, body = b }, "\n")
+  end
+  f:close()
+  os.remove(output)
+  local w0, c0, t0 = write_calls(), os.clock(), mirza.now()
+  local st, err = batch.run { input = input, output = output, endpoints = { { url = p.url, limit = p.streams } },
+    model = "bench", quiet = not p.progress, progress = p.progress or false, tick = p.tick }
+  local cpu, wall, w1 = os.clock() - c0, mirza.now() - t0, write_calls()
+  os.remove(input)
+  os.remove(output)
+  assert(st, err)
+  assert(st.errors == 0 and st.done_now == p.streams, "batch: items failed")
+  return { tokens = st.tokens, cpu = cpu, wall = wall, records = st.done_now,
+    writes_per_record = w0 and w1 and (w1 - w0) / st.done_now }
 end
 
 -- A structured answer (issue 18 item 3): about p.tokens tokens of JSON
@@ -341,12 +392,20 @@ local function case_list(n)
   local paced = math.min(n, 20000)
   local L = {}
   local function add(name, kind, p) p.kind = kind; p.name = name; L[#L + 1] = p end
-  for _, src in ipairs { { "", 1, 0, n }, { " 16/chunk", 16, 0, n }, { " paced 10k/s", 1, 10000, paced } } do
-    local tag, fpc, rate, tokens = src[1], src[2], src[3], src[4]
-    local function p(t) t.fpc, t.rate, t.tokens = fpc, rate, tokens; t.reasoning = t.reasoning or 0.25; return t end
+  for _, src in ipairs { { "", 1, 0, n }, { " 16/chunk", 16, 0, n }, { " pre-rendered", 1, 0, n, true },
+    { " paced 10k/s", 1, 10000, paced } } do
+    local tag, fpc, rate, tokens, co = src[1], src[2], src[3], src[4], src[5]
+    local function p(t)
+      t.fpc, t.rate, t.tokens, t.coalesce = fpc, rate, tokens, co
+      t.reasoning = t.reasoning or 0.25
+      return t
+    end
     add("curl -sN" .. tag, "curl", p {})
     add("core loop" .. tag, "core", p {})
     if fpc == 16 then add("core next_batch" .. tag, "batch", p {}) end
+    if co then
+      add("core chunks" .. tag, "chunks", p {})
+    end
     add("engine token 25%" .. tag, "engine", p { route = "token" })
     if rate == 0 then
       add("engine sentence 25%" .. tag, "engine", p { route = "sentence" })
@@ -375,6 +434,23 @@ local function case_list(n)
     reasoning = 0.25, route = "token" })
   add("core loop x256 streams paced 100/s", "concurrent", { streams = 256, tokens = 256 * 200, fpc = 1, rate = 100,
     reasoning = 0.25, core = true })
+  -- Scale (issue 20): one stream paced at 50 tokens/s (the per-token
+  -- figure the 1,024 are held to), then 1,024 of them at once (51,200
+  -- tokens/s), raw, as engine turns and as one batch @1024; then a batch
+  -- job at a daemon's pace (256 streams at 40 tokens/s: 10,240 tokens/s),
+  -- with its tick (the default), without, and with a live progress line.
+  add("core loop x1 paced 50/s", "concurrent", { streams = 1, tokens = 300, fpc = 1, rate = 50, reasoning = 0.25,
+    core = true })
+  add("core loop x1024 paced 50/s", "concurrent", { streams = 1024, tokens = 1024 * 100, fpc = 1, rate = 50,
+    reasoning = 0.25, core = true })
+  add("engine x1024 paced 50/s", "concurrent", { streams = 1024, tokens = 1024 * 100, fpc = 1, rate = 50,
+    reasoning = 0.25, route = "token" })
+  add("batch x1024 paced 50/s", "batchjob", { streams = 1024, tokens = 1024 * 100, rate = 50, reasoning = 0.25 })
+  add("batch x256 paced 40/s", "batchjob", { streams = 256, tokens = 256 * 80, rate = 40, reasoning = 0.25 })
+  add("batch x256 paced 40/s no tick", "batchjob", { streams = 256, tokens = 256 * 80, rate = 40, reasoning = 0.25,
+    tick = 0 })
+  add("batch x256 paced 40/s progress", "batchjob", { streams = 256, tokens = 256 * 80, rate = 40,
+    reasoning = 0.25, progress = true })
   for _, on in ipairs { true, false } do -- 4 preambles of 2,000 tokens x 50 questions, two daemons
     add(("prefix affinity %s"):format(on and "on" or "off"), "affinity", { affinity = on, preambles = 4,
       preamble_tokens = 2000, questions = 50, parallel = 2 })
@@ -389,7 +465,7 @@ local function case_list(n)
 end
 
 local function source_key(c)
-  return ("%s/%s"):format(c.fpc, c.rate)
+  return ("%s/%s%s"):format(c.fpc, c.rate, c.coalesce and "/c" or "")
 end
 
 local function median(xs)
@@ -486,7 +562,7 @@ end
 -- The median of o.runs runs (start-up: of 10).
 local function measure(c, o)
   if c.kind == "affinity" then return measure_affinity(c, o) end
-  local cpu, wall, rss, sim, tokens, worst = {}, {}, {}, {}, nil, nil
+  local cpu, wall, rss, sim, tokens, worst, wpr = {}, {}, {}, {}, nil, nil, nil
   for _ = 1, c.kind == "startup" and 10 or o.runs do
     local s0 = proc_cpu(o.sim_pid)
     local r, err = run_once(c)
@@ -496,6 +572,7 @@ local function measure(c, o)
     cpu[#cpu + 1], wall[#wall + 1] = r.cpu, r.wall
     if r.rss_kb then rss[#rss + 1] = r.rss_kb end
     tokens = r.tokens
+    if r.writes_per_record then wpr = math.max(wpr or 0, r.writes_per_record) end
     if r.streams then -- concurrency: the worst run's progress
       local ratio = r.fair_mid > 0 and r.min_mid / r.fair_mid or 0
       local min_end = math.min(r.min_end, worst and worst.min_end or r.min_end)
@@ -510,6 +587,7 @@ local function measure(c, o)
     cpu_s = median(cpu), wall_s = median(wall), rss_kb = median(rss), fpc = c.fpc, rate = c.rate }
   for k, v in pairs(worst or {}) do m[k] = v end
   m.sim_cpu_s = median(sim)
+  m.writes_per_record = wpr
   if tokens and tokens > 0 then
     m.us_per_token = m.cpu_s / tokens * 1e6
     m.tok_s = tokens / m.wall_s
@@ -591,6 +669,55 @@ local function print_table(rows)
   end
 end
 
+-- Issue 20's goals, each figure next to its target (the rows it needs
+-- must have run: `--only` may leave some out).
+local function print_goals(rows)
+  local by = {}
+  for _, r in ipairs(rows) do by[r.name] = r end
+  local out = {}
+  local function goal(what, value, shown, target, ok)
+    if value then out[#out + 1] = ("%-52s %9s %9s  %s"):format(what, shown, target, ok and "met" or "NOT MET") end
+  end
+  local function us(name) return by[name] and by[name].us_per_token end
+  local function over(a, b) return us(a) and us(b) and us(a) / us(b) end
+  local x = by["core loop pre-rendered"] and by["core loop pre-rendered"].x_curl
+  goal("1. core loop, pre-rendered source: × curl -sN", x, ("%.2f"):format(x or 0), "≤ 1.5", x and x <= 1.5)
+  x = by["engine token 25% pre-rendered"] and by["engine token 25% pre-rendered"].x_curl
+  goal("1. engine turn, pre-rendered source: × curl -sN", x, ("%.2f"):format(x or 0), "≤ 2.0", x and x <= 2.0)
+  x = over("engine token 25% paced 10k/s", "core loop paced 10k/s")
+  goal("2. engine turn paced 10k/s: × core loop", x, ("%.2f"):format(x or 0), "≤ 1.2", x and x <= 1.2)
+  for _, name in ipairs { "core loop x1024 paced 50/s", "engine x1024 paced 50/s", "batch x1024 paced 50/s" } do
+    local r = by[name]
+    x = over(name, "core loop x1 paced 50/s")
+    goal(("3. %s: µs/token × 1 stream"):format(name), x, ("%.2f"):format(x or 0), "≤ 1.3", x and x <= 1.3)
+    x = r and r.rss_kb and r.rss_kb / 1024
+    goal(("3. %s: RSS MB"):format(name), x, ("%.1f"):format(x or 0), "≤ 64", x and x <= 64)
+    if r and r.streams then
+      goal(("3. %s: every stream progresses"):format(name), true, ("%d/%d"):format(r.min_mid, r.fair_mid),
+        "min > 0", r.min_mid > 0 and r.min_end == r.per_stream)
+    end
+  end
+  local b = by["batch x256 paced 40/s"]
+  if b and b.cpu_s then
+    x = b.cpu_s / b.wall_s / (b.tok_s / 10000) * 100
+    goal("4. batch at a daemon's pace: % of a core per 10k tok/s", x, ("%.2f"):format(x), "≤ 2", x <= 2)
+    local n = by["batch x256 paced 40/s no tick"]
+    if n and n.cpu_s then
+      local y = n.cpu_s / n.wall_s / (n.tok_s / 10000) * 100
+      goal("4.   (the same without the tick)", y, ("%.2f"):format(y), "—", y <= 2)
+    end
+    x = b.writes_per_record
+    goal("4. batch: write calls per record", x, ("%.2f"):format(x or 0), "1", x and x <= 1)
+    local pr = by["batch x256 paced 40/s progress"]
+    x = pr and pr.us_per_token and (pr.us_per_token - b.us_per_token) / b.us_per_token * 100
+    goal("4. batch: CPU of a live progress line, %", x, ("%+.1f"):format(x or 0), "≈ 0", x and x < 5)
+  end
+  if #out > 0 then
+    print(("\n%-52s %9s %9s"):format("goals (issue 20)", "figure", "target"))
+    print(table.concat(out, "\n"))
+  end
+end
+
 local function suite(o)
   local url, pid = o.url, nil
   if not url then url, pid = start_sim(o.sim) end
@@ -611,6 +738,7 @@ local function suite(o)
   print_table(rows)
   print_concurrency(rows)
   print_affinity(rows)
+  print_goals(rows)
   local doc = json.encode { tokens = o.tokens, runs = o.runs, results = rows }
   print("JSON " .. doc)
   if o.json then
