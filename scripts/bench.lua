@@ -546,17 +546,21 @@ local function run_once(c)
   return run_child(c)
 end
 
--- The affinity rows: the median share of o.runs runs (each its own sims).
+-- The affinity rows: the run of median share of o.runs runs (each its own
+-- sims), its counts with it (they are that run's, not another's).
 local function measure_affinity(c, o)
-  local share, wall, last = {}, {}, nil
+  local runs = {}
   c.sim = o.sim
   for _ = 1, o.runs do
     local r, err = run_child(c)
     if not r then return { name = c.name, kind = c.kind, skipped = err } end
-    share[#share + 1], wall[#wall + 1], last = r.share or 0, r.wall, r
+    r.share = r.share or 0
+    runs[#runs + 1] = r
   end
-  return { name = c.name, kind = c.kind, share = median(share), wall_s = median(wall), items = last.items,
-    errors = last.errors, cached = last.cached, prompt = last.prompt }
+  table.sort(runs, function(a, b) return a.share < b.share end)
+  local m = runs[(#runs + 1) // 2]
+  return { name = c.name, kind = c.kind, share = m.share, wall_s = m.wall, items = m.items, errors = m.errors,
+    cached = m.cached, prompt = m.prompt }
 end
 
 -- The median of o.runs runs (start-up: of 10).
@@ -718,6 +722,21 @@ local function print_goals(rows)
   end
 end
 
+-- The incremental JSON parser against cJSON on the whole answer, per
+-- byte (issue 18): tests/c/bench_json, built beside mirza in a build tree.
+local function print_json_parser(o)
+  if o.only and not selected({ name = "json parser", kind = "json" }, o.only) then return end
+  local dir = MIRZA:match("^(.*)/[^/]*$") or "."
+  local bin = dir .. "/bench_json"
+  if not io.open(bin) then
+    print("\nincremental JSON parser: " .. bin .. " not found (built with the tests: cmake's build tree)")
+    return
+  end
+  local out = run_cmd(sh_quote(bin))
+  print("\nincremental JSON parser (mirza.json.stream) against cJSON on the whole answer (tests/c/bench_json.c):")
+  io.write((out:gsub("%(checksum[^)]*%)%s*$", "")))
+end
+
 local function suite(o)
   local url, pid = o.url, nil
   if not url then url, pid = start_sim(o.sim) end
@@ -738,6 +757,7 @@ local function suite(o)
   print_table(rows)
   print_concurrency(rows)
   print_affinity(rows)
+  print_json_parser(o)
   print_goals(rows)
   local doc = json.encode { tokens = o.tokens, runs = o.runs, results = rows }
   print("JSON " .. doc)
