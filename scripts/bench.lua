@@ -328,7 +328,8 @@ function runners.batchjob(p)
   os.remove(output)
   local w0, c0, t0 = write_calls(), os.clock(), mirza.now()
   local st, err = batch.run { input = input, output = output, endpoints = { { url = p.url, limit = p.streams } },
-    model = "bench", quiet = not p.progress, progress = p.progress or false, tick = p.tick }
+    model = "bench", quiet = not p.progress, progress = p.progress or false, tick = p.tick,
+    repetition = p.repetition }
   local cpu, wall, w1 = os.clock() - c0, mirza.now() - t0, write_calls()
   os.remove(input)
   os.remove(output)

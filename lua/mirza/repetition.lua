@@ -72,17 +72,42 @@ local BULLET = "\226\128\162"
 local Guard = {}
 Guard.__index = Guard
 
-local function letters(s)
-  return select(2, s:gsub("[%a\128-\255]", ""))
+-- Whether s holds at least n letters (ASCII or any byte of a multi-byte
+-- character): at most n finds, no new string.
+local function has_letters(s, n)
+  local pos = 1
+  for _ = 1, n do
+    local i = find(s, "[%a\128-\255]", pos)
+    if not i then return false end
+    pos = i + 1
+  end
+  return true
 end
 
--- The comparison key of a segment: "" when it is to be ignored.
+local BULLET_AT_START = "^" .. BULLET .. " ?"
+
+-- The comparison key of a segment: "" when it is to be ignored. The same
+-- key as the reference's eight gsubs (tests/lua/repetition_ref.lua), each
+-- run only when a byte test says it can change something: a segment comes
+-- every few tokens, and most need none of them.
 local function key_of(seg, min_letters)
-  local s = seg:lower():gsub("%s+", " ")
-  s = s:gsub("^ ", ""):gsub(" $", "")
-  s = s:gsub("^" .. BULLET .. " ?", ""):gsub("^[%-%*+>]+ ", ""):gsub("^%d+[%.%)] ", "")
-  s = s:gsub(ELLIPSIS, "..."):gsub("[%p ]+$", "")
-  if letters(s) < min_letters then return "" end
+  local s = lower(seg)
+  if find(s, "[\t-\r]") or find(s, "  ", 1, true) then s = gsub(s, "%s+", " ") end
+  if byte(s, 1) == 32 then s = sub(s, 2) end
+  if byte(s, -1) == 32 then s = sub(s, 1, -2) end
+  local b = byte(s, 1)
+  if b == 226 then
+    s = gsub(s, BULLET_AT_START, "")
+    b = byte(s, 1)
+  end
+  if b == 45 or b == 42 or b == 43 or b == 62 then -- - * + >
+    s = gsub(s, "^[%-%*+>]+ ", "")
+    b = byte(s, 1)
+  end
+  if b and b >= 48 and b <= 57 then s = gsub(s, "^%d+[%.%)] ", "") end
+  if find(s, ELLIPSIS, 1, true) then s = gsub(s, ELLIPSIS, "...") end
+  if find(sub(s, -1), "[%p ]") then s = gsub(s, "[%p ]+$", "") end
+  if not has_letters(s, min_letters) then return "" end
   return s
 end
 
@@ -147,8 +172,17 @@ end
 
 -- One complete segment: track ``` fences, then apply the segment rules.
 function Guard:_segment(raw)
-  local text = raw:gsub("^%s+", ""):gsub("%s+$", "")
-  if text:find("^```") or text:find("^~~~") then
+  local a, text = find(raw, "%S"), ""
+  if a then -- trimmed (the reference's two gsubs)
+    local z = #raw
+    while true do
+      local c = byte(raw, z)
+      if c == 32 or (c >= 9 and c <= 13) then z = z - 1 else break end
+    end
+    text = (a == 1 and z == #raw) and raw or sub(raw, a, z)
+  end
+  local b1 = byte(text, 1)
+  if (b1 == 96 or b1 == 126) and (sub(text, 1, 3) == "```" or sub(text, 1, 3) == "~~~") then
     self._fence = not self._fence
     return false
   end
@@ -256,7 +290,7 @@ end
 -- true/false decides, nil goes on to the next period.
 function Guard:_judge_phrase(p, r, unit)
   if r >= self.phrase_repeats and r * p >= self.phrase_min_chars then
-    if letters(unit) < self.phrase_min_letters then return false end
+    if not has_letters(unit, self.phrase_min_letters) then return false end
     if find(unit, "\n", 1, true) and r < self.line_repeats then return false end
     return self:_trigger("phrase", readable(self:_tail_string(), p, r), r)
   end
