@@ -34,7 +34,8 @@
 ---
 --- `repetition.new(opts)` is the plain guard object (`guard:feed(chunk)`);
 --- `repetition.stage` wraps one guard per watched channel over an event
---- iterator. The module itself holds no state.
+--- iterator. The module itself holds no state (but a memo of a number
+--- derived from the thresholds).
 
 local M = {}
 
@@ -118,6 +119,25 @@ local function is_code(text)
   return first ~= nil and CODE_WORDS[first:lower()] == true and not text:find("[%.!%?]$")
 end
 
+-- K: a period p passes only with a periodic tail of at least
+-- max(phrase_repeats * p, phrase_min_chars) bytes, so of p + K bytes.
+-- Computed once per set of thresholds (a batch makes two guards per item;
+-- the loop was most of a short item's guard cost): a pure memo, at most
+-- 64 sets, no state a reload could miss.
+local k_of, nk = {}, 0
+local function phrase_k(repeats, min_chars, max_phrase)
+  local id = repeats .. "/" .. min_chars .. "/" .. max_phrase
+  local K = k_of[id]
+  if K then return K end
+  K = 32
+  for p = 1, max_phrase do
+    K = math.min(K, math.max((repeats - 1) * p, min_chars - p))
+  end
+  if nk >= 64 then k_of, nk = {}, 0 end
+  k_of[id], nk = K, nk + 1
+  return K
+end
+
 ---A new guard. `opts` overrides fields of `repetition.DEFAULTS`.
 ---@param opts? table
 ---@return mirza.RepetitionGuard
@@ -128,13 +148,8 @@ function M.new(opts)
     _cands = {} }, Guard)
   for k, v in pairs(M.DEFAULTS) do g[k] = (opts and opts[k]) or v end
   g._cap = math.max(1024, g.max_phrase * g.line_repeats * 2)
-  -- K: a period p passes only with a periodic tail of at least
-  -- max(phrase_repeats * p, phrase_min_chars) bytes, so of p + K bytes.
-  local K = 32
-  for p = 1, g.max_phrase do
-    K = math.min(K, math.max((g.phrase_repeats - 1) * p, g.phrase_min_chars - p))
-  end
-  g._K, g._W = K, g.max_phrase + math.max(K, 1) + 64
+  g._K = phrase_k(g.phrase_repeats, g.phrase_min_chars, g.max_phrase)
+  g._W = g.max_phrase + math.max(g._K, 1) + 64
   return g
 end
 
