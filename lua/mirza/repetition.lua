@@ -142,7 +142,7 @@ end
 ---@param opts? table
 ---@return mirza.RepetitionGuard
 function M.new(opts)
-  local g = setmetatable({ triggered = false, _segs = {}, _fence = false,
+  local g = setmetatable({ triggered = false, _segs = {}, _kc = {}, _fence = false,
     _pparts = {}, _pn = 0, _plen = 0, _open_stop = false,          -- pending text
     _tparts = {}, _tpn = 0, _tstored = 0, _tlen = 0, _recent = "", -- normalised tail
     _cands = {} }, Guard)
@@ -177,10 +177,7 @@ function Guard:_check_count()
   local segs = self._segs
   local last = segs[#segs]
   if not last.prose then return false end
-  local c = 0
-  for i = 1, #segs do
-    if segs[i].key == last.key then c = c + 1 end
-  end
+  local c = self._kc[last.key] -- its occurrences among the segments kept (_segment keeps the count)
   if c >= self.count then return self:_trigger("count", last.text, c) end
   return false
 end
@@ -203,9 +200,14 @@ function Guard:_segment(raw)
   end
   local key = key_of(text, self.min_letters)
   if key == "" then return false end
-  local segs = self._segs
+  local segs, kc = self._segs, self._kc
   segs[#segs + 1] = { key = key, text = text, prose = not self._fence and not is_code(text) }
-  if #segs > math.max(self.window, self.repeats * self.max_cycle) then table.remove(segs, 1) end
+  kc[key] = (kc[key] or 0) + 1
+  if #segs > math.max(self.window, self.repeats * self.max_cycle) then
+    local gone = table.remove(segs, 1).key
+    local left = kc[gone] - 1
+    kc[gone] = left > 0 and left or nil
+  end
   return self:_check_cycle() or self:_check_count()
 end
 
