@@ -83,7 +83,8 @@ describe("s:chunks", function()
   end)
 
   it("ends with the error event, as a table, after the text that came before", function()
-    local s <close> = open(sim, { text = "un deux trois quatre cinq six", tok_rate = 2000, fault = "cut-after=3" }, true)
+    local ctl = { text = "un deux trois quatre cinq six", tok_rate = 2000, fault = "cut-after=3" }
+    local s <close> = open(sim, ctl, true)
     local got, text = from_chunks(s), {}
     for _, line in ipairs(got) do text[#text + 1] = line:match("^text:(.*)") end
     assert.are.equal("un deux trois ", table.concat(text))
