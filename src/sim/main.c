@@ -307,7 +307,11 @@ static int bind_listener(server *s, char *url_host, size_t n) {
   int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
   int one = 1;
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  if (fd < 0 || bind(fd, (struct sockaddr *)&ss, len) || listen(fd, 256)) {
+  /* A long accept queue (the kernel caps it at net.core.somaxconn): a
+   * client opening 1,024 streams at once (--parallel 1024) connects faster
+   * than connections are accepted, a thread each, and a SYN dropped from a
+   * full queue is sent again only after a second. */
+  if (fd < 0 || bind(fd, (struct sockaddr *)&ss, len) || listen(fd, SOMAXCONN > 4096 ? SOMAXCONN : 4096)) {
     char port[16];
     snprintf(port, sizeof port, "%d", s->cfg.port);
     if (errno == EADDRINUSE) die("port %s is already in use", port);
