@@ -65,6 +65,25 @@ local byte, concat, find, gsub, lower, sub = string.byte, table.concat, string.f
 local ELLIPSIS = "\226\128\166"
 local BULLET = "\226\128\162"
 
+-- Byte tests, C locale (as Lua's %a, %p, %s): a pattern with a class
+-- costs ~140 instructions a byte (it is tried at every position), a
+-- plain find a few, a byte test ~60. Every segment and every delta pays
+-- these, so the hot checks below use them; each is equivalent to the
+-- pattern it replaces (the differential spec holds the verdicts).
+local PUNCT = {}
+for c = 33, 126 do
+  if not string.char(c):find("%w") then PUNCT[c] = true end
+end
+
+-- find(s, "[\t-\r]") ~= nil: a control space (\t \n \v \f \r). A plain
+-- find costs ~1,200 instructions whatever the length: the pattern is
+-- cheaper on a delta, five plain finds on a sentence.
+local function has_ctl_space(s)
+  if #s < 40 then return find(s, "[\t-\r]") end
+  return find(s, "\n", 1, true) or find(s, "\t", 1, true) or find(s, "\r", 1, true)
+    or find(s, "\v", 1, true) or find(s, "\f", 1, true)
+end
+
 ---@class mirza.RepetitionGuard
 ---@field triggered boolean
 ---@field line string|nil   the repeated line, sentence or phrase
@@ -76,13 +95,15 @@ Guard.__index = Guard
 -- Whether s holds at least n letters (ASCII or any byte of a multi-byte
 -- character): at most n finds, no new string.
 local function has_letters(s, n)
-  local pos = 1
-  for _ = 1, n do
-    local i = find(s, "[%a\128-\255]", pos)
-    if not i then return false end
-    pos = i + 1
+  if n <= 0 then return true end
+  for i = 1, #s do
+    local c = byte(s, i)
+    if c >= 128 or (c >= 97 and c <= 122) or (c >= 65 and c <= 90) then
+      n = n - 1
+      if n == 0 then return true end
+    end
   end
-  return true
+  return false
 end
 
 local BULLET_AT_START = "^" .. BULLET .. " ?"
@@ -93,7 +114,7 @@ local BULLET_AT_START = "^" .. BULLET .. " ?"
 -- every few tokens, and most need none of them.
 local function key_of(seg, min_letters)
   local s = lower(seg)
-  if find(s, "[\t-\r]") or find(s, "  ", 1, true) then s = gsub(s, "%s+", " ") end
+  if has_ctl_space(s) or find(s, "  ", 1, true) then s = gsub(s, "%s+", " ") end
   if byte(s, 1) == 32 then s = sub(s, 2) end
   if byte(s, -1) == 32 then s = sub(s, 1, -2) end
   local b = byte(s, 1)
@@ -107,14 +128,21 @@ local function key_of(seg, min_letters)
   end
   if b and b >= 48 and b <= 57 then s = gsub(s, "^%d+[%.%)] ", "") end
   if find(s, ELLIPSIS, 1, true) then s = gsub(s, ELLIPSIS, "...") end
-  if find(sub(s, -1), "[%p ]") then s = gsub(s, "[%p ]+$", "") end
+  local e = #s -- gsub(s, "[%p ]+$", "")
+  while e > 0 do
+    local c = byte(s, e)
+    if c == 32 or PUNCT[c] then e = e - 1 else break end
+  end
+  if e < #s then s = sub(s, 1, e) end
   if not has_letters(s, min_letters) then return "" end
   return s
 end
 
 -- Whether a (trimmed) segment looks like a line of code rather than prose.
 local function is_code(text)
-  if text:find("[{};=`]") or text:find("[%w_]%(") then return true end
+  if find(text, "{", 1, true) or find(text, "}", 1, true) or find(text, ";", 1, true)
+    or find(text, "=", 1, true) or find(text, "`", 1, true) then return true end -- [{};=`]
+  if find(text, "(", 1, true) and find(text, "[%w_]%(") then return true end
   local first = text:match("^[%a_#]+")
   return first ~= nil and CODE_WORDS[first:lower()] == true and not text:find("[%.!%?]$")
 end
@@ -211,8 +239,55 @@ function Guard:_segment(raw)
   return self:_check_cycle() or self:_check_count()
 end
 
--- A sentence stop (. ! ? …, maybe closing quotes/brackets) before a space.
-local STOP, ELLIPSIS_END = "[%.!%?][\"')%]]*%s", ELLIPSIS .. "%s"
+-- A sentence stop (. ! ? …, maybe closing quotes/brackets) before a space:
+-- the end of find(buf, "[%.!%?][\"')%]]*%s", pos), the pattern tried only
+-- where a plain find saw a stop (it would be tried at every byte).
+local STOP_AT = "^[%.!%?][\"')%]]*%s"
+local function stop_end(buf, pos)
+  local d, x, q = find(buf, ".", pos, true), find(buf, "!", pos, true), find(buf, "?", pos, true)
+  while d or x or q do
+    local i = d
+    if x and (not i or x < i) then i = x end
+    if q and (not i or q < i) then i = q end
+    local _, e = find(buf, STOP_AT, i)
+    if e then return e end
+    if i == d then d = find(buf, ".", i + 1, true)
+    elseif i == x then x = find(buf, "!", i + 1, true)
+    else q = find(buf, "?", i + 1, true) end
+  end
+  return nil
+end
+
+-- The end of find(buf, ELLIPSIS .. "%s", pos): an ellipsis before a space.
+local function ellipsis_end(buf, pos)
+  local i = find(buf, ELLIPSIS, pos, true)
+  while i do
+    local c = byte(buf, i + 3)
+    if c == 32 or (c and c >= 9 and c <= 13) then return i + 3 end
+    i = find(buf, ELLIPSIS, i + 1, true)
+  end
+  return nil
+end
+
+-- Closing quotes and brackets that may follow a stop: " ' ) ]
+local CLOSER = { [34] = true, [39] = true, [41] = true, [93] = true }
+
+-- Whether s ends in a stop, maybe with closers (find(s,
+-- "[%.!%?][\"')%]]*$")), or in a partial ellipsis (find(s,
+-- "\226[\128-\191]*$")): a space after it would end a sentence.
+local function ends_open(s)
+  local e = #s
+  while e > 0 and CLOSER[byte(s, e)] do e = e - 1 end
+  local c = byte(s, e)
+  if c == 46 or c == 33 or c == 63 then return true end
+  e = #s
+  while e > 0 do
+    c = byte(s, e)
+    if c < 128 or c > 191 then break end
+    e = e - 1
+  end
+  return byte(s, e) == 226
+end
 
 -- The text not yet cut into segments, as one string (the parts joined).
 function Guard:_take_pending()
@@ -228,7 +303,7 @@ function Guard:_set_pending(rest)
   for i = self._pn, 1, -1 do parts[i] = nil end
   parts[1] = rest
   self._pn, self._plen = 1, #rest
-  self._open_stop = find(rest, "[%.!%?][\"')%]]*$") ~= nil or find(rest, "\226[\128-\191]*$") ~= nil
+  self._open_stop = ends_open(rest)
 end
 
 -- Cut complete segments off the pending text and check each. Incremental:
@@ -248,14 +323,8 @@ function Guard:_segments(chunk)
     local nl, st, el -- the next end of each kind; false: none left
     while true do
       if nl == nil or (nl and nl < pos) then nl = find(buf, "\n", pos, true) or false end
-      if st == nil or (st and st < pos) then
-        local _, e = find(buf, STOP, pos)
-        st = e or false
-      end
-      if el == nil or (el and el < pos) then
-        local _, e = find(buf, ELLIPSIS_END, pos)
-        el = e or false
-      end
+      if st == nil or (st and st < pos) then st = stop_end(buf, pos) or false end
+      if el == nil or (el and el < pos) then el = ellipsis_end(buf, pos) or false end
       local e = nl
       if st and (not e or st < e) then e = st end
       if el and (not e or el < e) then e = el end
@@ -385,7 +454,7 @@ end
 -- and the last few hundred bytes as `_recent` for the phrase rule.
 function Guard:_append_tail(chunk)
   local c = lower(chunk)
-  if find(c, "[\t-\r]") or find(c, "  ", 1, true) then c = gsub(c, "%s+", squash) end
+  if has_ctl_space(c) or find(c, "  ", 1, true) then c = gsub(c, "%s+", squash) end
   local lb, fb = byte(self._recent, -1), byte(c, 1)
   if (lb == 32 or lb == 10) and (fb == 32 or fb == 10) then
     self:_set_last((lb == 10 or fb == 10) and "\n" or " ")
