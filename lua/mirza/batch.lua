@@ -67,7 +67,7 @@ B.defaults = {
   attempts = 1,           -- answers a chat item with a schema may give (a violation is told to the model)
   affinity = true,        -- items sharing a prefix go where it went last (mirza.pool prefix affinity)
   lookahead = 64,         -- with affinity: how many of the next items a free slot may choose from
-  tick = 0.05,            -- the scheduler reads the streams at most every tick seconds (mirza.loop's tick): at a
+  tick = 0.1,             -- the scheduler reads the streams at most every tick seconds (mirza.loop's tick): at a
                           -- daemon's pace one read per stream per tick, not one per token; false or 0: at once
 }
 
