@@ -31,8 +31,8 @@
 ---                        sharing a long prefix go where it went last, while it has
 ---                        room, so the daemon's prompt cache serves it)
 ---   --progress-every S   seconds between progress lines when not a terminal (default 10)
----   --tick S             read the streams at most every S seconds (default 0.1; 0: as
----                        each token comes): one read per stream per tick, far less CPU
+---   --tick S             read the streams every S seconds (default 0.1; 0: as
+---                        each token comes): one read per stream per tick
 ---   --quiet              no progress and no summary
 ---
 --- Running it again with the same OUTPUT resumes: finished custom_ids are
@@ -76,7 +76,7 @@ local function usage(msg)
   io.stderr:write("batch: ", msg, "\nusage: mirza scripts/batch.lua INPUT OUTPUT [--endpoint URL[@N]]... ",
     "[--limit N] [--model ID] [--max-tokens N] [--max-retries N] [--retry-base S] [--deadline S] ",
     "[--batch-deadline S] [--give-up-after S] [--stall-timeout S] [--header-timeout S] [--no-repetition] ",
-    "[--schema FILE] [--attempts N] [--no-affinity] [--progress-every S] [--quiet]\n")
+    "[--schema FILE] [--attempts N] [--no-affinity] [--progress-every S] [--tick S] [--quiet]\n")
   os.exit(2)
 end
 
