@@ -98,14 +98,18 @@ local function body(p)
   }
 end
 
--- Peak resident set of this process, in KiB.
-local function rss_kb()
-  local f = io.open("/proc/self/status")
+-- A number of this process from a /proc/self file (the first capture of
+-- pattern); nil when unknown (no /proc).
+local function proc_self(file, pattern)
+  local f = io.open("/proc/self/" .. file)
   if not f then return nil end
-  local kb = tonumber(f:read("a"):match("VmHWM:%s*(%d+)"))
+  local n = tonumber(f:read("a"):match(pattern))
   f:close()
-  return kb
+  return n
 end
+
+-- Peak resident set of this process, in KiB.
+local function rss_kb() return proc_self("status", "VmHWM:%s*(%d+)") end
 
 -- ------------------------------------------------------------ runners (child side)
 -- Each takes the run's parameters and returns {tokens=, cpu=, wall=}.
@@ -299,15 +303,8 @@ function runners.concurrent(p)
     min_end = math.min(table.unpack(counts, 1, n)) }
 end
 
--- Write syscalls of this process so far (/proc/self/io syscw); nil when
--- unknown.
-local function write_calls()
-  local f = io.open("/proc/self/io")
-  if not f then return nil end
-  local n = tonumber(f:read("a"):match("syscw:%s*(%d+)"))
-  f:close()
-  return n
-end
+-- Write syscalls of this process so far.
+local function write_calls() return proc_self("io", "syscw:%s*(%d+)") end
 
 -- A batch job (issue 20 item 4): p.streams items, each p.tokens //
 -- p.streams tokens paced at p.rate, through mirza.batch with one endpoint
@@ -326,17 +323,35 @@ function runners.batchjob(p)
   end
   f:close()
   os.remove(output)
+  -- with p.progress, the CPU of the progress line itself: making the line
+  -- and writing it (to stderr, as on a terminal: redraw in place)
+  local spent, lines, line_of = 0, 0, batch.progress_line
+  local log = p.progress and function(line, live)
+    local c = os.clock()
+    io.stderr:write(live and ("\r\27[K" .. line) or (line .. "\n"))
+    spent, lines = spent + os.clock() - c, lines + 1
+  end
+  if p.progress then
+    batch.progress_line = function(...)
+      local c = os.clock()
+      local l = line_of(...)
+      spent = spent + os.clock() - c
+      return l
+    end
+  end
   local w0, c0, t0 = write_calls(), os.clock(), mirza.now()
   local st, err = batch.run { input = input, output = output, endpoints = { { url = p.url, limit = p.streams } },
     model = "bench", quiet = not p.progress, progress = p.progress or false, tick = p.tick,
-    repetition = p.repetition }
+    repetition = p.repetition, log = log }
   local cpu, wall, w1 = os.clock() - c0, mirza.now() - t0, write_calls()
+  batch.progress_line = line_of
   os.remove(input)
   os.remove(output)
   assert(st, err)
   assert(st.errors == 0 and st.done_now == p.streams, "batch: items failed")
   return { tokens = st.tokens, cpu = cpu, wall = wall, records = st.done_now,
-    writes_per_record = w0 and w1 and (w1 - w0) / st.done_now }
+    writes_per_record = w0 and w1 and (w1 - w0) / st.done_now,
+    progress_share = p.progress and spent / wall, progress_lines = p.progress and lines }
 end
 
 -- A structured answer (issue 18 item 3): about p.tokens tokens of JSON
@@ -413,7 +428,7 @@ local function case_list(n)
       -- the same turn one event per delta (merge = false): what a script stage sees
       add("engine token 25% per delta" .. tag, "engine", p { route = "token", merge = false })
     end
-    if fpc == 1 and rate == 0 then
+    if fpc == 1 and rate == 0 and not co then
       add("engine token 0%", "engine", p { route = "token", reasoning = 0 })
       add("engine sentence 0%", "engine", p { route = "sentence", reasoning = 0 })
     end
@@ -567,7 +582,7 @@ end
 -- The median of o.runs runs (start-up: of 10).
 local function measure(c, o)
   if c.kind == "affinity" then return measure_affinity(c, o) end
-  local cpu, wall, rss, sim, tokens, worst, wpr = {}, {}, {}, {}, nil, nil, nil
+  local cpu, wall, rss, sim, tokens, worst, wpr, pshare = {}, {}, {}, {}, nil, nil, nil, nil
   for _ = 1, c.kind == "startup" and 10 or o.runs do
     local s0 = proc_cpu(o.sim_pid)
     local r, err = run_once(c)
@@ -578,6 +593,7 @@ local function measure(c, o)
     if r.rss_kb then rss[#rss + 1] = r.rss_kb end
     tokens = r.tokens
     if r.writes_per_record then wpr = math.max(wpr or 0, r.writes_per_record) end
+    if r.progress_share then pshare = math.max(pshare or 0, r.progress_share) end
     if r.streams then -- concurrency: the worst run's progress
       local ratio = r.fair_mid > 0 and r.min_mid / r.fair_mid or 0
       local min_end = math.min(r.min_end, worst and worst.min_end or r.min_end)
@@ -592,7 +608,7 @@ local function measure(c, o)
     cpu_s = median(cpu), wall_s = median(wall), rss_kb = median(rss), fpc = c.fpc, rate = c.rate }
   for k, v in pairs(worst or {}) do m[k] = v end
   m.sim_cpu_s = median(sim)
-  m.writes_per_record = wpr
+  m.writes_per_record, m.progress_share = wpr, pshare
   if tokens and tokens > 0 then
     m.us_per_token = m.cpu_s / tokens * 1e6
     m.tok_s = tokens / m.wall_s
@@ -681,7 +697,10 @@ local function print_goals(rows)
   for _, r in ipairs(rows) do by[r.name] = r end
   local out = {}
   local function goal(what, value, shown, target, ok)
-    if value then out[#out + 1] = ("%-52s %9s %9s  %s"):format(what, shown, target, ok and "met" or "NOT MET") end
+    if value then
+      out[#out + 1] = ("%-52s %9s %9s  %s"):format(what, shown, target,
+        target == "—" and "" or ok and "met" or "NOT MET")
+    end
   end
   local function us(name) return by[name] and by[name].us_per_token end
   local function over(a, b) return us(a) and us(b) and us(a) / us(b) end
@@ -714,8 +733,10 @@ local function print_goals(rows)
     x = b.writes_per_record
     goal("4. batch: write calls per record", x, ("%.2f"):format(x or 0), "1", x and x <= 1)
     local pr = by["batch x256 paced 40/s progress"]
+    x = pr and pr.progress_share and pr.progress_share * 100
+    goal("4. batch: a live progress line (4/s), % of a core", x, ("%.4f"):format(x or 0), "≈ 0", x and x < 0.1)
     x = pr and pr.us_per_token and (pr.us_per_token - b.us_per_token) / b.us_per_token * 100
-    goal("4. batch: CPU of a live progress line, %", x, ("%+.1f"):format(x or 0), "≈ 0", x and x < 5)
+    goal("4.   (the whole run's CPU with it, %; ±15% run to run)", x, ("%+.1f"):format(x or 0), "—", true)
   end
   if #out > 0 then
     print(("\n%-52s %9s %9s"):format("goals (issue 20)", "figure", "target"))
@@ -729,7 +750,8 @@ local function print_json_parser(o)
   if o.only and not selected({ name = "json parser", kind = "json" }, o.only) then return end
   local dir = MIRZA:match("^(.*)/[^/]*$") or "."
   local bin = dir .. "/bench_json"
-  if not io.open(bin) then
+  local exists = io.open(bin)
+  if exists then exists:close() else
     print("\nincremental JSON parser: " .. bin .. " not found (built with the tests: cmake's build tree)")
     return
   end

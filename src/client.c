@@ -21,12 +21,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "client_int.h"
+#include "nofile.h"
 #include "mirza.h"
 
 double mz_now(void) {
@@ -247,6 +247,7 @@ int mz_client_sleep(mz_client *c, long timeout_ms) {
  * before it checks them. */
 int mz_client_pause(mz_client *c, long timeout_ms) {
   c->eintr = 0;
+  if (c->intr && *c->intr) return MZ_NEXT_INTERRUPTED; /* its wake byte may be drained already */
   if (timeout_ms > 0) {
     struct pollfd p = {.fd = c->wake[0], .events = POLLIN};
     int r = poll(&p, 1, timeout_ms > INT_MAX ? INT_MAX : (int)timeout_ms);
@@ -448,46 +449,6 @@ void mz_stream_close(mz_stream *s) {
   if (s->rec) fclose(s->rec);
   free(s->url);
   free(s);
-}
-
-/* ---------------------------------------------------- open-files limit
- * Every stream holds a socket: 1,024 streams and the process's own files
- * exceed the usual soft limit of 1,024 open files. The soft limit is
- * raised to the hard one once per process, when the first client is made
- * (as Go's runtime and nginx's worker_rlimit_nofile do); what it was is
- * kept for mz_nofile(). A limit where the hard one cannot be set (macOS:
- * an unlimited hard limit, OPEN_MAX for the soft) tries smaller steps. */
-static struct {
-  int done;
-  rlim_t orig, soft, hard;
-} nofile;
-
-static long lim_long(rlim_t v) { return v == RLIM_INFINITY || v > LONG_MAX ? -1 : (long)v; }
-
-void mz_nofile_raise(void) {
-  struct rlimit rl;
-  if (nofile.done || getrlimit(RLIMIT_NOFILE, &rl)) return;
-  nofile.done = 1;
-  nofile.orig = nofile.soft = rl.rlim_cur;
-  nofile.hard = rl.rlim_max;
-  const rlim_t steps[] = {rl.rlim_max, 1u << 20, 65536, 10240};
-  for (size_t i = 0; i < sizeof steps / sizeof *steps && rl.rlim_cur < rl.rlim_max; i++) {
-    if (steps[i] <= nofile.orig || steps[i] > rl.rlim_max) continue;
-    struct rlimit up = {steps[i], rl.rlim_max};
-    if (setrlimit(RLIMIT_NOFILE, &up) == 0) {
-      nofile.soft = steps[i];
-      break;
-    }
-  }
-}
-
-void mz_nofile(long *soft, long *hard, long *orig) {
-  struct rlimit rl;
-  if (getrlimit(RLIMIT_NOFILE, &rl) == 0) nofile.soft = rl.rlim_cur, nofile.hard = rl.rlim_max;
-  if (!nofile.done) nofile.orig = nofile.soft;
-  *soft = lim_long(nofile.soft);
-  *hard = lim_long(nofile.hard);
-  *orig = lim_long(nofile.orig);
 }
 
 /* curl_global_init/cleanup are reference-counted by libcurl: one pair per

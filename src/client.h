@@ -144,13 +144,6 @@ size_t mz_client_ready(mz_client *c, mz_stream **out, size_t n);
 /* Number of open streams. */
 size_t mz_client_streams(const mz_client *c);
 
-/* The open-files limit (each stream holds a socket). mz_client_new()
- * raises the soft limit to the hard one, once per process;
- * mz_nofile_raise() does it now. mz_nofile() gives the soft and hard
- * limits and the soft one before the raise (-1: unlimited). */
-void mz_nofile_raise(void);
-void mz_nofile(long *soft, long *hard, long *orig);
-
 /* The URL as it may be shown: userinfo (`user:pass@`) becomes
  * `[redacted]@`, and the value of each query parameter whose name looks
  * like a credential (contains auth, cookie, key, token, secret, password

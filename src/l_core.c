@@ -20,6 +20,7 @@
 
 #include "l_util.h"
 #include "mirza.h"
+#include "nofile.h"
 #include "supervisor.h"
 
 #define CTX_KEY "mirza.ctx"

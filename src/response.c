@@ -30,6 +30,7 @@
 #include "decode.h"
 #include "fastframe.h"
 #include "mirza.h"
+#include "nofile.h"
 
 #define ERRBODY_MAX (64u << 10)   /* error bodies: what we keep */
 #define HEADERS_MAX (16u << 10)   /* response headers kept for ev.headers */
@@ -369,12 +370,17 @@ static void finish_transport_error(mz_stream *s, CURLcode rc) {
   if (os_errno == EMFILE || os_errno == ENFILE) { /* not the daemon's failure: no "refused" */
     long soft, hard, orig;
     mz_nofile(&soft, &hard, &orig);
-    mz_set_terminal(s, MZ_EV_ERROR, MZ_E_IO,
-                    "%s: no socket: %s (%zu streams open; this process may open %ld files, the hard "
-                    "limit is %ld): run fewer requests at once, or raise the limit (ulimit -Hn, "
-                    "limits.conf, LimitNOFILE=)",
-                    s->url, os_errno == EMFILE ? "too many open files" : "the system's table of open files is full",
-                    mz_client_streams(s->c), soft, hard);
+    if (os_errno == ENFILE)
+      mz_set_terminal(s, MZ_EV_ERROR, MZ_E_IO,
+                      "%s: no socket: the system's table of open files is full (%zu streams open here): run fewer "
+                      "requests at once, or raise the system's limit (sysctl fs.file-max)",
+                      s->url, mz_client_streams(s->c));
+    else
+      mz_set_terminal(s, MZ_EV_ERROR, MZ_E_IO,
+                      "%s: no socket: too many open files (%zu streams open; this process may open %ld files, the "
+                      "hard limit is %ld): run fewer requests at once, or raise the limit (ulimit -Hn, limits.conf, "
+                      "LimitNOFILE=)",
+                      s->url, mz_client_streams(s->c), soft, hard);
     return;
   }
   const char *why = s->errbuf[0] ? s->errbuf : curl_easy_strerror(rc);

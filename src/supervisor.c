@@ -22,6 +22,7 @@
  */
 #define _GNU_SOURCE
 #include "supervisor.h"
+#include "nofile.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -137,6 +138,7 @@ static _Noreturn void child_run(const mz_spawn_opts *o, pid_t parent, int nullfd
   for (const char *const *e = o->env; e && *e; e++)
     putenv((char *)*e); /* our private copy of memory; exec copies environ */
   child_close_fds(errfd);
+  mz_nofile_restore(); /* the limit mirza started with, not the one it raised for its streams */
   execvp(o->argv[0], (char *const *)o->argv);
   child_fail(errfd, STEP_EXEC);
 }

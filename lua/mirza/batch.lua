@@ -339,9 +339,13 @@ end
 -- done, and whether out is a stream (stdout, a pipe, a terminal: no
 -- resume, not closed by us when it is stdout). nil, message, code when
 -- OUTPUT must not be written.
-local function open_output(o)
+local function open_output(o, before_open)
   local path = o.output
-  if path == "-" then return io.stdout, {}, true end
+  if path == "-" then
+    local err, code = before_open({})
+    if err then return nil, err, code end
+    return io.stdout, {}, true
+  end
   local mtime, _, kind, id = core.stat(path)
   if not mtime then kind, id = nil, nil end -- no such file yet (or unreadable: open says why)
   if kind == "directory" then
@@ -359,6 +363,8 @@ local function open_output(o)
     if not done then return nil, err, code end
     newline = code
   end
+  local berr, bcode = before_open(done)
+  if berr then return nil, berr, bcode end
   local out, err = io.open(path, "ab") -- a pipe or a terminal: written as it comes, no seek, no read
   if not out then return nil, err, "io" end
   if newline then out:write("\n") end
@@ -875,13 +881,21 @@ local function drive(o, items, done, out)
   -- script's own is kept): the records lose nothing but ttft_ms's
   -- precision, the CPU per token drops (docs/batch.md, "CPU").
   local sched = loop.current().loop
-  local tick_before = sched.tick
-  if o.tick and o.tick > 0 and (sched.tick or 0) < o.tick then sched.tick = o.tick end
+  local ticked = o.tick and o.tick > 0
+  if ticked then -- the first batch of this loop keeps the loop's own tick; the last one gives it back
+    local n = sched.batch_ticks or 0
+    if n == 0 then sched.tick_before_batch = sched.tick end
+    sched.batch_ticks = n + 1
+    if (sched.tick or 0) < o.tick then sched.tick = o.tick end
+  end
   -- Cancelling the task running the batch cancels its workers too.
   local _ <close> = setmetatable({}, { __close = function()
     for _, t in ipairs(workers) do t:cancel() end
     if progress then progress:cancel() end
-    sched.tick = tick_before
+    if ticked then
+      sched.batch_ticks = sched.batch_ticks - 1
+      if sched.batch_ticks == 0 then sched.tick, sched.tick_before_batch = sched.tick_before_batch, nil end
+    end
   end })
   for i = 1, math.min(o.pool:capacity(), #queue) do workers[i] = loop.spawn(work, ctx, queue) end
   progress = o.progress and progress_task(stats, o)
@@ -989,15 +1003,29 @@ function B.run(opts)
   local perr
   items, perr = B.prepare(items, o)
   if not items then return nil, perr, "input" end
-  local ferr = B.check_fd_limit(math.min(o.pool:capacity(), #items))
-  if ferr then return nil, ferr, "limit" end
-  local out, done, stream = open_output(o)
+  -- Before anything is written: the requests that can be in flight at once
+  -- (the items not done yet, up to the endpoints' limits) must fit in the
+  -- open-files limit.
+  local out, done, stream = open_output(o, function(done)
+    local pending = 0
+    for _, it in ipairs(items) do
+      if not done[it.custom_id] then pending = pending + 1 end
+    end
+    local ferr = B.check_fd_limit(math.min(o.pool:capacity(), pending))
+    if ferr then return ferr, "limit" end
+  end)
   if not out then return nil, done, stream end
+  out:flush()
   out:setvbuf("no") -- a record is whole on disk (or in the pipe) in one write, never in pieces
-  -- closed (standard output flushed) however the run ends, also when the
-  -- task running it is cancelled: no file left open until a collection
+  -- closed (standard output flushed, and buffered again) however the run
+  -- ends, also when the task running it is cancelled: no file left open
+  -- until a collection
   local _ <close> = setmetatable({}, { __close = function()
-    if out == io.stdout then out:flush() elseif io.type(out) == "file" then out:close() end
+    if out == io.stdout then
+      out:setvbuf(core.isatty(1) and "line" or "full")
+    elseif io.type(out) == "file" then
+      out:close()
+    end
   end })
   local run = { out = out, stream = stream, name = o.output == "-" and "standard output" or o.output }
   local ok, stats = run_guarded(o, items, done, run)

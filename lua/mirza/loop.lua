@@ -116,7 +116,10 @@ end
 ---resume per stream per tick instead of one per token, for many paced
 ---streams whose latency does not matter. mirza.batch sets 0.1 while it
 ---runs (256 streams at 100 tokens/s: 16 -> 2.4 µs of CPU per token at 0.05).
----Timers, sleeps and stream timeouts fire up to a tick late.
+---Timers, sleeps and a task's stream timeouts still fire on time (a pause
+---ends at the next timer); what comes up to a tick late is the streams'
+---data (a first token, the end) and the C clocks (stall, header and
+---connect timeouts).
 ---@param opts? {on_error?: fun(task: mirza.Task, message: string), tick?: number}
 ---@return mirza.Loop
 function M.new(opts)

@@ -100,7 +100,7 @@ local function has_letters(s, n)
     local c = byte(s, i)
     if c >= 128 or (c >= 97 and c <= 122) or (c >= 65 and c <= 90) then
       n = n - 1
-      if n == 0 then return true end
+      if n <= 0 then return true end -- <=: a threshold may be fractional
     end
   end
   return false

@@ -359,8 +359,9 @@ int http_begin_chunked(conn *c, int status, const char *ctype, const char *extra
   return rc;
 }
 
-/* Write what --coalesce-writes gathered (before a wait, at the end). */
-static int flush_wire(conn *c) {
+/* Write what --coalesce-writes gathered (before a wait, a cut, a crash
+ * and at the end). */
+int http_flush(conn *c) {
   if (!c->wire.len) return 0;
   int rc = http_write_all(c, c->wire.p, c->wire.len);
   c->wire.len = 0;
@@ -374,7 +375,7 @@ static int raw_chunk(conn *c, const char *p, size_t n) {
     sbuf_add(&c->wire, size, (size_t)sn);
     sbuf_add(&c->wire, p, n);
     sbuf_add(&c->wire, "\r\n", 2);
-    return c->wire.len >= SIM_COALESCE_BYTES ? flush_wire(c) : 0;
+    return c->wire.len >= SIM_COALESCE_BYTES ? http_flush(c) : 0;
   }
   struct iovec iov[3] = {{size, (size_t)sn}, {(void *)p, n}, {"\r\n", 2}};
   return writev_all(c, iov, 3);
@@ -400,7 +401,7 @@ int http_end_chunked(conn *c) {
   }
   if (c->coalesce) {
     sbuf_add(&c->wire, "0\r\n\r\n", 5);
-    return flush_wire(c);
+    return http_flush(c);
   }
   return http_write_all(c, "0\r\n\r\n", 5);
 }
@@ -417,7 +418,7 @@ bool conn_gone(conn *c) {
  * (-1) or the cancel flag is raised (-2). Sub-millisecond rests use
  * nanosleep because poll() only has millisecond resolution. */
 int conn_wait_until(conn *c, double deadline, atomic_bool *cancel) {
-  if (flush_wire(c)) return -1; /* what was gathered leaves before the wait */
+  if (http_flush(c)) return -1; /* what was gathered leaves before the wait */
   for (;;) {
     if (cancel && atomic_load(cancel)) return -2;
     double left = deadline - sim_now();

@@ -211,6 +211,7 @@ int http_send(conn *c, int status, const char *ctype, const char *extra, const c
 int http_begin_chunked(conn *c, int status, const char *ctype, const char *extra);
 int http_chunk(conn *c, const char *p, size_t n);
 int http_end_chunked(conn *c);
+int http_flush(conn *c);                        /* what --coalesce-writes gathered, now */
 void http_faults(conn *c, const sim_faults *f); /* slow head, gzip: per response */
 bool conn_gone(conn *c);
 int conn_wait_until(conn *c, double deadline, atomic_bool *cancel);

@@ -182,6 +182,7 @@ static int queue_tick(void *arg) {
 
 static void cut_connection(job *j) {
   job_flush(j);
+  http_flush(j->c);            /* --coalesce-writes: the frames before the cut go out */
   shutdown(j->c->fd, SHUT_WR); /* clean FIN, no terminating chunk */
   close(j->c->fd);
   j->c->fd = -1;
@@ -223,6 +224,7 @@ static int checkpoint(job *j, bool end) {
   sim_faults *f = &j->f;
   if (DUE(f->crash_after, j->fired_crash)) {
     job_flush(j);
+    http_flush(j->c);
     if (j->srv->cfg.verbosity > 0)
       fprintf(stderr, "mirza-sim: simulated crash after %ld tokens of %s\n", j->frames, j->id);
     _exit(3);

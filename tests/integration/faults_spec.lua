@@ -29,6 +29,9 @@ local rows = {
     URL:match("^(http://[^/]+)") .. "/v2/chat (redirects are not followed: use that url)" end, 0 } },
   { "error-after=3", want = { "error", "server", "server error: simulated failure after 3 tokens", 6 } },
   { "cut-after=3", want = { "error", "closed", "^connection closed mid%-stream %(.+%)$", 6, pattern = true } },
+  -- the simulator's gathered writes (--coalesce-writes) go out before the cut
+  { "cut-after=3", ctl = { coalesce_writes = true, frames_per_chunk = 1 },
+    want = { "error", "closed", "^connection closed mid%-stream %(.+%)$", 6, pattern = true } },
   { "stall-after=2", opts = { stall_timeout = 0.5 },
     want = { "error", "timeout", "^no data from .+ for 0%.%d s %(stall timeout: .*`stall_timeout`.*%)$", 4,
       pattern = true } },
@@ -66,6 +69,8 @@ local rows = {
   { "gzip,http=400:bad", want = { "error", "http", "HTTP 400 Bad Request: bad", 0 } },
   { "crash-after=2", sim = "crash", want = { "error", "closed", "^connection closed mid%-stream %(.+%)$", 4,
     pattern = true } },
+  { "crash-after=2", sim = "crash", ctl = { coalesce_writes = true, frames_per_chunk = 1 },
+    want = { "error", "closed", "^connection closed mid%-stream %(.+%)$", 4, pattern = true } },
   { "error-after=2", sim = "llama", want = { "error", "server", "server error: simulated failure after 2 tokens", 4 } },
   { "no-done", sim = "llama", body = { stream_options = { include_usage = true } }, want = { "done", nil, nil, 11 },
     check = function(ev) assert.is_true(ev.no_done_marker) assert.equal(6, ev.usage.completion_tokens) end },
@@ -107,6 +112,7 @@ describe("fault matrix", function()
     body.mirza_sim = { text = TEXT }
     if row.text ~= nil then body.mirza_sim.text = row.text or nil end
     if not row[1]:find("^%(") then body.mirza_sim.fault = row[1] end
+    for k, v in pairs(row.ctl or {}) do body.mirza_sim[k] = v end
     if row.sim == "llama" then body.chat_template_kwargs = { enable_thinking = false } end
     local url = row.sim == "none" and ("http://127.0.0.1:%d/v1/chat/completions"):format(H.free_port()) or sim.url
     local req = { url = url, body = body, stall_timeout = 10 }

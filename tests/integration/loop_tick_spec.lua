@@ -86,7 +86,46 @@ describe("mirza.loop tick", function()
     assert.are.equal("none", seen[#seen])
   end)
 
-  it("still fires timers and sleeps, up to a tick late", function()
+  it("gives the loop's own tick back after two batches that overlap, whichever ends first", function()
+    local batch = require "mirza.batch"
+    local files = {}
+    local function input(n, tokens)
+      local path = H.tmpname(".jsonl")
+      files[#files + 1] = path
+      local f = assert(io.open(path, "w"))
+      for i = 1, n do
+        f:write(mirza.json.encode { custom_id = "c" .. i, body = { messages = { { role = "user", content = "q" } },
+          mirza_sim = { answer_tokens = tokens, tok_rate = 200 } } }, "\n")
+      end
+      f:close()
+      return path
+    end
+    finally(function() for _, p in ipairs(files) do os.remove(p) end end)
+    local short, long = input(2, 10), input(2, 60)
+    local out1, out2 = H.tmpname(".jsonl"), H.tmpname(".jsonl")
+    files[#files + 1], files[#files + 2] = out1, out2
+    os.remove(out1)
+    os.remove(out2)
+    local l = loop.default()
+    l.tick = 0.01 -- the script's own
+    local during
+    loop.run(function()
+      local a = loop.spawn(function()
+        return batch.run { input = long, output = out1, endpoints = { sim.base .. "/v1" }, model = "m", quiet = true }
+      end)
+      local b = loop.spawn(function()
+        return batch.run { input = short, output = out2, endpoints = { sim.base .. "/v1" }, model = "m", quiet = true }
+      end)
+      assert.truthy(b:join()) -- the second one ends first
+      during = l.tick
+      assert.truthy(a:join())
+    end)
+    assert.are.equal(0.1, during, "the first batch still runs: its tick")
+    assert.are.equal(0.01, l.tick, "both ended: the loop's own")
+    l.tick = nil
+  end)
+
+  it("still fires timers and sleeps, on time", function()
     local l = loop.new { tick = 0.05 }
     local slept, fired
     l:spawn(function()

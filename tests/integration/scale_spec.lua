@@ -112,6 +112,30 @@ describe("1,024 streams in one process", function()
     assert.are.same({}, wrong)
   end)
 
+  it("gives a daemon it starts the limit it started with, not the raised one", function()
+    if hard_limit() <= 1024 then
+      pending(("the hard limit on open files here (%s) leaves nothing to raise"):format(hard_limit()))
+      return
+    end
+    local path = script([[
+      local core = require "mirza.core"
+      local mirza = require "mirza"
+      local out = os.tmpname()
+      local p = core.spawn { argv = { "sh", "-c", "ulimit -Sn > " .. out } }
+      while p:poll() do mirza.sleep(0.01) end
+      p:close()
+      local f = assert(io.open(out))
+      print("RESULT " .. mirza.json.encode { child = tonumber(f:read("a")), parent = mirza.fd_limit() })
+      f:close()
+      os.remove(out)
+    ]])
+    local out, rc = run_limited("-Sn 1024", { path })
+    assert.are.equal(0, rc, out)
+    local r = json.decode(assert(out:match("RESULT (%b{})"), out))
+    assert.is_true(r.parent > 1024, "raised in mirza")
+    assert.are.equal(1024, r.child)
+  end)
+
   it("says 'too many open files' with both limits when even the hard limit is too low (io, not refused)",
     function()
       local path = script(([[
@@ -203,5 +227,18 @@ describe("mirza batch with --endpoint URL@1024", function()
     assert.matches("batch: 1024 requests at once need about 1056 open files, and this process may open 512"
       .. " (the hard limit): lower the endpoints' @N so that they add up to at most 480", out, 1, true)
     assert.is_nil(io.open(output), "nothing was written")
+    -- a resumed run counts what is left: 1,016 of the 1,024 done, 8 to go
+    local f = assert(io.open(output, "w"))
+    for i = 1, N - 8 do
+      f:write(json.encode { custom_id = "item-" .. i, response = { status_code = 200, body = {} },
+        error = json.null }, "\n")
+    end
+    f:close()
+    out, rc = run_limited("-n 512", { "batch", input2, output, "--endpoint", sim.base .. "/v1@" .. N,
+      "--model", "m", "--quiet" })
+    assert.are.equal(0, rc, out)
+    local n2 = 0
+    for _ in io.lines(output) do n2 = n2 + 1 end
+    assert.are.equal(N, n2)
   end)
 end)
