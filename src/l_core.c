@@ -362,10 +362,10 @@ static int l_pause(lua_State *L) {
 
 /* mirza.fd_limit() -> soft, hard, before: the open-files limit (each
  * stream holds a socket), raised from `before` to the hard limit when the
- * module loaded (mz_nofile_raise); math.huge for unlimited. */
+ * module loaded (the state's client: mz_client_new); math.huge for
+ * unlimited. */
 static int l_fd_limit(lua_State *L) {
   long v[3];
-  mz_nofile_raise();
   mz_nofile(&v[0], &v[1], &v[2]);
   for (int i = 0; i < 3; i++) {
     if (v[i] < 0) lua_pushnumber(L, HUGE_VAL);

@@ -314,24 +314,17 @@ static int batch(lua_State *L, lstream *u, long ms, lua_Integer max) {
 
 /* The iterator holds its stream as upvalue 1 (no metatable check per
  * event); the state argument the for loop passes is that same stream. */
-static int events_iter(lua_State *L) {
+static int iter_pull(lua_State *L, int op) {
   lstream *u = lua_touserdata(L, lua_upvalueindex(1));
   if (!u->s) return luaL_error(L, "attempt to use a closed stream");
-  if (!mz_l_in_task(L, u->ctx)) return pull(L, u, -1);
+  if (!mz_l_in_task(L, u->ctx)) return pull_as(L, u, -1, op == OP_CHUNK);
   lua_settop(L, 3);
   lua_pushvalue(L, lua_upvalueindex(1)); /* CO_STREAM */
-  return coop(L, u, -1, OP_NEXT);
+  return coop(L, u, -1, op);
 }
 
-/* The chunks() iterator: events_iter's, with the chunks() form. */
-static int chunks_iter(lua_State *L) {
-  lstream *u = lua_touserdata(L, lua_upvalueindex(1));
-  if (!u->s) return luaL_error(L, "attempt to use a closed stream");
-  if (!mz_l_in_task(L, u->ctx)) return pull_as(L, u, -1, 1);
-  lua_settop(L, 3);
-  lua_pushvalue(L, lua_upvalueindex(1)); /* CO_STREAM */
-  return coop(L, u, -1, OP_CHUNK);
-}
+static int events_iter(lua_State *L) { return iter_pull(L, OP_NEXT); }
+static int chunks_iter(lua_State *L) { return iter_pull(L, OP_CHUNK); } /* kind, text: push_chunk */
 
 /* The four values of a generic for over iter (the stream closes the loop). */
 static int iterate(lua_State *L, lua_CFunction iter) {

@@ -367,20 +367,21 @@ static void finish_transport_error(mz_stream *s, CURLcode rc) {
   }
   mz_flush_carry(s);
   int os_errno = rc == CURLE_COULDNT_CONNECT ? s->sock_errno : 0;
-  if (os_errno == EMFILE || os_errno == ENFILE) { /* not the daemon's failure: no "refused" */
+  if (os_errno == ENFILE) { /* not the daemon's failure: no "refused" */
+    mz_set_terminal(s, MZ_EV_ERROR, MZ_E_IO,
+                    "%s: no socket: the system's table of open files is full (%zu streams open here): run fewer "
+                    "requests at once, or raise the system's limit (sysctl fs.file-max)",
+                    s->url, mz_client_streams(s->c));
+    return;
+  }
+  if (os_errno == EMFILE) {
     long soft, hard, orig;
     mz_nofile(&soft, &hard, &orig);
-    if (os_errno == ENFILE)
-      mz_set_terminal(s, MZ_EV_ERROR, MZ_E_IO,
-                      "%s: no socket: the system's table of open files is full (%zu streams open here): run fewer "
-                      "requests at once, or raise the system's limit (sysctl fs.file-max)",
-                      s->url, mz_client_streams(s->c));
-    else
-      mz_set_terminal(s, MZ_EV_ERROR, MZ_E_IO,
-                      "%s: no socket: too many open files (%zu streams open; this process may open %ld files, the "
-                      "hard limit is %ld): run fewer requests at once, or raise the limit (ulimit -Hn, limits.conf, "
-                      "LimitNOFILE=)",
-                      s->url, mz_client_streams(s->c), soft, hard);
+    mz_set_terminal(s, MZ_EV_ERROR, MZ_E_IO,
+                    "%s: no socket: too many open files (%zu streams open; this process may open %ld files, the "
+                    "hard limit is %ld): run fewer requests at once, or raise the limit (ulimit -Hn, limits.conf, "
+                    "LimitNOFILE=)",
+                    s->url, mz_client_streams(s->c), soft, hard);
     return;
   }
   const char *why = s->errbuf[0] ? s->errbuf : curl_easy_strerror(rc);
