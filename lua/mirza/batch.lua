@@ -880,22 +880,12 @@ local function drive(o, items, done, out)
   -- The scheduler's tick while the batch runs (a longer one of the
   -- script's own is kept): the records lose nothing but ttft_ms's
   -- precision, the CPU per token drops (docs/batch.md, "CPU").
-  local sched = loop.current().loop
-  local ticked = o.tick and o.tick > 0
-  if ticked then -- the first batch of this loop keeps the loop's own tick; the last one gives it back
-    local n = sched.batch_ticks or 0
-    if n == 0 then sched.tick_before_batch = sched.tick end
-    sched.batch_ticks = n + 1
-    if (sched.tick or 0) < o.tick then sched.tick = o.tick end
-  end
+  local release_tick = o.tick and o.tick > 0 and loop.current().loop:hold_tick(o.tick)
   -- Cancelling the task running the batch cancels its workers too.
   local _ <close> = setmetatable({}, { __close = function()
     for _, t in ipairs(workers) do t:cancel() end
     if progress then progress:cancel() end
-    if ticked then
-      sched.batch_ticks = sched.batch_ticks - 1
-      if sched.batch_ticks == 0 then sched.tick, sched.tick_before_batch = sched.tick_before_batch, nil end
-    end
+    if release_tick then release_tick() end
   end })
   for i = 1, math.min(o.pool:capacity(), #queue) do workers[i] = loop.spawn(work, ctx, queue) end
   progress = o.progress and progress_task(stats, o)

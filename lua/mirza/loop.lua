@@ -434,8 +434,28 @@ function Loop:_wait()
     end
   end
   self:_poll(timeout)
-  if tick then self.woke = mirza.now() end
+  if tick and tick > 0 then self.woke = mirza.now() end
   return true
+end
+
+---Hold the tick at `seconds` or more until `release()` is called (what
+---mirza.batch does while it runs). Holds nest: the tick the loop had before
+---the first comes back when the last one is released, whichever order
+---they end in.
+---@param seconds number
+---@return fun() release idempotent
+function Loop:hold_tick(seconds)
+  local n = self.tick_holds or 0
+  if n == 0 then self.tick_own = self.tick end
+  self.tick_holds = n + 1
+  if (self.tick or 0) < seconds then self.tick = seconds end
+  local held = true
+  return function()
+    if not held then return end
+    held = false
+    self.tick_holds = self.tick_holds - 1
+    if self.tick_holds == 0 then self.tick, self.tick_own = self.tick_own, nil end
+  end
 end
 
 ---One round: run the ready tasks, then wait for the streams and timers

@@ -70,9 +70,11 @@ local BULLET = "\226\128\162"
 -- plain find a few, a byte test ~60. Every segment and every delta pays
 -- these, so the hot checks below use them; each is equivalent to the
 -- pattern it replaces (the differential spec holds the verdicts).
-local PUNCT = {}
-for c = 33, 126 do
-  if not string.char(c):find("%w") then PUNCT[c] = true end
+local PUNCT, SPACE = {}, {}
+for c = 0, 255 do
+  local ch = string.char(c)
+  if c >= 33 and c <= 126 and not ch:find("%w") then PUNCT[c] = true end
+  if ch:find("%s") then SPACE[c] = true end -- \t \n \v \f \r and space
 end
 
 -- find(s, "[\t-\r]") ~= nil: a control space (\t \n \v \f \r). A plain
@@ -93,7 +95,7 @@ local Guard = {}
 Guard.__index = Guard
 
 -- Whether s holds at least n letters (ASCII or any byte of a multi-byte
--- character): at most n finds, no new string.
+-- character): the bytes up to the nth letter, no new string.
 local function has_letters(s, n)
   if n <= 0 then return true end
   for i = 1, #s do
@@ -216,8 +218,7 @@ function Guard:_segment(raw)
   if a then -- trimmed (the reference's two gsubs)
     local z = #raw
     while true do
-      local c = byte(raw, z)
-      if c == 32 or (c >= 9 and c <= 13) then z = z - 1 else break end
+      if SPACE[byte(raw, z)] then z = z - 1 else break end
     end
     text = (a == 1 and z == #raw) and raw or sub(raw, a, z)
   end
@@ -262,8 +263,7 @@ end
 local function ellipsis_end(buf, pos)
   local i = find(buf, ELLIPSIS, pos, true)
   while i do
-    local c = byte(buf, i + 3)
-    if c == 32 or (c and c >= 9 and c <= 13) then return i + 3 end
+    if SPACE[byte(buf, i + 3)] then return i + 3 end
     i = find(buf, ELLIPSIS, i + 1, true)
   end
   return nil
