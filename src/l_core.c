@@ -393,6 +393,7 @@ int luaopen_mirza_core(lua_State *L) {
                                    {"isatty", l_isatty},
                                    {"fd_limit", l_fd_limit},
                                    {"pause", l_pause},
+                                   {"guard", mz_l_guard},
                                    {"task", l_task},
                                    {NULL, NULL}};
   mz_l_ctx(L);

@@ -62,5 +62,7 @@ int luaopen_mirza_core(lua_State *L);
 int luaopen_mirza_stream(lua_State *L); /* registers the Stream metatable; pushes defaults, open */
 int luaopen_mirza_json(lua_State *L);
 int luaopen_mirza_proc(lua_State *L); /* adds spawn & co. to the table on top */
+/* mirza.core.guard(thresholds): the repetition guard (l_guard.c). */
+int mz_l_guard(lua_State *L);
 
 #endif

@@ -192,6 +192,46 @@ function mirza.task(hook, slice) end
 ---@param seconds number
 function mirza.pause(seconds) end
 
+---@class mirza.RepetitionGuard
+---@field triggered boolean
+---@field line string|nil   the repeated line, sentence or phrase
+---@field count integer|nil how many times it came back
+---@field rule string|nil   "cycle", "count" or "phrase"
+local RepetitionGuard = {}
+
+---Feed a chunk of streamed text. Once triggered, the guard stays triggered
+---and keeps returning the same report.
+---@param chunk string
+---@return boolean triggered
+---@return string|nil line the repeated line/sentence/phrase (original text)
+---@return integer|nil count how many times it came back
+---@return string|nil rule "cycle", "count" or "phrase"
+function RepetitionGuard:feed(chunk) end
+
+---Feed a whole text at once, or the last chunk: the text not yet cut into
+---sentences is then judged as one (tests, post-hoc checks).
+---@param text string
+---@return boolean triggered
+---@return string|nil line
+---@return integer|nil count
+---@return string|nil rule
+function RepetitionGuard:check(text) end
+
+---Free the guard now (idempotent; else the collector does). A method or a
+---field of a closed guard raises.
+function RepetitionGuard:close() end
+
+---@return boolean
+function RepetitionGuard:closed() end
+
+---The repetition guard's rules in C, with every threshold given (the
+---policy `mirza.repetition` fills them from its DEFAULTS: use
+---`repetition.new`). Each is a number from 0 to 1e6 (`max_phrase`: to
+---4096); any other value or key raises. Only in `require("mirza.core")`.
+---@param thresholds table
+---@return mirza.RepetitionGuard
+function mirza.guard(thresholds) end
+
 ---@return number seconds monotonic clock
 function mirza.now() end
 
