@@ -162,6 +162,20 @@ static void test_phrase(void **state) {
   assert_string_equal(v.line, "okay.");
   assert_int_equal(v.count, 32);
   free(s);
+
+  /* the same with a space before each line break, the pieces cut between
+   * the two: the run " \n" is one line break in the tail, whatever the cut */
+  mz_guard *g = mz_guard_new(&DEFAULTS);
+  int fed = 0;
+  while (mz_guard_rule_of(g) == MZ_GUARD_NONE && fed < 40) {
+    assert_true(mz_guard_feed(g, "Okay. ", 6) >= 0);
+    assert_true(mz_guard_feed(g, "\n", 1) >= 0);
+    fed++;
+  }
+  assert_int_equal(mz_guard_rule_of(g), MZ_GUARD_PHRASE);
+  assert_int_equal(mz_guard_count(g), 32);
+  assert_int_equal(fed, 32);
+  mz_guard_free(g);
 }
 
 static void test_tail_bound(void **state) {
