@@ -1,5 +1,5 @@
 /*
- * l_json.c - mirza.json: encode/decode with cJSON, plus the conversion of
+ * l_json.c - mirza.json: encode (written directly) and decode (cJSON), plus the conversion of
  * decoded frames into Lua tables used by l_stream.c.
  *
  * Every cJSON tree or printed buffer that is alive while Lua may raise
@@ -27,17 +27,24 @@
 #define ARRAY_MT "mirza.json.array"
 #define OBJECT_MT "mirza.json.object"
 
+typedef struct key key;
+
 typedef struct box {
   cJSON *tree;
-  char *text;
+  char *text;      /* decode: unused; encode: the JSON being written */
+  size_t len, cap; /* encode: bytes written, allocated */
+  key *keys;       /* encode: the members of the objects being written, a stack */
+  size_t nkeys, keys_cap;
 } box;
 
 static int box_close(lua_State *L) {
   box *b = luaL_checkudata(L, 1, MZ_BOX_MT);
   cJSON_Delete(b->tree);
   free(b->text);
+  free(b->keys);
   b->tree = NULL;
   b->text = NULL;
+  b->keys = NULL;
   return 0;
 }
 
@@ -45,8 +52,7 @@ static int box_close(lua_State *L) {
  * function returns or raises. */
 static box *push_box(lua_State *L) {
   box *b = lua_newuserdatauv(L, sizeof *b, 0);
-  b->tree = NULL;
-  b->text = NULL;
+  *b = (box){0};
   if (luaL_newmetatable(L, MZ_BOX_MT)) {
     lua_pushcfunction(L, box_close);
     lua_setfield(L, -2, "__gc");
@@ -110,7 +116,85 @@ static int json_decode(lua_State *L) {
 
 /* ------------------------------------------------------------ encoding */
 
-static int add_value(lua_State *L, int idx, cJSON *parent, const char *key, int depth);
+/* Lua values are written as JSON text straight into the box's buffer (no
+ * cJSON tree: a request body or a record costs a fifth of building,
+ * printing and freeing one), byte for byte what cJSON printed: no white
+ * space; a string's quote, backslash and control characters escaped as
+ * cJSON escapes them (\b \f \n \r \t, else \u00XX; NUL as \u0000, other
+ * bytes as they are); an object's members in key order. */
+
+struct key {
+  const char *s; /* the table's own key string; NULL: an integer key */
+  size_t len;
+  lua_Integer i;
+  char num[24]; /* the integer key, written out */
+};
+
+/* The key's text (num moves with the array: never kept across a realloc). */
+static const char *key_text(const key *k) { return k->s ? k->s : k->num; }
+
+static void grow(lua_State *L, box *b, size_t n) {
+  size_t cap = b->cap ? b->cap : 256;
+  while (cap - b->len < n) cap *= 2;
+  char *t = realloc(b->text, cap);
+  if (!t) luaL_error(L, "not enough memory");
+  b->text = t;
+  b->cap = cap;
+}
+
+static inline void put(lua_State *L, box *b, const char *s, size_t n) {
+  if (b->cap - b->len < n) grow(L, b, n);
+  memcpy(b->text + b->len, s, n);
+  b->len += n;
+}
+
+/* The escape of each byte that needs one (cJSON's); 0: as it is. */
+/* clang-format off */
+static const char ESCAPE[256] = {
+    'u', 'u', 'u', 'u', 'u', 'u', 'u', 'u', 'b', 't', 'n', 'u', 'f', 'r', 'u', 'u', /* 0x00 */
+    'u', 'u', 'u', 'u', 'u', 'u', 'u', 'u', 'u', 'u', 'u', 'u', 'u', 'u', 'u', 'u', /* 0x10 */
+    ['"'] = '"', ['\\'] = '\\'};
+/* clang-format on */
+
+static void put_string(lua_State *L, box *b, const char *s, size_t n) {
+  static const char hex[] = "0123456789abcdef";
+  if (b->cap - b->len < n + 2) grow(L, b, n + 2);
+  b->text[b->len++] = '"';
+  size_t run = 0; /* start of the bytes not yet written */
+  for (size_t i = 0; i < n; i++) {
+    char e = ESCAPE[(unsigned char)s[i]];
+    if (!e) continue;
+    put(L, b, s + run, i - run);
+    run = i + 1;
+    unsigned char c = (unsigned char)s[i];
+    char esc[6] = {'\\', e, '0', '0', hex[c >> 4], hex[c & 15]};
+    put(L, b, esc, e == 'u' ? 6 : 2);
+  }
+  put(L, b, s + run, n - run);
+  put(L, b, "\"", 1);
+}
+
+/* cJSON prints a double with 15 significant digits whenever those read
+ * back within an epsilon of it, so 0.1 + 0.2 came out as 0.3 and 2^53 as
+ * 9.00719925474099e+15. Numbers are printed here instead, exactly:
+ * integers in full, floats with the fewest digits (15 to 17) that read
+ * back as the same double, with a '.' whatever the locale says. */
+static void put_number(lua_State *L, box *b, int idx) {
+  char buf[48], *dp;
+  if (lua_isinteger(L, idx)) {
+    put(L, b, buf, (size_t)snprintf(buf, sizeof buf, LUA_INTEGER_FMT, (LUAI_UACINT)lua_tointeger(L, idx)));
+    return;
+  }
+  double d = lua_tonumber(L, idx);
+  if (!isfinite(d)) luaL_error(L, "json: cannot encode %s", isnan(d) ? "NaN" : "infinity");
+  for (int digits = 15; digits <= 17; digits++) {
+    snprintf(buf, sizeof buf, "%.*g", digits, d);
+    if (strtod(buf, NULL) == d) break;
+  }
+  char point = localeconv()->decimal_point[0];
+  if (point != '.' && (dp = strchr(buf, point))) *dp = '.';
+  put(L, b, buf, strlen(buf));
+}
 
 /* 0: object, 1: array (keys exactly 1..n, or marked by json.array). */
 static int is_array(lua_State *L, int idx) {
@@ -135,134 +219,103 @@ static int is_array(lua_State *L, int idx) {
   return count == n;
 }
 
-static int by_key(const void *a, const void *b) {
-  return strcmp((*(cJSON *const *)a)->string, (*(cJSON *const *)b)->string);
+/* Byte order, as strcmp on keys without NUL (a prefix first). */
+static int by_key(const void *pa, const void *pb) {
+  const key *a = pa, *b = pb;
+  int c = memcmp(key_text(a), key_text(b), a->len < b->len ? a->len : b->len);
+  return c ? c : (a->len > b->len) - (a->len < b->len);
 }
+
+static void put_value(lua_State *L, box *b, int idx, int depth);
 
 /* An object's members in key order, so that the same table encodes to the
  * same bytes in every process (Lua's traversal order depends on its hash
  * seed): a request body, a tool's result, a recorded body match byte for
- * byte, and a daemon's prefix cache sees the same prompt. Without memory
- * for the index the order stays as built (still valid JSON). */
-static void sort_members(cJSON *obj) {
-  size_t n = 0, i;
-  for (cJSON *c = obj->child; c; c = c->next) n++;
-  if (n < 2) return;
-  cJSON **v = malloc(n * sizeof *v);
-  if (!v) return;
-  i = 0;
-  for (cJSON *c = obj->child; c; c = c->next) v[i++] = c;
-  qsort(v, n, sizeof *v, by_key);
-  for (i = 0; i < n; i++) {
-    v[i]->prev = i ? v[i - 1] : v[n - 1]; /* cJSON: the head's prev is the tail */
-    v[i]->next = i + 1 < n ? v[i + 1] : NULL;
-  }
-  obj->child = v[0];
-  free(v);
-}
-
-static void add_table(lua_State *L, int idx, cJSON *node, int depth) {
-  if (cJSON_IsArray(node)) {
-    lua_Integer n = (lua_Integer)lua_rawlen(L, idx);
-    for (lua_Integer i = 1; i <= n; i++) {
-      lua_rawgeti(L, idx, i);
-      add_value(L, lua_gettop(L), node, NULL, depth + 1);
-      lua_pop(L, 1);
-    }
-    return;
-  }
+ * byte, and a daemon's prefix cache sees the same prompt. Its keys are
+ * gathered on the box's stack of keys (a string key is the table's own,
+ * alive as long as the table), sorted, then each value looked up. */
+static void put_object(lua_State *L, box *b, int idx, int depth) {
+  size_t base = b->nkeys;
   lua_pushnil(L);
   while (lua_next(L, idx)) { /* [key, value] */
-    int top = lua_gettop(L);
-    const char *k = NULL;
-    if (lua_type(L, top - 1) == LUA_TSTRING) { /* number keys: a copy, lua_next needs the original */
-      size_t klen;
-      k = lua_tolstring(L, top - 1, &klen);
-      if (memchr(k, '\0', klen)) luaL_error(L, "json: cannot encode a table key containing NUL");
-    } else if (lua_isinteger(L, top - 1)) k = lua_pushfstring(L, "%I", (LUAI_UACINT)lua_tointeger(L, top - 1));
-    else luaL_error(L, "json: cannot encode a table key of type %s", luaL_typename(L, top - 1));
-    add_value(L, top, node, k, depth + 1);
-    lua_settop(L, top - 1); /* [key] */
+    lua_pop(L, 1);
+    if (b->nkeys == b->keys_cap) {
+      size_t cap = b->keys_cap ? b->keys_cap * 2 : 16;
+      key *k = realloc(b->keys, cap * sizeof *k);
+      if (!k) luaL_error(L, "not enough memory");
+      b->keys = k;
+      b->keys_cap = cap;
+    }
+    key *k = &b->keys[b->nkeys];
+    if (lua_type(L, -1) == LUA_TSTRING) { /* number keys: a copy, lua_next needs the original */
+      k->s = lua_tolstring(L, -1, &k->len);
+      if (memchr(k->s, '\0', k->len)) luaL_error(L, "json: cannot encode a table key containing NUL");
+    } else if (lua_isinteger(L, -1)) {
+      k->i = lua_tointeger(L, -1);
+      k->len = (size_t)snprintf(k->num, sizeof k->num, LUA_INTEGER_FMT, (LUAI_UACINT)k->i);
+      k->s = NULL;
+    } else {
+      luaL_error(L, "json: cannot encode a table key of type %s", luaL_typename(L, -1));
+    }
+    b->nkeys++;
   }
-  sort_members(node);
+  size_t n = b->nkeys - base;
+  qsort(b->keys + base, n, sizeof *b->keys, by_key);
+  put(L, b, "{", 1);
+  for (size_t i = 0; i < n; i++) {
+    const key *k = &b->keys[base + i]; /* again each time: nested objects move the array */
+    if (i) put(L, b, ",", 1);
+    put_string(L, b, key_text(k), k->len);
+    put(L, b, ":", 1);
+    if (k->s) lua_pushlstring(L, k->s, k->len);
+    else lua_pushinteger(L, k->i);
+    lua_rawget(L, idx);
+    put_value(L, b, lua_gettop(L), depth + 1);
+    lua_pop(L, 1);
+  }
+  put(L, b, "}", 1);
+  b->nkeys = base;
 }
 
-/* cJSON prints a double with 15 significant digits whenever those read
- * back within an epsilon of it, so 0.1 + 0.2 came out as 0.3 and 2^53 as
- * 9.00719925474099e+15. Numbers are printed here instead, exactly:
- * integers in full, floats with the fewest digits (15 to 17) that read
- * back as the same double, with a '.' whatever the locale says. */
-static cJSON *new_number(lua_State *L, int idx) {
-  char buf[48], *dp;
-  char point = localeconv()->decimal_point[0];
-  if (lua_isinteger(L, idx)) {
-    snprintf(buf, sizeof buf, LUA_INTEGER_FMT, (LUAI_UACINT)lua_tointeger(L, idx));
-    return cJSON_CreateRaw(buf);
-  }
-  double d = lua_tonumber(L, idx);
-  if (!isfinite(d)) luaL_error(L, "json: cannot encode %s", isnan(d) ? "NaN" : "infinity");
-  for (int digits = 15; digits <= 17; digits++) {
-    snprintf(buf, sizeof buf, "%.*g", digits, d);
-    if (strtod(buf, NULL) == d) break;
-  }
-  if (point != '.' && (dp = strchr(buf, point))) *dp = '.';
-  return cJSON_CreateRaw(buf);
-}
-
-/* cJSON holds strings NUL-terminated, so a string with a NUL inside would
- * be cut there silently; such a string is written out here, escaped the
- * way cJSON escapes (quote, backslash, control characters). */
-static cJSON *new_string(lua_State *L, int idx) {
-  size_t len;
-  const char *s = lua_tolstring(L, idx, &len);
-  char esc[8];
-  if (!memchr(s, '\0', len)) return cJSON_CreateString(s);
-  luaL_Buffer b;
-  luaL_buffinit(L, &b);
-  luaL_addchar(&b, '"');
-  for (size_t i = 0; i < len; i++) {
-    unsigned char c = (unsigned char)s[i];
-    if (c == '"' || c == '\\') luaL_addchar(&b, '\\'), luaL_addchar(&b, (char)c);
-    else if (c < 0x20) snprintf(esc, sizeof esc, "\\u%04x", (unsigned)c), luaL_addstring(&b, esc);
-    else luaL_addchar(&b, (char)c);
-  }
-  luaL_addchar(&b, '"');
-  luaL_pushresult(&b); /* [text] */
-  cJSON *node = cJSON_CreateRaw(lua_tostring(L, -1));
-  lua_pop(L, 1);
-  return node;
-}
-
-static cJSON *new_node(lua_State *L, int idx, int depth) {
+static void put_value(lua_State *L, box *b, int idx, int depth) {
   switch (lua_type(L, idx)) {
-  case LUA_TNIL: return cJSON_CreateNull();
-  case LUA_TBOOLEAN: return cJSON_CreateBool(lua_toboolean(L, idx));
-  case LUA_TSTRING: return new_string(L, idx);
+  case LUA_TNIL: put(L, b, "null", 4); return;
+  case LUA_TBOOLEAN:
+    if (lua_toboolean(L, idx)) put(L, b, "true", 4);
+    else put(L, b, "false", 5);
+    return;
+  case LUA_TSTRING: {
+    size_t n;
+    const char *s = lua_tolstring(L, idx, &n);
+    put_string(L, b, s, n);
+    return;
+  }
   case LUA_TLIGHTUSERDATA:
-    if (lua_touserdata(L, idx) == NULL) return cJSON_CreateNull();
+    if (lua_touserdata(L, idx) == NULL) {
+      put(L, b, "null", 4);
+      return;
+    }
     break;
-  case LUA_TNUMBER: return new_number(L, idx);
+  case LUA_TNUMBER: put_number(L, b, idx); return;
   case LUA_TTABLE:
     if (depth > MAX_DEPTH) luaL_error(L, "json: nesting deeper than %d (a cycle?)", MAX_DEPTH);
-    return is_array(L, idx) ? cJSON_CreateArray() : cJSON_CreateObject();
+    luaL_checkstack(L, 6, "json: nesting too deep");
+    if (!is_array(L, idx)) {
+      put_object(L, b, idx, depth);
+      return;
+    }
+    put(L, b, "[", 1);
+    for (lua_Integer i = 1, n = (lua_Integer)lua_rawlen(L, idx); i <= n; i++) {
+      if (i > 1) put(L, b, ",", 1);
+      lua_rawgeti(L, idx, i);
+      put_value(L, b, lua_gettop(L), depth + 1);
+      lua_pop(L, 1);
+    }
+    put(L, b, "]", 1);
+    return;
   default: break;
   }
   luaL_error(L, "json: cannot encode a value of type %s", luaL_typename(L, idx));
-  return NULL;
-}
-
-/* Create the node for the value at idx, attach it to parent at once (so
- * the box owns it before anything can raise), then fill tables. */
-static int add_value(lua_State *L, int idx, cJSON *parent, const char *key, int depth) {
-  luaL_checkstack(L, 6, "json: nesting too deep");
-  cJSON *node = new_node(L, idx, depth);
-  if (!node) return luaL_error(L, "not enough memory");
-  if (key ? !cJSON_AddItemToObject(parent, key, node) : !cJSON_AddItemToArray(parent, node)) {
-    cJSON_Delete(node);
-    return luaL_error(L, "not enough memory");
-  }
-  if (lua_type(L, idx) == LUA_TTABLE) add_table(L, idx, node, depth);
-  return 0;
 }
 
 const char *mz_l_encode(lua_State *L, int idx, size_t *len) {
@@ -270,10 +323,8 @@ const char *mz_l_encode(lua_State *L, int idx, size_t *len) {
   lua_pushnil(L); /* [slot] receives the text */
   int slot = lua_gettop(L);
   box *b = push_box(L); /* [slot, box] */
-  if (!(b->tree = cJSON_CreateArray())) luaL_error(L, "not enough memory");
-  add_value(L, idx, b->tree, NULL, 0);
-  if (!(b->text = cJSON_PrintUnformatted(b->tree->child))) luaL_error(L, "not enough memory");
-  lua_pushstring(L, b->text); /* [slot, box, text] */
+  put_value(L, b, idx, 0);
+  lua_pushlstring(L, b->text, b->len); /* [slot, box, text] */
   lua_copy(L, -1, slot);
   /* Close the box with lua_closeslot, not by lua_settop: Lua 5.4.4's
    * lua_settop keeps a stale top when the __close call reallocates the

@@ -27,6 +27,12 @@ describe("mirza.json exactness", function()
     assert.equal('["x\\u0000"]', json.encode({ "x\0" }))
   end)
 
+  it("escapes as cJSON did: \\b \\f \\n \\r \\t, other controls as \\u00XX, the rest as is", function()
+    assert.equal('"\\b\\f\\n\\r\\t\\u0001\\u001f\\"\\\\/\127\u{2028}é"',
+      json.encode("\b\f\n\r\t\1\31\"\\/\127\u{2028}é"))
+    assert.equal('{"\\n":"\\u0000\\n","\\u000b":[]}', json.encode({ ["\n"] = "\0\n", ["\v"] = json.array() }))
+  end)
+
   it("decodes a NUL inside a string value whole, at any depth", function()
     local v = json.decode('{"a":"x\\u0000y","b":["\\u0000","z\\u0000\\u0000"],"c":{"d":"\\u0001\\u0000"}}')
     assert.same({ a = "x\0y", b = { "\0", "z\0\0" }, c = { d = "\1\0" } }, v)
