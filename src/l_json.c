@@ -260,7 +260,7 @@ static void put_object(lua_State *L, box *b, int idx, int depth) {
     b->nkeys++;
   }
   size_t n = b->nkeys - base;
-  qsort(b->keys + base, n, sizeof *b->keys, by_key);
+  if (n > 1) qsort(b->keys + base, n, sizeof *b->keys, by_key);
   put(L, b, "{", 1);
   for (size_t i = 0; i < n; i++) {
     const key *k = &b->keys[base + i]; /* again each time: nested objects move the array */
