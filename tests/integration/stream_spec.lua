@@ -481,6 +481,48 @@ describe("waiting for the response head", function()
   end)
 end)
 
+-- The deadlines are checked only when the earliest one noted is due, so a
+-- lone queued request (above) has no check before its head: there a stall
+-- clock wrongly running from the open could go unseen. Queued behind a
+-- stream whose own stall clock is checked every second, it is checked
+-- while it waits, whatever ran before.
+describe("a request queued by the daemon behind another stream", function()
+  local sim
+  -- llama-server's dialect: a queued request gets no response head until
+  -- it has the daemon's one slot (MTPLX answers its head at once)
+  setup(function()
+    sim = H.start_sim { "--dialect", "llama", "--parallel", "1", "--tok-rate", "20", "--ttft-ms", "0",
+      "--reasoning-tokens", "0" }
+  end)
+  teardown(function() sim.stop() end)
+
+  local function body(text)
+    local b = H.chat_body("x")
+    b.mirza_sim = { text = text }
+    return b
+  end
+
+  it("does not stall while the other streams (its clocks are checked meanwhile)", function()
+    local words = {}
+    for i = 1, 40 do words[i] = "w" .. i end -- 2 s at 20 tokens a second
+    local first <close> = mirza.open { url = sim.url, body = body(table.concat(words, " ")), stall_timeout = 1 }
+    local ev = first:next(10)
+    -- an event of the first request: it has the slot, the second waits for it
+    assert.is_truthy(ev and ev.type ~= "error", ev and ev.message)
+    local queued <close> = mirza.open { url = sim.url, body = body("a b"), stall_timeout = 0.3 }
+    local t_queued = mirza.now()
+    local r1 = H.drain(first)
+    local waited = mirza.now() - t_queued
+    local r2 = H.drain(queued)
+    assert.equal("done", r1.last.type, r1.last.message)
+    -- the second had no head for longer than its own stall_timeout and the
+    -- first's (so the first's stall clock was checked while it waited)
+    assert.is_true(waited > 1.3, tostring(waited))
+    assert.equal("done", r2.last.type, r2.last.message)
+    assert.equal("a b", r2.text)
+  end)
+end)
+
 describe("redirects", function()
   local sim
   setup(function() sim = H.start_sim { "--tok-rate", "0", "--ttft-ms", "0" } end)
