@@ -11,7 +11,7 @@
 option(MIRZA_FUZZ "Build the libFuzzer targets (needs CC=clang)" OFF)
 
 set(FUZZ_DIR ${CMAKE_SOURCE_DIR}/tests/fuzz)
-set(FUZZ_TARGETS sse frame http_error json jsonstream)
+set(FUZZ_TARGETS sse frame http_error json jsonstream guard)
 
 function(mirza_fuzz_link target name)
   if(name STREQUAL "json")
