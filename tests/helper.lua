@@ -47,6 +47,22 @@ function H.read_file(path)
   return s
 end
 
+-- Write text to path (created or truncated), byte for byte.
+function H.write_file(path, text)
+  local f = assert(io.open(path, "wb"))
+  f:write(text)
+  f:close()
+end
+
+-- The names in dir, dotfiles too (`ls -A`, in its order).
+function H.listing(dir)
+  local p = assert(io.popen("ls -A " .. H.q(dir)))
+  local names = {}
+  for name in p:lines() do names[#names + 1] = name end
+  p:close()
+  return names
+end
+
 function H.tmpname(suffix)
   local n = os.tmpname()
   os.remove(n)

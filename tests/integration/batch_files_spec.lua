@@ -13,11 +13,7 @@ local H = require "tests.helper"
 
 local SCRIPT = H.source .. "/scripts/batch.lua"
 
-local function write(path, text)
-  local f = assert(io.open(path, "wb"))
-  f:write(text)
-  f:close()
-end
+local write = H.write_file
 
 local function lines_of(text)
   local t = {}

@@ -10,11 +10,7 @@ local behaviour = require "mirza.behaviour"
 local pipeline = require "mirza.pipeline"
 local H = require "tests.helper"
 
-local function write(path, text)
-  local f = assert(io.open(path, "w"))
-  f:write(text)
-  f:close()
-end
+local write = H.write_file
 
 local V1 = [[return { system = "S1", on_turn = function(t) return "v1:" .. t end,
   stage = function(up) return function() local ev = up()

@@ -34,11 +34,7 @@ local function run(args, stdin, env)
   return sh(table.concat(argv, " "), stdin)
 end
 
-local function write(path, text)
-  local f = assert(io.open(path, "w"))
-  f:write(text)
-  f:close()
-end
+local write = H.write_file
 
 describe("mirza command line", function()
   local dir

@@ -16,11 +16,7 @@ local H = require "tests.helper"
 
 local FAST = { "--tok-rate", "0", "--ttft-ms", "0" }
 
-local function write(path, text)
-  local f = assert(io.open(path, "wb"))
-  f:write(text)
-  f:close()
-end
+local write = H.write_file
 
 local function tmpdir(suffix)
   local dir = H.tmpname(suffix or ".d")
@@ -38,13 +34,7 @@ local function offline(opts)
 end
 
 -- Files in dir (names), sorted.
-local function listing(dir)
-  local p = assert(io.popen("ls -A " .. H.q(dir)))
-  local out = {}
-  for l in p:lines() do out[#out + 1] = l end
-  p:close()
-  return out
-end
+local listing = H.listing
 
 describe("e:save and engine.new{history = path}", function()
   after_each(function() collectgarbage("collect") end)

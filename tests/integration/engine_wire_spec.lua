@@ -8,11 +8,7 @@ local H = require "tests.helper"
 
 local q = H.q
 
-local function write(path, text)
-  local f = assert(io.open(path, "w"))
-  f:write(text)
-  f:close()
-end
+local write = H.write_file
 
 describe("engine configuration precedence", function()
   local cfg_path

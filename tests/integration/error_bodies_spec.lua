@@ -70,11 +70,7 @@ local CASES = {
     want = "HTTP 503 Service Unavailable" },
 }
 
-local function write(path, text)
-  local f = assert(io.open(path, "wb"))
-  f:write(text)
-  f:close()
-end
+local write = H.write_file
 
 describe("an error body of each daemon family", function()
   after_each(function() collectgarbage("collect") end)

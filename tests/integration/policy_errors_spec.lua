@@ -18,9 +18,7 @@ local SENTENCES = { "One two three.", "Four five six.", "Seven eight nine." }
 local SRC = H.source .. "/lua/mirza/"
 
 local function write(path, text)
-  local f = assert(io.open(path, "w"))
-  f:write(text)
-  f:close()
+  H.write_file(path, text)
   -- a change seen even within one mtime tick
   os.execute("touch -d '+" .. math.random(2, 50) .. " seconds' " .. H.q(path))
 end

@@ -40,10 +40,7 @@ local function mkdir_tmp()
 end
 
 local function ls(dir)
-  local p = assert(io.popen("ls -A " .. H.q(dir)))
-  local names = {}
-  for n in p:lines() do names[#names + 1] = n end
-  p:close()
+  local names = H.listing(dir)
   table.sort(names)
   return names
 end

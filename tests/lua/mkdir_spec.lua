@@ -24,19 +24,9 @@ local function mode_of(path)
   return m
 end
 
-local function write(path, text)
-  local f = assert(io.open(path, "wb"))
-  f:write(text)
-  f:close()
-end
+local write = H.write_file
 
-local function entries(dir)
-  local p = assert(io.popen("ls -A " .. H.q(dir)))
-  local out = {}
-  for l in p:lines() do out[#out + 1] = l end
-  p:close()
-  return out
-end
+local entries = H.listing
 
 local ODD = [[it's a "dir" $(touch pwned); `touch pwned` \ -rf * ]]
 

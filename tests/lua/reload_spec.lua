@@ -3,11 +3,7 @@ local reload = require "mirza.reload"
 local core = require "mirza.core"
 local H = require "tests.helper"
 
-local function write(path, text)
-  local f = assert(io.open(path, "w"))
-  f:write(text)
-  f:close()
-end
+local write = H.write_file
 
 describe("mirza.reload", function()
   local dir, path, name
