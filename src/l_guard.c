@@ -123,34 +123,24 @@ static int guard_index(lua_State *L) {
 }
 
 #define N_THRESHOLDS 10
-#define WHO "mirza.repetition"
-#define COUNT "a number from 0 to 1e6"
 
 int mz_l_guard(lua_State *L) {
   /* in the order of mz_guard_opts' fields */
   static const char *const keys[N_THRESHOLDS + 1] = {
       "repeats",    "max_cycle",          "count",        "window", "min_letters", "phrase_repeats", "phrase_min_chars",
       "max_phrase", "phrase_min_letters", "line_repeats", NULL};
-  static const mz_l_option checks[N_THRESHOLDS] = {{WHO, "repeats", COUNT, 0, 1e6, 0},
-                                                   {WHO, "max_cycle", COUNT, 0, 1e6, 0},
-                                                   {WHO, "count", COUNT, 0, 1e6, 0},
-                                                   {WHO, "window", COUNT, 0, 1e6, 0},
-                                                   {WHO, "min_letters", COUNT, 0, 1e6, 0},
-                                                   {WHO, "phrase_repeats", COUNT, 0, 1e6, 0},
-                                                   {WHO, "phrase_min_chars", COUNT, 0, 1e6, 0},
-                                                   {WHO, "max_phrase", "a number from 0 to 4096 (bytes)", 0, 4096, 0},
-                                                   {WHO, "phrase_min_letters", COUNT, 0, 1e6, 0},
-                                                   {WHO, "line_repeats", COUNT, 0, 1e6, 0}};
   static const luaL_Reg meta[] = {
       {"__gc", guard_close}, {"__close", guard_close}, {"__tostring", guard_tostring}, {NULL, NULL}};
   static const luaL_Reg methods[] = {
       {"feed", guard_feed}, {"check", guard_check}, {"close", guard_close}, {"closed", guard_closed}, {NULL, NULL}};
   luaL_checktype(L, 1, LUA_TTABLE);
-  mz_l_check_keys(L, 1, keys, WHO);
+  mz_l_check_keys(L, 1, keys, "mirza.repetition");
   double v[N_THRESHOLDS];
-  for (int i = 0; i < N_THRESHOLDS; i++) {
+  for (int i = 0; i < N_THRESHOLDS; i++) { /* each a count, but a unit's bytes */
+    mz_l_option o = {"mirza.repetition", keys[i], "a number from 0 to 1e6", 0, 1e6, 0};
+    if (strcmp(keys[i], "max_phrase") == 0) o.expected = "a number from 0 to 4096 (bytes)", o.hi = 4096;
     lua_getfield(L, 1, keys[i]);
-    v[i] = mz_l_check_option(L, -1, &checks[i]);
+    v[i] = mz_l_check_option(L, -1, &o);
     lua_pop(L, 1);
   }
   mz_guard_opts o = {v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9]};
