@@ -125,7 +125,8 @@ end
 function M.new(opts)
   opts = opts or {}
   return setmetatable({
-    runq = {}, rhead = 1, rtail = 0, -- tasks to resume, with their resume values
+    runq = {}, rhead = 1, rtail = 0, -- tasks to resume
+    rargs = {}, rmany = {},          -- with their resume value (rmany: values packed)
     timers = {}, seq = 0, ndead = 0,
     waiting = {},                    -- Stream -> task waiting on it
     nwaiting = 0,                    -- tasks waiting on a stream
@@ -157,10 +158,19 @@ function M.current()
   return running_loop and running_loop.current
 end
 
--- Queue t to be resumed with the given values.
+-- Queue t to be resumed with the given values: the task in runq, its
+-- value in rargs (a wake gives one: no table per resume); other values
+-- packed (rmany marks them), none as nil.
 function Loop:_push(t, ...)
-  self.rtail = self.rtail + 1
-  self.runq[self.rtail] = { t, table.pack(...) }
+  local i = self.rtail + 1
+  self.rtail = i
+  self.runq[i] = t
+  local n = select("#", ...)
+  if n == 1 and ... ~= nil then
+    self.rargs[i] = ...
+  elseif n > 0 then
+    self.rargs[i], self.rmany[i] = table.pack(...), true
+  end
   t.status = "ready"
 end
 
@@ -215,19 +225,23 @@ end
 
 local hook -- the core's way into the scheduler (below)
 
--- Resume t once, with `args` (a packed table).
-function Loop:_step(t, args)
+-- After a resume of t: (resume ok, what it yielded or returned...).
+local function resumed(self, t, prev_loop, prev, prev_hook, ok, ...)
+  core_task(prev_hook, M.SLICE)
+  running_loop, self.current = prev_loop, prev
+  if coroutine.status(t.co) == "dead" then return self:_settle(t, table.pack(ok, ...)) end
+  if t.status == "done" then return end -- cancelled itself while closing
+  if ... ~= SUSPEND then self:_push(t) end -- a plain coroutine.yield(): others first
+end
+
+-- Resume t once, with the given values.
+function Loop:_step(t, ...)
   local prev_loop, prev = running_loop, self.current
   running_loop, self.current = self, t
   t.status = "running"
   self.resumes = self.resumes + 1
   local prev_hook = core_task(hook, M.SLICE) -- the core's pulls now yield to us
-  local r = table.pack(coroutine.resume(t.co, table.unpack(args, 1, args.n)))
-  core_task(prev_hook, M.SLICE)
-  running_loop, self.current = prev_loop, prev
-  if coroutine.status(t.co) == "dead" then return self:_settle(t, r) end
-  if t.status == "done" then return end -- cancelled itself while closing
-  if r[2] ~= SUSPEND then self:_push(t) end -- a plain coroutine.yield(): others first
+  return resumed(self, t, prev_loop, prev, prev_hook, coroutine.resume(t.co, ...))
 end
 
 -- ------------------------------------------------------------- suspending
@@ -376,15 +390,22 @@ end
 
 -- Resume every queued task (new ones queued meanwhile wait for next round).
 function Loop:_run_ready()
-  local stop = self.rtail
+  local stop, runq, rargs, rmany = self.rtail, self.runq, self.rargs, self.rmany
   while self.rhead <= stop do
-    local item = self.runq[self.rhead]
-    self.runq[self.rhead] = nil
-    self.rhead = self.rhead + 1
-    local t = item[1]
+    local i = self.rhead
+    local t, arg, many = runq[i], rargs[i], rmany[i]
+    runq[i], rargs[i] = nil, nil
+    if many then rmany[i] = nil end
+    self.rhead = i + 1
     if t.status == "ready" then
       self:_unwait(t)
-      self:_step(t, item[2])
+      if many then
+        self:_step(t, table.unpack(arg, 1, arg.n))
+      elseif arg ~= nil then
+        self:_step(t, arg)
+      else
+        self:_step(t)
+      end
     end
   end
 end
