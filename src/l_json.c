@@ -71,6 +71,12 @@ static void push_number(lua_State *L, double d) {
   else lua_pushnumber(L, d);
 }
 
+int mz_l_json_members(const cJSON *obj, int skip_null) {
+  int n = 0;
+  for (const cJSON *it = obj ? obj->child : NULL; it; it = it->next) n += !(skip_null && cJSON_IsNull(it));
+  return n;
+}
+
 void mz_l_pushjson(lua_State *L, const cJSON *v, int skip_null) {
   luaL_checkstack(L, 4, "json too deep");
   if (!v || cJSON_IsNull(v)) {
@@ -89,8 +95,8 @@ void mz_l_pushjson(lua_State *L, const cJSON *v, int skip_null) {
       mz_l_pushjson(L, it, skip_null);
       lua_rawseti(L, -2, i);
     }
-  } else {
-    lua_createtable(L, 0, 4);
+  } else { /* sized for its members: no rehash as they go in */
+    lua_createtable(L, 0, mz_l_json_members(v, skip_null));
     for (const cJSON *it = v->child; it; it = it->next) {
       if (skip_null && cJSON_IsNull(it)) continue;
       mz_l_pushjson(L, it, skip_null);

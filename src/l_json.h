@@ -12,6 +12,9 @@
  * (then a top-level null pushes nil). Numbers that are integral and in
  * range become Lua integers. */
 void mz_l_pushjson(lua_State *L, const cJSON *v, int skip_null);
+/* How many members of object obj mz_l_pushjson sets (nulls not, with
+ * skip_null): a table's size hint. 0 for NULL. */
+int mz_l_json_members(const cJSON *obj, int skip_null);
 
 /* Encode the value at idx; pushes the JSON text (a Lua string) and
  * returns it. Raises on values JSON cannot hold (functions, NaN, cycles). */

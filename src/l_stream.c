@@ -61,7 +61,9 @@ static void set_string(lua_State *L, const char *k, const char *v, size_t len) {
  * in lowercase); a repeated header's values are joined with ", ". */
 static void push_headers(lua_State *L, const char *h, size_t len) {
   const char *end = h + len;
-  lua_createtable(L, 0, 8); /* [ev, headers] */
+  int lines = 0;
+  for (const char *p = h; (p = memchr(p, '\n', (size_t)(end - p))) != NULL; p++) lines++;
+  lua_createtable(L, 0, lines); /* [ev, headers]: a slot per line (a repeated name takes one) */
   while (h && h < end) {
     const char *nl = memchr(h, '\n', (size_t)(end - h)), *colon = memchr(h, ':', (size_t)(nl - h));
     const char *v = colon + 1;
@@ -133,7 +135,14 @@ static void push_event(lua_State *L, const mz_ctx *ctx, const mz_event *e) {
     push_delta(L, ctx, e);
     return;
   }
-  lua_createtable(L, 0, 3);
+  /* sized for what goes in (the frames' fields, type, index, headers):
+   * an event built key by key would be rehashed as it grows */
+  int n = 1 + (e->index != 0);
+  if (e->type == MZ_EV_PROGRESS || e->type == MZ_EV_HEARTBEAT || e->type == MZ_EV_DONE)
+    n += mz_l_json_members(e->json, 1);
+  else n += 4;
+  n += e->headers_len != 0;
+  lua_createtable(L, 0, n);
   switch (e->type) {
   case MZ_EV_THINK:
   case MZ_EV_TEXT: break; /* push_delta */
