@@ -185,14 +185,63 @@ static void put_string(lua_State *L, box *b, const char *s, size_t n) {
  * 9.00719925474099e+15. Numbers are printed here instead, exactly:
  * integers in full, floats with the fewest digits (15 to 17) that read
  * back as the same double, with a '.' whatever the locale says. */
+/* An integer's digits, written backwards from end (snprintf's "%lld" costs
+ * ten times as much); returns where they start. */
+static char *int_text(lua_Integer i, char *end) {
+  lua_Unsigned u = i < 0 ? 0u - (lua_Unsigned)i : (lua_Unsigned)i;
+  char *p = end;
+  do *--p = (char)('0' + u % 10);
+  while ((u /= 10) != 0);
+  if (i < 0) *--p = '-';
+  return p;
+}
+
+/* The common float (a duration, a rate: a decimal of up to 15 significant
+ * digits, at most 3 after the point, from 0.001 to 1e15) written by
+ * integer arithmetic. It is the decimal D = m / 10^k the double d is
+ * nearest to (the division is rounded as strtod rounds D), so "%.15g"
+ * would print D too, and the loop below stop at 15 digits: the same bytes,
+ * without a snprintf and a strtod. 0 when d is not such a number. */
+static int put_short_decimal(lua_State *L, box *b, double d) {
+  static const double p10[] = {1, 10, 100, 1000};
+  double a = fabs(d);
+  if (!(a >= 0.001 && a < 1e15)) return 0; /* zero (-0.0 too), tiny, huge */
+  for (int k = 0; k < 4; k++) {
+    double m = a * p10[k];
+    if (m >= 1e15) return 0;
+    if (m != floor(m) || m / p10[k] != a) continue;
+    char buf[24], *end = buf + sizeof buf, *p = int_text((lua_Integer)m, end);
+    size_t n = (size_t)(end - p);
+    char out[32], *o = out;
+    if (d < 0) *o++ = '-';
+    if (k == 0) {
+      memcpy(o, p, n), o += n;
+    } else {
+      size_t whole = n > (size_t)k ? n - (size_t)k : 0;
+      if (whole) memcpy(o, p, whole), o += whole;
+      else *o++ = '0';
+      *o++ = '.';
+      for (size_t z = n; z < (size_t)k; z++) *o++ = '0'; /* 0.005: the zeros after the point */
+      memcpy(o, p + whole, n - whole), o += n - whole;
+      while (o[-1] == '0') o--; /* as %g: no trailing zeros, */
+      if (o[-1] == '.') o--;    /* nor a point left alone */
+    }
+    put(L, b, out, (size_t)(o - out));
+    return 1;
+  }
+  return 0;
+}
+
 static void put_number(lua_State *L, box *b, int idx) {
   char buf[48], *dp;
   if (lua_isinteger(L, idx)) {
-    put(L, b, buf, (size_t)snprintf(buf, sizeof buf, LUA_INTEGER_FMT, (LUAI_UACINT)lua_tointeger(L, idx)));
+    char *end = buf + sizeof buf, *p = int_text(lua_tointeger(L, idx), end);
+    put(L, b, p, (size_t)(end - p));
     return;
   }
   double d = lua_tonumber(L, idx);
   if (!isfinite(d)) luaL_error(L, "json: cannot encode %s", isnan(d) ? "NaN" : "infinity");
+  if (put_short_decimal(L, b, d)) return;
   for (int digits = 15; digits <= 17; digits++) {
     snprintf(buf, sizeof buf, "%.*g", digits, d);
     if (strtod(buf, NULL) == d) break;
@@ -258,7 +307,9 @@ static void put_object(lua_State *L, box *b, int idx, int depth) {
       if (memchr(k->s, '\0', k->len)) luaL_error(L, "json: cannot encode a table key containing NUL");
     } else if (lua_isinteger(L, -1)) {
       k->i = lua_tointeger(L, -1);
-      k->len = (size_t)snprintf(k->num, sizeof k->num, LUA_INTEGER_FMT, (LUAI_UACINT)k->i);
+      char *end = k->num + sizeof k->num, *p = int_text(k->i, end);
+      k->len = (size_t)(end - p);
+      memmove(k->num, p, k->len); /* key_text reads from num[0] */
       k->s = NULL;
     } else {
       luaL_error(L, "json: cannot encode a table key of type %s", luaL_typename(L, -1));

@@ -14,6 +14,27 @@ describe("mirza.json exactness", function()
     assert.equal(0.1 + 0.2, json.decode(json.encode(0.1 + 0.2)))
   end)
 
+  -- The encoder writes the common short decimals (up to 3 digits after
+  -- the point) by integer arithmetic: the same text as the general way,
+  -- the fewest of 15 to 17 significant digits that read back the same.
+  it("writes a short decimal as the fewest digits that read back, like any float", function()
+    local function expected(x)
+      for digits = 15, 17 do
+        local s = ("%." .. digits .. "g"):format(x)
+        if tonumber(s) == x then return s end
+      end
+    end
+    local fixed = { 0.005, -0.005, 0.001, -0.001, 0.0015, 12.3, -2.5, 3.0, -0.0, 0.0, 100.25, 1234.125, 99999.999,
+      1e14, 1e15, 1e15 - 1, 999999999999999.9, 123456789012.345, 0.1 + 0.2, 2.0 ^ 53 + 2, 5e-4, 0.01 }
+    for _, x in ipairs(fixed) do assert.equal(expected(x), json.encode(x), ("%.17g"):format(x)) end
+    local seed = 12345 -- a deterministic spread: rates, durations, money, tenths
+    for _ = 1, 2000 do
+      seed = (seed * 1103515245 + 12345) % 2147483648
+      local x = (seed % 10000000) / 10 ^ (seed % 5) * (seed % 3 == 0 and -1 or 1)
+      assert.equal(expected(x), json.encode(x), ("%.17g"):format(x))
+    end
+  end)
+
   it("encodes integers in full", function()
     assert.equal("9007199254740992", json.encode(2 ^ 53 | 0))
     assert.equal("9007199254740992", json.encode(2.0 ^ 53))
