@@ -49,7 +49,7 @@ void mz_l_check_keys(lua_State *L, int idx, const char *const *keys, const char 
     lua_pop(L, 1);
     const char *k = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
     int ok = 0;
-    for (int i = 0; k && keys[i]; i++) ok |= strcmp(k, keys[i]) == 0;
+    for (int i = 0; k && !ok && keys[i]; i++) ok = strcmp(k, keys[i]) == 0;
     if (!ok) luaL_error(L, "%s: unknown option '%s'", who, k ? k : luaL_typename(L, -1));
   }
 }

@@ -59,15 +59,21 @@ M.DEFAULTS = {
   line_repeats = 32,       -- phrase rule, unit with a line break: repetitions
 }
 
+-- The thresholds a guard made from opts uses: each field of DEFAULTS,
+-- opts' own where it has one (other keys left out).
+local function thresholds_of(opts)
+  local t = {}
+  for k, v in pairs(M.DEFAULTS) do t[k] = (opts and opts[k]) or v end
+  return t
+end
+
 ---A new guard. `opts` overrides fields of `repetition.DEFAULTS` (other
 ---keys are ignored); a threshold that is not a number from 0 to 1e6
 ---(`max_phrase`: to 4096) raises.
 ---@param opts? table
 ---@return mirza.RepetitionGuard
 function M.new(opts)
-  local t = {}
-  for k, v in pairs(M.DEFAULTS) do t[k] = (opts and opts[k]) or v end
-  return core.guard(t)
+  return core.guard(thresholds_of(opts))
 end
 
 local DEFAULT_CHANNELS = { think = true }
@@ -86,6 +92,7 @@ local DEFAULT_CHANNELS = { think = true }
 function M.stage(upstream, opts)
   opts = opts or {}
   local channels, guards = opts.channels or DEFAULT_CHANNELS, {}
+  local thresholds -- filled once, for the first guard: the others share it
   local over, cut = false, nil -- over: nothing more is read; cut: still to emit
   return function()
     if over then
@@ -104,7 +111,8 @@ function M.stage(upstream, opts)
       if type(text) == "string" then
         local g = guards[ch]
         if not g then
-          g = M.new(opts)
+          thresholds = thresholds or thresholds_of(opts)
+          g = core.guard(thresholds)
           guards[ch] = g
         end
         local hit, line, count = g:feed(text)

@@ -607,6 +607,24 @@ describe("mirza.repetition", function()
       assert.equal(7, #out)
     end)
 
+    it("gives every channel's guard the thresholds of its options", function()
+      local list = {}
+      for _ = 1, 3 do
+        list[#list + 1] = think("Same sentence in both channels.\n")
+        list[#list + 1] = text("Same sentence in both channels.\n")
+      end
+      local opts = { channels = { think = true, text = true }, repeats = 2, on_cut = function() end }
+      local out = pipeline.collect(pipeline.compose(pipeline.from_list(list),
+        { { name = "r", fn = repetition.stage, opts = opts } }))
+      assert.same({ type = "cut", reason = "repetition", line = "Same sentence in both channels.", count = 2,
+        channel = "think", rule = "cycle" }, out[#out]) -- the default (6 in a row) would let all three through
+      opts.channels.think = nil -- text alone: its guard has them too
+      out = pipeline.collect(pipeline.compose(pipeline.from_list(list),
+        { { name = "r", fn = repetition.stage, opts = opts } }))
+      assert.equal("text", out[#out].channel)
+      assert.equal(2, out[#out].count)
+    end)
+
     it("keeps channels apart: think and text do not add up", function()
       local list = {}
       for _ = 1, 4 do
