@@ -33,6 +33,8 @@
 ---   --progress-every S   seconds between progress lines when not a terminal (default 10)
 ---   --tick S             read the streams every S seconds (default 0.1; 0: as
 ---                        each token comes): one read per stream per tick
+---   --hold S             hand an item's text to its task every S seconds
+---                        (default 1; 0: each read): the end comes at once
 ---   --quiet              no progress and no summary
 ---
 --- Running it again with the same OUTPUT resumes: finished custom_ids are
@@ -76,7 +78,7 @@ local function usage(msg)
   io.stderr:write("batch: ", msg, "\nusage: mirza scripts/batch.lua INPUT OUTPUT [--endpoint URL[@N]]... ",
     "[--limit N] [--model ID] [--max-tokens N] [--max-retries N] [--retry-base S] [--deadline S] ",
     "[--batch-deadline S] [--give-up-after S] [--stall-timeout S] [--header-timeout S] [--no-repetition] ",
-    "[--schema FILE] [--attempts N] [--no-affinity] [--progress-every S] [--tick S] [--quiet]\n")
+    "[--schema FILE] [--attempts N] [--no-affinity] [--progress-every S] [--tick S] [--hold S] [--quiet]\n")
   os.exit(2)
 end
 
@@ -85,7 +87,7 @@ local NUM = { ["--limit"] = "limit", ["--max-tokens"] = "max_tokens", ["--max-re
   ["--retry-base"] = "retry_base", ["--deadline"] = "deadline", ["--batch-deadline"] = "batch_deadline",
   ["--give-up-after"] = "give_up_after",
   ["--stall-timeout"] = "stall_timeout", ["--header-timeout"] = "header_timeout",
-  ["--progress-every"] = "progress_every", ["--tick"] = "tick" }
+  ["--progress-every"] = "progress_every", ["--tick"] = "tick", ["--hold"] = "hold" }
 
 -- "URL" or "URL@N" -> {url=, limit=}
 local function endpoint(s)

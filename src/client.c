@@ -76,6 +76,7 @@ static void check_stalls(mz_client *c, double now) {
   if (now < c->next_check) return;
   c->next_check = INFINITY;
   for (mz_stream *s = c->streams; s; s = s->next) {
+    mz_release_held(s, now);
     if (!s->easy || s->term) continue;
     double t = own_deadline(s);
     if (now >= t && socket_rx(c, s)) t = own_deadline(s);
@@ -131,8 +132,8 @@ static int on_timer(CURLM *m, long timeout_ms, void *ud) {
 /* Wait up to ms (0: only what is ready now; <0: until something happens)
  * for a socket, libcurl's timer or a wake-up, then run what is due: the
  * transfers of the ready sockets, libcurl's timeouts, finished transfers,
- * our own deadlines. */
-static void drive(mz_client *c, int ms) {
+ * our own deadlines. Returns how many sockets were ready. */
+static size_t drive(mz_client *c, int ms) {
   double now = mz_now();
   if (c->timer_at <= now) ms = 0;
   else if (c->timer_at < INFINITY) {
@@ -171,6 +172,7 @@ static void drive(mz_client *c, int ms) {
     }
   }
   check_stalls(c, mz_now());
+  return k;
 }
 
 static int count_ready(const mz_client *c) {
@@ -183,6 +185,12 @@ static int count_ready(const mz_client *c) {
 static double next_stall(const mz_client *c, double now, double cap) {
   double left = c->next_check - now;
   return left < cap ? (left > 0 ? left : 0) : cap;
+}
+
+static int any_holding(const mz_client *c) {
+  for (const mz_stream *s = c->streams; s; s = s->next)
+    if (s->holding) return 1;
+  return 0;
 }
 
 static int any_running(const mz_client *c) {
@@ -261,11 +269,11 @@ int mz_client_pause(mz_client *c, long timeout_ms) {
 }
 
 /* Wait for the ready list to be non-empty (see mz_client_wait_ready). */
-int mz_client_wait_ready(mz_client *c, long timeout_ms) {
+int mz_client_wait_ready_paced(mz_client *c, long timeout_ms, long tick_ms) {
   double end = deadline_from(timeout_ms);
   c->eintr = 0;
   for (int ms = 0, rc;;) {
-    drive(c, ms);
+    size_t read = drive(c, ms);
     while (c->rhead && !mz_ready(c->rhead)) mz_unmark_ready(c->rhead); /* drained meanwhile */
     if (c->rhead) return 1;
     if ((rc = interrupted(c))) return rc;
@@ -273,8 +281,17 @@ int mz_client_wait_ready(mz_client *c, long timeout_ms) {
     if (left <= 0 || (isinf(end) && !any_running(c))) return 0;
     left = next_stall(c, now, left < 3600 ? left : 3600);
     ms = (int)ceil(left * 1000.0);
+    /* Bytes came for streams that hold them: the tick, nothing read
+     * meanwhile, then all at once. Else wait for the sockets: the first
+     * byte of an idle client, a head, is read at once, as without a tick. */
+    if (tick_ms > 0 && read > 0 && ms > 0 && any_holding(c)) {
+      if ((rc = mz_client_pause(c, ms < tick_ms ? ms : tick_ms))) return rc;
+      ms = 0;
+    }
   }
 }
+
+int mz_client_wait_ready(mz_client *c, long timeout_ms) { return mz_client_wait_ready_paced(c, timeout_ms, 0); }
 
 size_t mz_client_ready(mz_client *c, mz_stream **out, size_t n) {
   size_t k = 0;
@@ -390,6 +407,7 @@ mz_stream *mz_stream_open(mz_client *c, const mz_request *r, char *err, size_t e
   s->plain = r->plain;
   s->skip_bad = r->skip_bad_frames;
   s->merge = r->merge;
+  s->hold_s = r->plain ? 0 : (double)r->hold_ms / 1000.0; /* a plain answer is one event anyway */
   s->stall_s = (double)r->stall_timeout_ms / 1000.0;
   s->header_s = (double)r->header_timeout_ms / 1000.0;
   s->last_rx = s->t_open = mz_now();

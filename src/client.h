@@ -84,6 +84,14 @@ typedef struct mz_request {
                                   queued right behind it (what arrived
                                   together: one event, ev->deltas > 1); it
                                   never waits for more */
+  long hold_ms;               /* >0: events are handed over (the stream is
+                                  ready) at most this long after the first
+                                  one still queued came, all at once, not
+                                  as each read queues one: fewer wake-ups
+                                  for a reader that wants the whole answer
+                                  (with merge: one event per channel run).
+                                  The end, an error, a timeout come at
+                                  once. 0: as they come */
 } mz_request;
 
 /* MZ_NEXT_SIGNAL: a signal handler ran during the wait (EINTR) and the
@@ -113,6 +121,9 @@ int mz_stream_next(mz_stream *s, long timeout_ms, const mz_event **ev);
 size_t mz_stream_pending(const mz_stream *s);
 /* 1 once the terminal event is queued (the transfer is over). */
 int mz_stream_finished(const mz_stream *s);
+/* When the first think or text delta was queued (mz_now() seconds), as
+ * read, whatever hold_ms delays its handing over; 0 before any. */
+double mz_stream_first_at(const mz_stream *s);
 /* Cancel (closes the connection if the transfer is still running: the
  * daemon stops generating) and free. NULL is fine. */
 void mz_stream_close(mz_stream *s);
@@ -135,6 +146,11 @@ int mz_client_sleep(mz_client *c, long timeout_ms);
  * mz_client_ready() takes up to n streams off the list, oldest first,
  * skipping any drained since they were listed, and never blocks. */
 int mz_client_wait_ready(mz_client *c, long timeout_ms);
+/* The same at a scheduler's tick (tick_ms > 0): between two looks at the
+ * transfers it pauses (mz_client_pause) up to tick_ms instead of waiting
+ * on the sockets, so a wait for streams that hold their events (hold_ms)
+ * reads them once per tick, not as each frame comes. */
+int mz_client_wait_ready_paced(mz_client *c, long timeout_ms, long tick_ms);
 /* Sleep timeout_ms without reading any transfer: what arrives meanwhile is
  * read together by the next wait (a scheduler's tick: one read per socket
  * instead of one per frame, for many paced streams). A wake-up or a signal

@@ -83,6 +83,10 @@ struct mz_stream {
   mz_stream *rprev, *rnext; /* the client's ready list (see queue.c) */
   int listed;               /* on the ready list */
   FILE *rec;                /* record_path: the response as received; NULL when off */
+  double hold_s;            /* mz_request.hold_ms in seconds; 0: off */
+  double held_until;        /* holding: when the queue is handed over */
+  int holding;              /* queued events not yet handed over (hold_s) */
+  double first_at;          /* the first think/text delta queued; 0: none */
 };
 
 /* The driver is event-based (curl_multi_socket_action): libcurl tells
@@ -126,8 +130,9 @@ void mz_push_text(mz_stream *s, mz_evtype t, int index, const char *p, size_t le
 void mz_push_json(mz_stream *s, mz_evtype t, int index, cJSON *json);
 void mz_flush_carry(mz_stream *s); /* the stream is over: held-back bytes -> U+FFFD */
 void mz_unmark_ready(mz_stream *s);
-const mz_event *mz_pop(mz_stream *s); /* only when mz_ready(s) */
-void mz_queue_free(mz_stream *s);     /* everything the queue and the terminal event own */
+int mz_release_held(mz_stream *s, double now); /* hand a held queue over once its time came */
+const mz_event *mz_pop(mz_stream *s);          /* only when mz_ready(s) */
+void mz_queue_free(mz_stream *s);              /* everything the queue and the terminal event own */
 
 /* Before each pop: drop the json the previous pop handed out (the caller
  * has copied what it needs by now, see client.h). Inline with mz_ready:
@@ -137,8 +142,11 @@ static inline void mz_release_popped(mz_stream *s) {
   s->popped_json = NULL;
 }
 
-/* Something to pop: a queued event, or the terminal event not yet popped. */
-static inline int mz_ready(const mz_stream *s) { return s->qhead < s->qlen || (s->term && !s->term_popped); }
+/* Something to pop: a queued event not held back, or the terminal event
+ * not yet popped. */
+static inline int mz_ready(const mz_stream *s) {
+  return (s->qhead < s->qlen && !s->holding) || (s->term && !s->term_popped);
+}
 
 /* ---- response.c: libcurl's callbacks for one transfer, and its end */
 

@@ -261,13 +261,16 @@ void mz_l_stream_opened(lua_State *L, mz_stream *s, int idx) {
   lua_pop(L, 1);
 }
 
-/* mirza.ready([timeout [, list]]) -> list, n: the streams that got events
- * since the last call (each once), waiting up to timeout for news (nil:
- * until some, or until nothing runs). list (reused when given) holds them
- * in [1..n]; entries past n are cleared. Never yields. */
+/* mirza.ready([timeout [, list [, tick]]]) -> list, n: the streams that
+ * got events since the last call (each once), waiting up to timeout for
+ * news (nil: until some, or until nothing runs), looking at the transfers
+ * at most every tick seconds meanwhile (mz_client_wait_ready_paced). list
+ * (reused when given) holds them in [1..n]; entries past n are cleared.
+ * Never yields. */
 static int l_ready(lua_State *L) {
   mz_ctx *ctx = mz_l_ctx(L);
   long ms = mz_l_opt_ms(L, 1);
+  long tick = mz_l_opt_ms(L, 3);
   if (lua_isnoneornil(L, 2)) {
     lua_newtable(L);
   } else {
@@ -276,7 +279,8 @@ static int l_ready(lua_State *L) {
   }
   int out = lua_gettop(L), rc;
   double end = mz_l_end_of(ms);
-  while ((rc = mz_client_wait_ready(ctx->client, mz_l_left_ms(end))) == MZ_NEXT_SIGNAL) mz_l_after_signal(L);
+  while ((rc = mz_client_wait_ready_paced(ctx->client, mz_l_left_ms(end), tick > 0 ? tick : 0)) == MZ_NEXT_SIGNAL)
+    mz_l_after_signal(L);
   if (rc == MZ_NEXT_INTERRUPTED) return mz_l_raise_interrupt(L);
   push_stream_map(L); /* [list, map] */
   mz_stream *batch[64];

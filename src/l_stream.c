@@ -23,9 +23,10 @@
 #include "mirza.h"
 
 typedef struct lstream {
-  mz_stream *s; /* NULL when closed */
-  mz_ctx *ctx;  /* kept alive by uservalue 1 */
-  int awaited;  /* a task waits on it through the scheduler's hook */
+  mz_stream *s;    /* NULL when closed */
+  mz_ctx *ctx;     /* kept alive by uservalue 1 */
+  int awaited;     /* a task waits on it through the scheduler's hook */
+  double first_at; /* the stream's first delta, kept when it closes (first_at) */
 } lstream;
 
 static lstream *to_stream(lua_State *L, int idx) { return luaL_checkudata(L, idx, MZ_STREAM_MT); }
@@ -356,6 +357,7 @@ static int s_chunks(lua_State *L) { return iterate(L, chunks_iter); }
 static int s_gc(lua_State *L) {
   lstream *u = to_stream(L, 1);
   if (u->s) {
+    u->first_at = mz_stream_first_at(u->s);
     if (u->ctx->client) mz_stream_close(u->s); /* else freed with the client */
     u->s = NULL;
   }
@@ -390,6 +392,17 @@ static int s_finished(lua_State *L) {
   return 1;
 }
 
+/* s:first_at() -> when the first think or text delta was read
+ * (mirza.now() seconds), or nil: a time to first token that `hold` does
+ * not delay. Also once closed (an events() loop closes at the end). */
+static int s_first_at(lua_State *L) {
+  lstream *u = to_stream(L, 1);
+  double t = u->s ? mz_stream_first_at(u->s) : u->first_at;
+  if (t > 0) lua_pushnumber(L, t);
+  else lua_pushnil(L);
+  return 1;
+}
+
 static int s_closed(lua_State *L) {
   lua_pushboolean(L, to_stream(L, 1)->s == NULL);
   return 1;
@@ -406,7 +419,7 @@ static int s_tostring(lua_State *L) {
 
 static const char *const request_keys[] = {
     "url",    "body",  "headers",        "api_key",      "timeout",     "stall_timeout", "deadline", "max_event_bytes",
-    "method", "plain", "header_timeout", "on_bad_frame", "record_file", "merge",         NULL};
+    "method", "plain", "header_timeout", "on_bad_frame", "record_file", "merge",         "hold",     NULL};
 
 /* The default clocks of mirza.open (and so of collect, request, the engine
  * and batch), in seconds: nothing waits forever unless told to with
@@ -531,6 +544,7 @@ static int l_open(lua_State *L) {
   u->s = NULL;
   u->ctx = ctx;
   u->awaited = 0;
+  u->first_at = 0;
   luaL_setmetatable(L, MZ_STREAM_MT);
   mz_l_pushctx(L);
   lua_setiuservalue(L, 2, 1);
@@ -546,6 +560,7 @@ static int l_open(lua_State *L) {
   r.stall_timeout_ms = field_ms(L, 1, "stall_timeout", 0);
   r.deadline_ms = field_ms(L, 1, "deadline", 0);
   r.header_timeout_ms = field_ms(L, 1, "header_timeout", 0);
+  r.hold_ms = field_ms(L, 1, "hold", 0);
   const char *bad = field_str(L, 1, "on_bad_frame", NULL);
   if (bad && strcmp(bad, "skip") != 0 && strcmp(bad, "error") != 0)
     luaL_error(L, "mirza.open: 'on_bad_frame' must be \"error\" or \"skip\"");
@@ -577,7 +592,8 @@ static int l_open(lua_State *L) {
 int luaopen_mirza_stream(lua_State *L) {
   static const luaL_Reg methods[] = {{"next", s_next},     {"events", s_events},         {"chunks", s_chunks},
                                      {"close", s_close},   {"pending", s_pending},       {"finished", s_finished},
-                                     {"closed", s_closed}, {"next_batch", s_next_batch}, {NULL, NULL}};
+                                     {"closed", s_closed}, {"next_batch", s_next_batch}, {"first_at", s_first_at},
+                                     {NULL, NULL}};
   static const luaL_Reg meta[] = {{"__gc", s_gc}, {"__close", s_close}, {"__tostring", s_tostring}, {NULL, NULL}};
   mz_l_newclass(L, MZ_STREAM_MT, meta, methods);
   lua_createtable(L, 0, 4); /* mirza.defaults */

@@ -114,6 +114,7 @@ void mz_unmark_ready(mz_stream *s) {
  * cause wins (a protocol error is not overwritten by the abort it causes). */
 void mz_set_terminal(mz_stream *s, mz_evtype t, const char *code, const char *fmt, ...) {
   if (s->term) return;
+  s->holding = 0; /* what was held comes with the end */
   mark_ready(s);
   s->term = t;
   s->term_code = code;
@@ -134,7 +135,15 @@ static item *q_push(mz_stream *s, mz_evtype t, int index) {
     s->q = q;
     s->qcap = cap;
   }
-  mark_ready(s);
+  if (s->hold_s <= 0 || s->term) {
+    mark_ready(s);
+  } else if (!s->holding && s->qhead == s->qlen) { /* the first of a new hold */
+    s->holding = 1;
+    s->held_until = mz_now() + s->hold_s;
+    mz_note_deadline(s->c, s->held_until); /* the driver hands it over then (mz_release_held) */
+  } else if (!s->holding) {
+    mark_ready(s); /* handed over already, not yet taken: it goes with the rest */
+  }
   item *it = &s->q[s->qlen++];
   it->type = t;
   it->index = index;
@@ -201,6 +210,7 @@ void mz_push_text(mz_stream *s, mz_evtype t, int index, const char *p, size_t le
     memcpy(s->carry[ch], s->arena.p + off + keep, total - keep);
   }
   if (keep == 0) return;
+  if (s->first_at == 0) s->first_at = mz_now();
   keep = repair_utf8(s, off, keep);
   item *it = q_push(s, t, index);
   if (!it) {
@@ -302,6 +312,23 @@ void mz_queue_free(mz_stream *s) {
   s->popped_json = s->term_json = NULL;
 }
 
-size_t mz_stream_pending(const mz_stream *s) { return s->qlen - s->qhead + (s->term && !s->term_popped); }
+size_t mz_stream_pending(const mz_stream *s) {
+  return (s->holding ? 0 : s->qlen - s->qhead) + (s->term && !s->term_popped);
+}
+
+double mz_stream_first_at(const mz_stream *s) { return s->first_at; }
+
+/* A held queue whose time came is handed over (the stream made ready);
+ * else its time is noted as a deadline of the driver. 1: handed over. */
+int mz_release_held(mz_stream *s, double now) {
+  if (!s->holding) return 0;
+  if (now < s->held_until) {
+    mz_note_deadline(s->c, s->held_until);
+    return 0;
+  }
+  s->holding = 0;
+  mark_ready(s);
+  return 1;
+}
 
 int mz_stream_finished(const mz_stream *s) { return s->term != 0; }

@@ -16,6 +16,7 @@
 ---@field header_timeout? number|false  seconds from the start until the whole response head arrived (a queued request or a long prefill waits that long), else code "timeout"; default 600 (`mirza.defaults.header_timeout`); false or 0: none
 ---@field on_bad_frame? "error"|"skip"  a frame that is not JSON: "error" (default) ends the stream with code "protocol", text before it kept; "skip" drops it and counts it in done.skipped_frames
 ---@field record_file? string        write the response as received into this file (created or truncated): the head (status line, headers) then the body as libcurl delivers it (de-chunked, decoded); closed when the transfer ends. Use `record = DIR` (mirza.record) for whole recordings
+---@field hold? number|false        seconds: hand events over at most this long after the first one still waiting came, all at once (with `merge`, one event per channel run), instead of as each read queues one: fewer wake-ups for a reader that wants the whole answer, not each token (mirza.batch holds 1 s). The end, an error, a timeout come at once; `first_at()` keeps when the first token was read. Default false: as they come
 ---@field merge? boolean            join what arrived together: a think or text delta comes with the deltas of the same channel already queued right behind it, as one event with `deltas` = how many (never waits for more; what a sink that only needs text wants: one event per read instead of per token). Default false: one event per delta
 ---@field record? string|false       (Lua `mirza.open`) record the request and its response into directory DIR (mirza.record); false: not even with MIRZA_RECORD
 --- A wrong value raises a message naming the option, what it must be and
@@ -104,8 +105,13 @@ function Stream:chunks() end
 ---everything. Idempotent; also run by `<close>` and the garbage collector.
 function Stream:close() end
 
----@return integer n events received and not yet read
+---@return integer n events received and not yet read (0 while `hold` keeps them)
 function Stream:pending() end
+
+---When the first think or text delta was read (`mirza.now()` seconds), also
+---after the stream closed: a time to first token that `hold` does not delay.
+---@return number|nil at nil before any delta
+function Stream:first_at() end
 
 ---@return boolean finished the final event has been received
 function Stream:finished() end
@@ -160,9 +166,10 @@ function mirza.wait(timeout) end
 ---you take are the scheduler's wake-ups).
 ---@param timeout? number seconds; nil waits until something is ready or nothing runs
 ---@param list? mirza.Stream[] reused for the result (entries past n cleared)
+---@param tick? number seconds: while waiting, look at the transfers at most this often (what arrives meanwhile is read together; streams opened with `hold` are handed over at their time, not as each frame comes); nil: as bytes come
 ---@return mirza.Stream[] list the ready streams in [1..n]
 ---@return integer n
-function mirza.ready(timeout, list) end
+function mirza.ready(timeout, list, tick) end
 
 ---Sleep while every open transfer keeps making progress. Inside a
 ---`mirza.loop` task the scheduler sleeps instead: the other tasks run

@@ -69,6 +69,9 @@ B.defaults = {
   lookahead = 64,         -- with affinity: how many of the next items a free slot may choose from
   tick = 0.1,             -- the scheduler reads the streams at most every tick seconds (mirza.loop's tick): at a
                           -- daemon's pace one read per stream per tick, not one per token; false or 0: at once
+  hold = 1,               -- an item's text goes to its task at most every hold seconds (mirza.open's hold): one
+                          -- wake-up per stream per second, not per tick; the end comes at once, a repetition cut
+                          -- up to that late; ttft_ms is when the first token was read all the same; 0: each read
 }
 
 -- ------------------------------------------------------------ input
@@ -610,15 +613,16 @@ local function attempt(item, e, opts)
   local s <close> = mirza.open { url = e.base .. "/chat/completions", body = body,
     headers = opts.headers, api_key = opts.api_key, stall_timeout = opts.stall_timeout,
     deadline = opts.deadline, timeout = opts.connect_timeout, header_timeout = opts.header_timeout,
-    merge = true } -- only the text is kept: what arrived together is one event
+    merge = true, hold = opts.hold or false } -- only the text is kept: what arrived together is one event
   local acc = read_stream(s, opts)
   local t1, fin = mirza.now(), acc.final or {}
+  local first = s:first_at() or acc.first -- as read, not as handed over (hold)
   local got = result.partial(acc)
   r.text, r.think, r.calls, r.cut, r.final = got.text, got.think, got.tool_calls, acc.cut, acc.final
   r.duration_s = t1 - r.t0
-  r.ttft_ms = acc.first and (acc.first - r.t0) * 1000
+  r.ttft_ms = first and (first - r.t0) * 1000
   r.tokens = fin.usage and fin.usage.completion_tokens or acc.deltas
-  r.tok_s = acc.first and t1 > acc.first and r.tokens / (t1 - acc.first) or nil
+  r.tok_s = first and t1 > first and r.tokens / (t1 - first) or nil
   r.prompt_tokens, r.cached_tokens = cache_of(fin.usage, fin.timings, fin.stats)
   if result.ok(acc) then
     r.ok = true
@@ -776,6 +780,9 @@ local function resolve(opts)
   if not o.input and not o.items then error("mirza.batch.run: 'input' (a path) or 'items' is required", 3) end
   if math.type(o.attempts) ~= "integer" or o.attempts < 1 then
     error("mirza.batch.run: 'attempts' must be an integer >= 1, got " .. tostring(o.attempts), 3)
+  end
+  if o.hold and not (type(o.hold) == "number" and o.hold >= 0) then -- NaN fails too
+    error("mirza.batch.run: 'hold' must be a number of seconds >= 0 (or false), got " .. tostring(o.hold), 3)
   end
   o.pool = o.pool or pool_mod.new(o.endpoints or { o.base_url or "http://127.0.0.1:8766/v1" },
     { limit = o.limit, affinity = o.affinity ~= false })

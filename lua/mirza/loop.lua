@@ -490,7 +490,7 @@ function Loop:step()
 end
 
 function Loop:_poll(timeout)
-  local list, n = core.ready(timeout, self.buf)
+  local list, n = core.ready(timeout, self.buf, self.tick) -- held streams: looked at once per tick
   self.polls = self.polls + 1
   for i = 1, n do
     local t = self.waiting[list[i]]

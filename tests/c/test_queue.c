@@ -20,6 +20,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -441,6 +442,48 @@ static void test_release_only_when_drained(void **state) {
 
 /* ---- the ready list ---- */
 
+/* hold: what is queued waits (not pending, not listed) until the driver
+ * releases it at its time or the end comes; the first delta's time is
+ * kept as read. */
+static void test_hold_until_released(void **state) {
+  (void)state;
+  mz_client c = {0};
+  c.next_check = INFINITY;
+  mz_stream *s = new_stream(&c, 1);
+  s->hold_s = 30; /* far away: only a release or the end hands it over */
+  double before = mz_now();
+  text(s, MZ_EV_THINK, 0, "Hmm. ");
+  double first = s->first_at;
+  assert_true(first >= before && first <= mz_now());
+  text(s, MZ_EV_TEXT, 0, "Hel");
+  text(s, MZ_EV_TEXT, 0, "lo");
+  assert_false(mz_ready(s));
+  assert_int_equal(mz_stream_pending(s), 0);
+  assert_null(c.rhead);                                       /* not listed: no wake-up */
+  assert_true(c.next_check == s->held_until);                 /* the driver looks again then */
+  assert_int_equal(mz_release_held(s, s->held_until - 1), 0); /* not yet */
+  assert_false(mz_ready(s));
+  assert_int_equal(mz_release_held(s, s->held_until), 1);
+  assert_ptr_equal(c.rhead, s);
+  assert_int_equal(mz_stream_pending(s), 3); /* items: merged as they are popped */
+  expect(s, MZ_EV_THINK, 0, "Hmm. ");
+  text(s, MZ_EV_TEXT, 0, "!"); /* handed over, not yet taken: it goes with the rest */
+  assert_true(mz_ready(s));
+  const mz_event *e = next(s);
+  assert_int_equal(e->deltas, 3);
+  assert_memory_equal(e->text, "Hello!", 6);
+  assert_null(next(s));
+  text(s, MZ_EV_TEXT, 0, " world"); /* drained: a new hold */
+  assert_false(mz_ready(s));
+  mz_unmark_ready(s);
+  mz_set_terminal(s, MZ_EV_DONE, NULL, NULL); /* the end hands everything over at once */
+  assert_ptr_equal(c.rhead, s);
+  expect(s, MZ_EV_TEXT, 0, " world");
+  expect(s, MZ_EV_DONE, 0, NULL);
+  assert_true(s->first_at == first); /* the first delta's, not a later one's */
+  free_stream(s);
+}
+
 static void test_ready_list(void **state) {
   (void)state;
   mz_client c = {0};
@@ -478,6 +521,7 @@ int main(void) {
       cmocka_unit_test(test_utf8_flush_and_repair),
       cmocka_unit_test(test_text_unescaped),
       cmocka_unit_test(test_merge_joins_a_run),
+      cmocka_unit_test(test_hold_until_released),
       cmocka_unit_test(test_merge_stops_at_anything_else),
       cmocka_unit_test(test_no_merge_unless_asked),
       cmocka_unit_test(test_steady_stream_reuses_memory),

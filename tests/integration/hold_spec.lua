@@ -1,0 +1,133 @@
+-- mirza.open's `hold` (issue 20 item 4): a stream that holds hands its
+-- events over at most every `hold` seconds, all at once (with merge: one
+-- event per channel run), instead of as each read queues one; nothing is
+-- lost, the end comes at once, and `first_at()` keeps when the first token
+-- was read. In a ticking scheduler a wait for held streams looks at the
+-- transfers once per tick, not as each frame comes.
+local mirza = require "mirza"
+local loop = require "mirza.loop"
+local H = require "tests.helper"
+
+-- This process's voluntary context switches (a wait that slept), or nil
+-- where /proc is not there.
+local function switches()
+  local f = io.open("/proc/self/status")
+  if not f then return nil end
+  local n = tonumber(f:read("a"):match("voluntary_ctxt_switches:%s*(%d+)"))
+  f:close()
+  return n
+end
+
+describe("mirza.open hold", function()
+  local sim
+  setup(function() sim = H.start_sim { "--parallel", "16", "--quiet" } end)
+  teardown(function() if sim then sim.stop() end end)
+
+  local TEXT = "s " .. ("w "):rep(39) -- 40 tokens
+
+  local function open(opts)
+    local o = { url = sim.url, merge = true,
+      body = H.chat_body("q", { mirza_sim = { text = TEXT, tok_rate = 40, ttft_ms = 300 } }) }
+    for k, v in pairs(opts or {}) do o[k] = v end
+    return mirza.open(o)
+  end
+
+  it("hands a paced answer over in a few events, every byte, in order", function()
+    local t0 = mirza.now()
+    local s <close> = open { hold = 0.4 }
+    local texts, first_seen, last
+    for ev in s:events() do
+      if ev.type == "text" then
+        texts = (texts or "") .. ev.text
+        first_seen = first_seen or mirza.now()
+      end
+      last = ev
+    end
+    assert.equal(TEXT, texts)
+    assert.equal("done", last.type)
+    assert.equal(40, last.usage.completion_tokens)
+    -- 1 s of tokens handed over every 0.4 s: a few events, not 40
+    local n = 0
+    s:close()
+    local again <close> = open { hold = 0.4 }
+    for ev in again:events() do if ev.type == "text" then n = n + 1 end end
+    assert.is_true(n >= 2 and n <= 6, ("%d text events"):format(n))
+    -- the first token's time is when it was read, not when it was handed over
+    local at = s:first_at()
+    assert.is_true(at - t0 >= 0.29, "first_at before the daemon's time to first token")
+    assert.is_true(at < first_seen, "first_at is the handing over")
+  end)
+
+  it("hands the end over at once, whatever the hold", function()
+    local t0 = mirza.now()
+    local s <close> = open { hold = 600 }
+    local r = H.drain(s)
+    assert.equal(TEXT, r.text)
+    assert.equal("done", r.last.type)
+    assert.is_true(mirza.now() - t0 < 60, "the end waited for the hold")
+    assert.is_number(s:first_at())
+  end)
+
+  it("holds nothing with hold = false or 0, and refuses a negative hold, naming it", function()
+    for _, h in ipairs { false, 0 } do
+      local s <close> = open { hold = h }
+      local n = 0
+      for ev in s:events() do if ev.type == "text" then n = n + 1 end end
+      assert.is_true(n > 10, ("%d text events with hold = %s"):format(n, tostring(h)))
+    end
+    local ok, err = pcall(open, { hold = -1 })
+    assert.is_false(ok)
+    assert.matches("'hold' must be a non%-negative number of seconds", err)
+  end)
+
+  it("gives a batch item's ttft_ms as the first token was read, not as its text was handed over", function()
+    local batch = require "mirza.batch"
+    local input, output = H.tmpname(".jsonl"), H.tmpname(".jsonl")
+    local lines = {}
+    for i = 1, 3 do
+      lines[i] = mirza.json.encode { custom_id = "h" .. i, body = { messages = { { role = "user", content = "q" } },
+        mirza_sim = { text = TEXT, tok_rate = 40, ttft_ms = 300 } } }
+    end
+    H.write_file(input, table.concat(lines, "\n") .. "\n")
+    local st = assert(batch.run { input = input, output = output, endpoints = { sim.base }, model = "m",
+      quiet = true, progress = false, hold = 1 })
+    assert.equal(3, st.done_now)
+    local n = 0
+    for line in io.lines(output) do
+      local rec = mirza.json.decode(line)
+      n = n + 1
+      assert.equal(TEXT, rec.response.body.choices[1].message.content)
+      -- the daemon's 300 ms, and at most a tick or two more: handed over
+      -- every second, the text would say 1300 or more
+      local ttft = rec.mirza.ttft_ms
+      assert.is_true(ttft >= 290 and ttft < 900, ("ttft_ms %s"):format(tostring(ttft)))
+      assert.is_true(rec.mirza.tok_s > 20 and rec.mirza.tok_s < 80, ("tok_s %s"):format(tostring(rec.mirza.tok_s)))
+    end
+    assert.equal(3, n)
+    os.remove(input)
+    os.remove(output)
+  end)
+
+  it("in a ticking scheduler, waits once per tick for held streams, not once per frame", function()
+    local l, texts, fns = loop.new { tick = 0.1 }, {}, {}
+    for i = 1, 8 do
+      fns[i] = function()
+        local s <close> = open { hold = 0.3 }
+        local parts = {}
+        for ev in s:events() do
+          if ev.type == "text" then parts[#parts + 1] = ev.text
+          elseif ev.type == "error" then error(ev.message) end
+        end
+        texts[i] = table.concat(parts)
+      end
+    end
+    local before = switches()
+    local _, errs, nerr = loop.gather(fns, { loop = l })
+    local slept = before and switches() - before
+    assert.are.equal(0, nerr, nerr > 0 and select(2, next(errs)) or nil)
+    for i = 1, 8 do assert.equal(TEXT, texts[i]) end
+    -- 320 frames in 1.3 s, 8 streams in step: read as they come, about 140
+    -- waits; a wait per tick, a dozen or so (and the start's connections)
+    if slept then assert.is_true(slept < 70, ("%d waits for 320 frames"):format(slept)) end
+  end)
+end)
