@@ -119,7 +119,9 @@ end
 ---Timers, sleeps and a task's stream timeouts still fire on time (a pause
 ---ends at the next timer); what comes up to a tick late is the streams'
 ---data (a first token, the end) and the C clocks (stall, header and
----connect timeouts).
+---connect timeouts). Streams opened with `hold` (`mirza.open`) are read
+---once per tick too while they hold what came, and wake their task only
+---when they hand it over.
 ---@param opts? {on_error?: fun(task: mirza.Task, message: string), tick?: number}
 ---@return mirza.Loop
 function M.new(opts)
