@@ -251,6 +251,17 @@ function H.self_pid()
   return pid
 end
 
+--- A count of this process from a /proc/self file: `H.proc_count("io",
+--- "syscw")` (write system calls), `H.proc_count("status",
+--- "voluntary_ctxt_switches")` (waits that slept); nil where /proc is not.
+function H.proc_count(file, field)
+  local f = io.open("/proc/self/" .. file)
+  if not f then return nil end
+  local n = tonumber(f:read("a"):match(field .. ":%s*(%d+)"))
+  f:close()
+  return n
+end
+
 --- Poll fn every `step` seconds until it returns a truthy value (returned)
 --- or `timeout` seconds pass (nil).
 function H.wait_for(fn, timeout, step)

@@ -10,13 +10,7 @@ local H = require "tests.helper"
 
 -- This process's voluntary context switches (a wait that slept), or nil
 -- where /proc is not there.
-local function switches()
-  local f = io.open("/proc/self/status")
-  if not f then return nil end
-  local n = tonumber(f:read("a"):match("voluntary_ctxt_switches:%s*(%d+)"))
-  f:close()
-  return n
-end
+local function switches() return H.proc_count("status", "voluntary_ctxt_switches") end
 
 describe("mirza.open hold", function()
   local sim

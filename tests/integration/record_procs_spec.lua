@@ -188,13 +188,7 @@ end)
 
 describe("a runs.jsonl line", function()
   -- /proc/self/io counts this process's write system calls
-  local function writes()
-    local f = io.open("/proc/self/io")
-    if not f then return nil end
-    local n = tonumber(f:read("a"):match("syscw:%s*(%d+)"))
-    f:close()
-    return n
-  end
+  local function writes() return H.proc_count("io", "syscw") end
 
   it("goes out in one write, however long (lines of several processes cannot interleave)", function()
     if not writes() then
