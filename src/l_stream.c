@@ -357,8 +357,10 @@ static int s_chunks(lua_State *L) { return iterate(L, chunks_iter); }
 static int s_gc(lua_State *L) {
   lstream *u = to_stream(L, 1);
   if (u->s) {
-    u->first_at = mz_stream_first_at(u->s);
-    if (u->ctx->client) mz_stream_close(u->s); /* else freed with the client */
+    if (u->ctx->client) { /* else freed with the client (nothing to read) */
+      u->first_at = mz_stream_first_at(u->s);
+      mz_stream_close(u->s);
+    }
     u->s = NULL;
   }
   return 0;
