@@ -135,14 +135,13 @@ static item *q_push(mz_stream *s, mz_evtype t, int index) {
     s->q = q;
     s->qcap = cap;
   }
-  if (s->hold_s <= 0 || s->term) {
-    mark_ready(s);
-  } else if (!s->holding && s->qhead == s->qlen) { /* the first of a new hold */
+  /* holding is never set without hold_s, nor once the end came */
+  if (s->hold_s > 0 && !s->term && !s->holding && s->qhead == s->qlen) { /* the first of a new hold */
     s->holding = 1;
     s->held_until = mz_now() + s->hold_s;
     mz_note_deadline(s->c, s->held_until); /* the driver hands it over then (mz_release_held) */
   } else if (!s->holding) {
-    mark_ready(s); /* handed over already, not yet taken: it goes with the rest */
+    mark_ready(s); /* no hold, or handed over already and not yet taken: it goes with the rest */
   }
   item *it = &s->q[s->qlen++];
   it->type = t;
