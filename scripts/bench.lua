@@ -322,11 +322,12 @@ local function write_calls() return proc_self("io", "syscw:%s*(%d+)") end
 -- {tokens, cpu, wall}: write calls per record (OUTPUT is a file).
 function runners.batchjob(p)
   local batch = require "mirza.batch"
-  local per = p.tokens // p.streams
+  local items = p.items or p.streams
+  local per = p.tokens // items
   local input, output = os.tmpname(), os.tmpname()
   local f = assert(io.open(input, "w"))
   local b = body { tokens = per, reasoning = p.reasoning, rate = p.rate, fpc = 1 }
-  for i = 1, p.streams do
+  for i = 1, items do
     b.messages[1].content = "bench " .. i
     f:write(json.encode { custom_id = "item-" .. i, body = b }, "\n")
   end
@@ -357,7 +358,7 @@ function runners.batchjob(p)
   os.remove(input)
   os.remove(output)
   assert(st, err)
-  assert(st.errors == 0 and st.done_now == p.streams, "batch: items failed")
+  assert(st.errors == 0 and st.done_now == items, "batch: items failed")
   return { tokens = st.tokens, cpu = cpu, wall = wall, records = st.done_now,
     writes_per_record = w0 and w1 and (w1 - w0) / st.done_now,
     progress_share = p.progress and spent / wall, progress_lines = p.progress and lines }

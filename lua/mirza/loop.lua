@@ -39,8 +39,14 @@ local CANCEL = setmetatable({}, { __name = "mirza.loop.cancel", __tostring = fun
 
 -- The scheduler resuming a task right now (nil outside any task).
 local running_loop = nil
--- Stream -> the scheduler with a task waiting on it.
-local awaited = setmetatable({}, { __mode = "k" })
+-- Stream -> the task waiting on it (its loop is task.loop), false when
+-- none does any more. Unwaiting leaves false, not nil: a key set to nil
+-- is freed at the next collection, and a map of n streams that churns
+-- (a batch: a new stream per item) would then insert a new key per wait.
+-- Lua sizes a hash part to fit exactly, so at 255 or 256 live streams
+-- every insert rehashed the whole part (5 µs at 256, 9 at 512). Weak
+-- keys: a stream collected drops out, so the map holds the streams alive.
+local waiter = setmetatable({}, { __mode = "k" })
 
 -- ----------------------------------------------------------------- heap
 
@@ -130,7 +136,6 @@ function M.new(opts)
     runq = {}, rhead = 1, rtail = 0, -- tasks to resume
     rargs = {}, rmany = {},          -- with their resume value (rmany: values packed)
     timers = {}, seq = 0, ndead = 0,
-    waiting = {},                    -- Stream -> task waiting on it
     nwaiting = 0,                    -- tasks waiting on a stream
     alive = 0,                       -- tasks not finished
     ids = 0,
@@ -320,10 +325,9 @@ end
 
 -- Wait for stream s to have news (or `timeout` seconds): "stream" or "timer".
 function Loop:_await_stream(t, s, timeout)
-  if self.waiting[s] then error("mirza.loop: two tasks wait on the same stream", 4) end
+  if waiter[s] then error("mirza.loop: two tasks wait on the same stream", 4) end
   local token = self:_arm(t)
-  self.waiting[s] = t
-  awaited[s] = self
+  waiter[s] = t
   self.nwaiting = self.nwaiting + 1
   t.waiting_on = s
   local timer
@@ -339,8 +343,7 @@ end
 function Loop:_unwait(t)
   local s = t.waiting_on
   if s then
-    self.waiting[s] = nil
-    awaited[s] = nil
+    waiter[s] = false
     self.nwaiting = self.nwaiting - 1
     t.waiting_on = nil
   end
@@ -382,9 +385,8 @@ function hook(op, x, timeout)
   elseif op == "open" then
     l.current.streams[x] = true
   elseif op == "closed" then
-    local w = awaited[x]
-    local t = w and w.waiting[x]
-    if t then w:_wake(t, t.token, "closed") end
+    local t = waiter[x]
+    if t then t.loop:_wake(t, t.token, "closed") end
   end
 end
 
@@ -410,6 +412,11 @@ function Loop:_run_ready()
       end
     end
   end
+  -- Drained: start again at 1, so the indices stay in the tables' array
+  -- parts. Ever-growing ones would live in the hash parts, where a queue
+  -- of one or two entries fills its part at each push: a rehash per
+  -- resume, in each of the three tables.
+  if self.rhead > self.rtail then self.rhead, self.rtail = 1, 0 end
 end
 
 -- Fire the timers that are due.
@@ -495,13 +502,15 @@ function Loop:_poll(timeout)
   local list, n = core.ready(timeout, self.buf, self.tick) -- held streams: looked at once per tick
   self.polls = self.polls + 1
   for i = 1, n do
-    local t = self.waiting[list[i]]
-    if t then self:_wake(t, t.token, "stream") end
+    local t = waiter[list[i]]
+    if t and t.loop == self then self:_wake(t, t.token, "stream") end
   end
   if n == 0 and not timeout then
     -- Nothing runs any more yet tasks wait on streams (closed under them):
     -- let them look again rather than wait forever. Never on a normal path.
-    for _, t in pairs(self.waiting) do self:_wake(t, t.token, "stream") end
+    for _, t in pairs(waiter) do
+      if t and t.loop == self then self:_wake(t, t.token, "stream") end
+    end
   end
   self:_fire_timers()
 end
