@@ -45,7 +45,9 @@ local running_loop = nil
 -- (a batch: a new stream per item) would then insert a new key per wait.
 -- Lua sizes a hash part to fit exactly, so at 255 or 256 live streams
 -- every insert rehashed the whole part (5 µs at 256, 9 at 512). Weak
--- keys: a stream collected drops out, so the map holds the streams alive.
+-- keys: a stream collected drops out. Its values are held weakly too (an
+-- ephemeron: only while the stream lives, and a waiting task's stream is
+-- on that task's stack), so each loop holds its live tasks itself (live).
 local waiter = setmetatable({}, { __mode = "k" })
 
 -- ----------------------------------------------------------------- heap
@@ -137,6 +139,7 @@ function M.new(opts)
     rargs = {}, rmany = {},          -- with their resume value (rmany: values packed)
     timers = {}, seq = 0, ndead = 0,
     nwaiting = 0,                    -- tasks waiting on a stream
+    live = {}, free = {},            -- the tasks not finished, by slot (t.slot); the slots free in live
     alive = 0,                       -- tasks not finished
     ids = 0,
     buf = {},                        -- reused by mirza.ready
@@ -199,6 +202,9 @@ function Loop:spawn(fn, ...)
     end, ...)
   end)
   self.alive = self.alive + 1
+  local free, slot = self.free, #self.free -- a slot of live: an array, reused, no hash to grow
+  if slot > 0 then free[slot], slot = nil, free[slot] else slot = #self.live + 1 end
+  t.slot, self.live[slot] = slot, t
   self:_push(t, ...)
   return t
 end
@@ -207,6 +213,7 @@ end
 function Loop:_finish(t, ok, err, code, results)
   t.status, t.ok = "done", ok
   self.alive = self.alive - 1
+  self.live[t.slot], self.free[#self.free + 1] = false, t.slot
   -- Its timers go with it: a cancelled task's sleep or stream timeout and a
   -- finished task's deadline would keep step() waiting for nothing.
   if t.timer then self:cancel_timer(t.timer) t.timer = nil end

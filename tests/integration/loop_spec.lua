@@ -79,6 +79,28 @@ describe("mirza.loop", function()
     assert.equal(0, mirza.streams())
   end)
 
+  it("keeps a task waiting on a stream alive through collections, though nothing else holds it", function()
+    -- spawned and dropped: only the scheduler holds these tasks while their
+    -- streams wait (each stream itself only on its task's stack)
+    local l, texts, done = loop.new(), {}, 0
+    for i = 1, 32 do
+      l:spawn(function()
+        local s <close> = open(sim, text_for(i, 20))
+        texts[i] = read_all(s)
+        done = done + 1
+      end)
+    end
+    local deadline = mirza.now() + 30 -- a task collected never ends: fail, not hang
+    l:spawn(function()
+      while done < 32 and mirza.now() < deadline do
+        collectgarbage("collect")
+        mirza.sleep(0.01)
+      end
+    end)
+    l:run(function() return done == 32 or mirza.now() >= deadline end)
+    for i = 1, 32 do assert.equal(text_for(i, 20), texts[i]) end
+  end)
+
   it("shares the time between streams flat out: every one progresses", function()
     local l = loop.new()
     local n, words = 16, 2000
