@@ -111,6 +111,52 @@ function M.wire(calls)
   return out
 end
 
+---What the stage does with an event that is not a delta: a `tool_call`
+---goes into `acc`; a `done` after calls becomes one `tool_call_done`
+---event per call, then the `done` with `tool_calls`. Returns the event to
+---hand out now; the others wait in `q` (`q[q.h..q.t]`, see `M.pop`).
+---For a source that checks the type itself (a turn's: no stage of its
+---own per delta).
+---@param acc table
+---@param ev table
+---@param q {h: integer, t: integer}
+---@return table ev
+function M.take(acc, ev, q)
+  local ty = ev.type
+  if ty == "tool_call" then
+    M.add(acc, ev.calls)
+  elseif ty == "done" and next(acc.slots) then
+    local calls = M.finish(acc)
+    ev.tool_calls = calls
+    local n = q.t
+    for _, c in ipairs(calls) do
+      n = n + 1
+      q[n] = { type = "tool_call_done", call = c }
+    end
+    q[n + 1], q.t = ev, n + 1
+    return M.pop(q)
+  end
+  return ev
+end
+
+---The next event `take` queued (nil when none is).
+---@param q {h: integer, t: integer}
+---@return table|nil
+function M.pop(q)
+  local h = q.h
+  if h > q.t then return nil end
+  local ev = q[h]
+  q[h], q.h = nil, h + 1
+  if h == q.t then q.h, q.t = 1, 0 end
+  return ev
+end
+
+---A queue for `take` and `pop`.
+---@return {h: integer, t: integer}
+function M.queue()
+  return { h = 1, t = 0 }
+end
+
 ---Pipeline stage: events pass through; at `done`, one `tool_call_done`
 ---event per call, then the `done` with `tool_calls` (when there are any).
 ---`opts.acc` lets the caller see the fragments of a turn cut short.
@@ -119,27 +165,13 @@ end
 ---@return mirza.EventIter
 function M.stage(up, opts)
   local acc = opts and opts.acc or M.accumulator()
-  local pending, ph, pt = {}, 1, 0 -- events to hand out before pulling again: pending[ph..pt]
+  local q, take, pop = M.queue(), M.take, M.pop
   return function()
-    if ph <= pt then
-      local ev = pending[ph]
-      pending[ph], ph = nil, ph + 1
-      return ev
-    end
+    if q.h <= q.t then return pop(q) end
     local ev = up()
     if not ev then return nil end
     local ty = ev.type
-    if ty == "tool_call" then
-      M.add(acc, ev.calls)
-    elseif ty == "done" and next(acc.slots) then
-      local calls = M.finish(acc)
-      ev.tool_calls = calls
-      for i, c in ipairs(calls) do pending[i] = { type = "tool_call_done", call = c } end
-      pending[#calls + 1] = ev
-      local first = pending[1]
-      pending[1], ph, pt = nil, 2, #calls + 1
-      return first
-    end
+    if ty == "tool_call" or ty == "done" then return take(acc, ev, q) end
     return ev
   end
 end

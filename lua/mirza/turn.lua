@@ -84,6 +84,7 @@ end
 ---@class mirza.Turn
 ---@field cancelled boolean
 ---@field finished boolean
+---@field events mirza.EventIter the pipeline's iterator (the turn's own iterator: it, then `finish` at the end)
 local Turn = {}
 Turn.__index = Turn
 
@@ -172,10 +173,15 @@ end
 -- The source: the stream's events (a 409 from the engine's own previous
 -- request waited out, a failed endpoint of a pool replaced), a dead daemon
 -- diagnosed ("exited" with the status and log tail), and one `cut` event
--- after a cancel.
+-- after a cancel. Tool calls are gathered here too, as mirza.tools.stage
+-- would (into t.tool_acc; at `done`, a `tool_call_done` per call first):
+-- a delta costs no stage call of its own for them.
 local function source(e, t)
   local cut_sent = false
+  local tools = require "mirza.tools"
+  local acc, q, take, pop = t.tool_acc, tools.queue(), tools.take, tools.pop
   return function()
+    if q.h <= q.t then return pop(q) end
     while true do
       if t.cancelled then
         if cut_sent then return nil end
@@ -185,8 +191,10 @@ local function source(e, t)
       local s = t.s
       if s:closed() then return nil end
       local ev = s:next()
-      if ev == nil or ev.type ~= "error" then -- the common case, one comparison
+      local ty = ev and ev.type
+      if ty ~= "error" then -- the common case, one comparison
         t.got_any = true
+        if ty == "tool_call" or ty == "done" then return take(acc, ev, q) end
         return ev
       end
       if not busy(t, ev) and (t.got_any or not failover(e, t, ev)) then
@@ -203,13 +211,12 @@ end
 local merge = require("mirza.util").merge
 
 -- The turn's stages: think tags, stats, repetition guard, the script's,
--- the turn's own.
+-- the turn's own (the tool calls are the source's).
 local function stages_of(e, t, opts, plan)
   local cfg = e.cfg
   local tags = opts.think_tags
   if tags == nil then tags = cfg.think_tags end
-  local list = {
-    { name = "tool_calls", fn = require("mirza.tools").stage, opts = { acc = t.tool_acc } },
+  local list = { -- the tool calls: gathered by the source
     { name = "think_tags", fn = policy.policy_stage(e, "mirza.thinktags"),
       opts = { mode = tags, hold = plan.budget > 0 } },
     { name = "stats", fn = tap_stage(t) },
@@ -264,7 +271,7 @@ function M.start(e, input, opts)
   local s = spec.open()
   t.s = s
   local it, _, _, closer = require("mirza.pipeline").compose(source(e, t), stages_of(e, t, opts, spec.plan))
-  t.pipeline_closer = closer
+  t.pipeline_closer, t.events = closer, it
   return function()
     if t.finished then return nil end
     local ev = it()
@@ -295,7 +302,15 @@ local function routed(e, input, topts, ropts)
     local _ <close> = t
     local r, guarded = policy.router(e, ropts)
     if builtin_only(e, topts) and not guarded then t.router, t.acc.text = r, false end -- one copy of the answer
-    for ev in it do r:feed(ev) end
+    local events = t.events -- what `it` does, without its call per event
+    while not t.finished do
+      local ev = events()
+      if ev == nil then
+        t:finish()
+        break
+      end
+      r:feed(ev)
+    end
     result = r:finish()
   end
   return result, t
