@@ -217,7 +217,7 @@ static int interrupted(mz_client *c) {
 static int wait_loop(mz_client *c, mz_stream *target, double end) {
   c->eintr = 0;
   for (int ms = 0;;) { /* first what is ready now, then wait */
-    drive(c, ms);
+    size_t read = drive(c, ms);
     int n = target ? mz_ready(target) : count_ready(c);
     if (n) return n;
     if ((n = interrupted(c))) return n;
@@ -226,6 +226,15 @@ static int wait_loop(mz_client *c, mz_stream *target, double end) {
     if (left <= 0) return 0;
     left = next_stall(c, now, left < 3600 ? left : 3600);
     ms = (int)ceil(left * 1000.0);
+    /* The target holds what came (its hold, mz_request.hold_ms): what
+     * comes meanwhile is not taken before its time either, so it waits in
+     * the socket and is read in one go then, not a wake-up per frame. At
+     * most MZ_HOLD_PAUSE_MS at a time: the end, when it comes during a
+     * long hold, is that late at most. */
+    if (target && target->holding && read > 0 && ms > 0) {
+      if ((n = mz_client_pause(c, ms < MZ_HOLD_PAUSE_MS ? ms : MZ_HOLD_PAUSE_MS))) return n;
+      ms = 0;
+    }
   }
 }
 

@@ -91,8 +91,15 @@ typedef struct mz_request {
                                   for a reader that wants the whole answer
                                   (with merge: one event per channel run).
                                   The end, an error, a timeout come at
-                                  once. 0: as they come */
+                                  once, or while a wait for this stream
+                                  pauses (it does, rather than wake per
+                                  frame) up to MZ_HOLD_PAUSE_MS late.
+                                  0: as they come */
 } mz_request;
+
+/* The longest a wait for one stream that holds its events pauses without
+ * reading (see hold_ms): what else comes is at most that late. */
+#define MZ_HOLD_PAUSE_MS 20
 
 /* MZ_NEXT_SIGNAL: a signal handler ran during the wait (EINTR) and the
  * interrupt flag is not set (stock lua5.4's SIGINT handler, which only

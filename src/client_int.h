@@ -85,6 +85,7 @@ struct mz_stream {
   FILE *rec;                /* record_path: the response as received; NULL when off */
   double hold_s;            /* mz_request.hold_ms in seconds; 0: off */
   double held_until;        /* holding: when the queue is handed over */
+  double pushed_at;         /* hold_s: when the last event was queued; 0: none yet */
   int holding;              /* queued events not yet handed over (hold_s) */
   double first_at;          /* the first think/text delta queued; 0: none */
 };

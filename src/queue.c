@@ -135,13 +135,19 @@ static item *q_push(mz_stream *s, mz_evtype t, int index) {
     s->q = q;
     s->qcap = cap;
   }
-  /* holding is never set without hold_s, nor once the end came */
-  if (s->hold_s > 0 && !s->term && !s->holding && s->qhead == s->qlen) { /* the first of a new hold */
-    s->holding = 1;
-    s->held_until = mz_now() + s->hold_s;
+  /* holding is never set without hold_s, nor once the end came. A hold
+   * starts on an empty queue when the previous event came less than a hold
+   * ago: a stream that comes slower than that (a daemon's 50 tokens/s
+   * under a 5 ms hold) has each event handed over at once, no later and
+   * with no wake-up more than without a hold. */
+  double now = s->hold_s > 0 ? mz_now() : 0, gap = now - s->pushed_at;
+  s->pushed_at = now;
+  if (s->hold_s > 0 && !s->term && !s->holding && s->qhead == s->qlen && gap < s->hold_s) {
+    s->holding = 1; /* the first of a new hold */
+    s->held_until = now + s->hold_s;
     mz_note_deadline(s->c, s->held_until); /* the driver hands it over then (mz_release_held) */
   } else if (!s->holding) {
-    mark_ready(s); /* no hold, or handed over already and not yet taken: it goes with the rest */
+    mark_ready(s); /* no hold, a slow stream, or handed over and not yet taken: it goes with the rest */
   }
   item *it = &s->q[s->qlen++];
   it->type = t;

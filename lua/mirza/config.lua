@@ -43,6 +43,10 @@ M.defaults = {
   think_tags = "auto",         -- <think> tags in content: "auto" | true | false | "open" (mirza.thinktags)
   prefill_tokens = 16,         -- max_tokens of the prefill request
   max_rounds = 8,              -- tool loop: most requests one `say` may take (mirza.tools)
+  hold = 0.005,                -- seconds: a turn that merges deltas (`say` without script stages, `merge`)
+                               -- hands them over at most this long after the first one came, what came
+                               -- meanwhile as one event (mirza.open's hold): a fast stream read in one go
+                               -- per hold, not a wake-up per token; false or 0: each read as it comes
 }
 
 -- Options without a default (nil unless given).
@@ -204,6 +208,10 @@ function M.config(opts, env)
   for name, spec in pairs(M.ENV) do
     local v = env(name)
     if v and v ~= "" then cfg[spec[1]], given[spec[1]] = coerce(v, spec[2]), true end
+  end
+  local hold = cfg.hold
+  if hold ~= false and not (type(hold) == "number" and hold >= 0 and hold <= 60) then -- NaN fails too
+    error(("mirza.engine: 'hold' must be seconds from 0 to 60, or false, got %s"):format(tostring(hold)), 3)
   end
   resolve_endpoint(cfg)
   -- No preset asked for: what answers is detected (Engine:load).

@@ -575,7 +575,7 @@ function Engine:_turn_begin(t, input, opts, schema)
   local req = { url = self.chat_url, body = self:body(messages, plan, opts, schema), headers = self:headers(),
     api_key = self.cfg.api_key, stall_timeout = self.cfg.stall_timeout, timeout = self.cfg.connect_timeout,
     header_timeout = self.cfg.header_timeout,
-    record = self.cfg.record, merge = merged == true }
+    record = self.cfg.record, merge = merged == true, hold = merged == true and self.cfg.hold or nil }
   self._turn, self.live_tok_s = t, nil
   return { plan = plan, endpoint = endpoint, busy_wait = self.cfg.busy_wait or 0,
     ctx = { info = info, prompt = prompt }, progress = function(v) self.live_tok_s = v end,

@@ -452,10 +452,14 @@ static void test_hold_until_released(void **state) {
   mz_stream *s = new_stream(&c, 1);
   s->hold_s = 30; /* far away: only a release or the end hands it over */
   double before = mz_now();
-  text(s, MZ_EV_THINK, 0, "Hmm. ");
+  text(s, MZ_EV_THINK, 0, "Hmm. "); /* the first event: nothing came less than a hold before it */
   double first = s->first_at;
   assert_true(first >= before && first <= mz_now());
-  text(s, MZ_EV_TEXT, 0, "Hel");
+  assert_true(mz_ready(s));
+  assert_ptr_equal(c.rhead, s);
+  expect(s, MZ_EV_THINK, 0, "Hmm. ");
+  mz_unmark_ready(s);
+  text(s, MZ_EV_TEXT, 0, "Hel"); /* right behind it: a hold starts */
   text(s, MZ_EV_TEXT, 0, "lo");
   assert_false(mz_ready(s));
   assert_int_equal(mz_stream_pending(s), 0);
@@ -465,9 +469,8 @@ static void test_hold_until_released(void **state) {
   assert_false(mz_ready(s));
   assert_int_equal(mz_release_held(s, s->held_until), 1);
   assert_ptr_equal(c.rhead, s);
-  assert_int_equal(mz_stream_pending(s), 3); /* items: merged as they are popped */
-  expect(s, MZ_EV_THINK, 0, "Hmm. ");
-  text(s, MZ_EV_TEXT, 0, "!"); /* handed over, not yet taken: it goes with the rest */
+  assert_int_equal(mz_stream_pending(s), 2); /* items: merged as they are popped */
+  text(s, MZ_EV_TEXT, 0, "!");               /* handed over, not yet taken: it goes with the rest */
   assert_true(mz_ready(s));
   const mz_event *e = next(s);
   assert_int_equal(e->deltas, 3);
@@ -481,6 +484,31 @@ static void test_hold_until_released(void **state) {
   expect(s, MZ_EV_TEXT, 0, " world");
   expect(s, MZ_EV_DONE, 0, NULL);
   assert_true(s->first_at == first); /* the first delta's, not a later one's */
+  free_stream(s);
+}
+
+/* A stream slower than its hold (each event more than a hold after the
+ * previous one) has each event handed over at once: a hold costs it no
+ * latency. */
+static void test_hold_skips_slow_streams(void **state) {
+  (void)state;
+  mz_client c = {0};
+  c.next_check = INFINITY;
+  mz_stream *s = new_stream(&c, 1);
+  s->hold_s = 0.005;
+  for (int i = 0; i < 3; i++) {
+    s->pushed_at = mz_now() - 2 * s->hold_s; /* the previous event came two holds ago */
+    text(s, MZ_EV_TEXT, 0, "tok");
+    assert_false(s->holding);
+    assert_true(mz_ready(s));
+    assert_ptr_equal(c.rhead, s);
+    expect(s, MZ_EV_TEXT, 0, "tok");
+    mz_unmark_ready(s);
+  }
+  text(s, MZ_EV_TEXT, 0, "fast"); /* right behind the last one: held */
+  assert_true(s->holding);
+  assert_false(mz_ready(s));
+  assert_null(c.rhead);
   free_stream(s);
 }
 
@@ -522,6 +550,7 @@ int main(void) {
       cmocka_unit_test(test_text_unescaped),
       cmocka_unit_test(test_merge_joins_a_run),
       cmocka_unit_test(test_hold_until_released),
+      cmocka_unit_test(test_hold_skips_slow_streams),
       cmocka_unit_test(test_merge_stops_at_anything_else),
       cmocka_unit_test(test_no_merge_unless_asked),
       cmocka_unit_test(test_steady_stream_reuses_memory),

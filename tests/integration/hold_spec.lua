@@ -102,6 +102,51 @@ describe("mirza.open hold", function()
     os.remove(output)
   end)
 
+  -- 2,000 tokens at 10,000 a second: 0.2 s, a frame every 0.1 ms
+  local FAST = ("f "):rep(2000)
+  local function fast_body() return H.chat_body("q", { mirza_sim = { text = FAST, tok_rate = 10000, ttft_ms = 0 } }) end
+
+  it("waiting on one fast stream, reads what it holds once per hold, not once per frame", function()
+    local s <close> = mirza.open { url = sim.url, merge = true, hold = 0.005, body = fast_body() }
+    local before = switches()
+    local parts, n = {}, 0
+    for ev in s:events() do
+      if ev.type == "text" then parts[#parts + 1], n = ev.text, n + 1
+      elseif ev.type == "error" then error(ev.message) end
+    end
+    local slept = before and switches() - before
+    assert.equal(FAST, table.concat(parts))
+    assert.is_true(n < 200, ("%d text events for 2000 tokens"):format(n))
+    -- a wake-up per frame: about 2,000; a pause per hold: about 40
+    if slept then assert.is_true(slept < 400, ("%d waits for 2000 frames"):format(slept)) end
+  end)
+
+  it("in an engine's say, hands a fast answer to the sinks once per hold (the engine's `hold`)", function()
+    local engine = require "mirza.engine"
+    local function say(hold)
+      local e = engine.new { base_url = sim.base .. "/v1", daemon = false, config_file = false, model_id = "m",
+        dialect = "mtplx", log = function() end, hold = hold }
+      assert(e:load())
+      local parts = {}
+      local st, res = e:say("q", { mode = "token", answer = function(text) parts[#parts + 1] = text end,
+        body_extra = { mirza_sim = { text = FAST, tok_rate = 10000, ttft_ms = 0 } }, max_tokens = 2100 })
+      e:close()
+      assert(st, res)
+      assert.equal(FAST, table.concat(parts))
+      assert.equal(FAST, res.answer)
+      return #parts
+    end
+    local held = say(nil) -- the default: 5 ms
+    assert.is_true(held < 200, ("%d sink calls for 2000 tokens"):format(held))
+    say(false) -- off: every byte too
+    for _, bad in ipairs { -1, "5", 61 } do
+      local ok, err = pcall(engine.new,
+        { base_url = sim.base .. "/v1", daemon = false, config_file = false, hold = bad })
+      assert.is_false(ok)
+      assert.matches("'hold' must be seconds from 0 to 60, or false, got " .. tostring(bad), err, 1, true)
+    end
+  end)
+
   it("in a ticking scheduler, waits once per tick for held streams, not once per frame", function()
     local l, texts, fns = loop.new { tick = 0.1 }, {}, {}
     for i = 1, 8 do
