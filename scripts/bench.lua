@@ -124,7 +124,7 @@ function runners.core(p)
   local c0, t0 = os.clock(), mirza.now()
   for ev in s:events() do
     local ty = ev.type
-    if ty == "text" or ty == "think" then count = count + 1
+    if ty == "text" or ty == "think" then count = count + (ev.deltas or 1) -- merged (p.hold): several
     elseif ty == "error" then error(ev.message) end
   end
   return { tokens = count, cpu = os.clock() - c0, wall = mirza.now() - t0 }
