@@ -213,7 +213,10 @@ end
 function Loop:_finish(t, ok, err, code, results)
   t.status, t.ok = "done", ok
   self.alive = self.alive - 1
-  self.live[t.slot], self.free[#self.free + 1] = false, t.slot
+  local slot = t.slot
+  if slot then -- once: a slot freed twice would be given to two tasks
+    self.live[slot], self.free[#self.free + 1], t.slot = false, slot, nil
+  end
   -- Its timers go with it: a cancelled task's sleep or stream timeout and a
   -- finished task's deadline would keep step() waiting for nothing.
   if t.timer then self:cancel_timer(t.timer) t.timer = nil end
