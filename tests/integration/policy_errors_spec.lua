@@ -86,7 +86,8 @@ describe("a policy that raises while the turn runs", function()
     logs = {}
     local opts = { base_url = sim.base .. "/v1", daemon = false, model_id = "mirza-sim", config_file = false,
       max_tokens = 64, log = function(level, msg) logs[#logs + 1] = { level = level, msg = msg } end,
-      body_extra = { mirza_sim = { text = TEXT, tok_rate = 2000 } } }
+      body_extra = { mirza_sim = { text = TEXT, tok_rate = 2000 } },
+      hold = false } -- each read as it comes: a policy breaks between two deltas, not in one held event
     for k, v in pairs(extra or {}) do opts[k] = v end
     return engine.new(opts)
   end
