@@ -84,7 +84,6 @@ end
 ---@class mirza.Turn
 ---@field cancelled boolean
 ---@field finished boolean
----@field events mirza.EventIter the pipeline's iterator (the turn's own iterator: it, then `finish` at the end)
 local Turn = {}
 Turn.__index = Turn
 
@@ -271,7 +270,7 @@ function M.start(e, input, opts)
   local s = spec.open()
   t.s = s
   local it, _, _, closer = require("mirza.pipeline").compose(source(e, t), stages_of(e, t, opts, spec.plan))
-  t.pipeline_closer, t.events = closer, it
+  t.pipeline_closer = closer
   return function()
     if t.finished then return nil end
     local ev = it()
@@ -302,15 +301,7 @@ local function routed(e, input, topts, ropts)
     local _ <close> = t
     local r, guarded = policy.router(e, ropts)
     if builtin_only(e, topts) and not guarded then t.router, t.acc.text = r, false end -- one copy of the answer
-    local events = t.events -- what `it` does, without its call per event
-    while not t.finished do
-      local ev = events()
-      if ev == nil then
-        t:finish()
-        break
-      end
-      r:feed(ev)
-    end
+    for ev in it do r:feed(ev) end
     result = r:finish()
   end
   return result, t
