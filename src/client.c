@@ -175,6 +175,18 @@ static size_t drive(mz_client *c, int ms) {
   return k;
 }
 
+/* drive() after a pause: every socket that became ready meanwhile, not
+ * only the first MZ_FIRED_MAX (a wait reports at most that many, the wake
+ * pipe among them): a tick reads each stream once, however many there
+ * are. Bounded by the streams there are, in case sockets keep coming
+ * ready while it reads. */
+static size_t drive_all(mz_client *c) {
+  size_t k, total = 0, rounds = c->nstreams / (MZ_FIRED_MAX - 1) + 1;
+  do total += k = drive(c, 0);
+  while (k >= MZ_FIRED_MAX - 1 && rounds--);
+  return total;
+}
+
 static int count_ready(const mz_client *c) {
   int n = 0;
   for (const mz_stream *s = c->streams; s; s = s->next) n += mz_ready(s);
@@ -216,8 +228,9 @@ static int interrupted(mz_client *c) {
  */
 static int wait_loop(mz_client *c, mz_stream *target, double end) {
   c->eintr = 0;
-  for (int ms = 0;;) { /* first what is ready now, then wait */
-    size_t read = drive(c, ms);
+  for (int ms = 0, paused = 0;;) { /* first what is ready now, then wait */
+    size_t read = paused ? drive_all(c) : drive(c, ms);
+    paused = 0;
     int n = target ? mz_ready(target) : count_ready(c);
     if (n) return n;
     if ((n = interrupted(c))) return n;
@@ -234,6 +247,7 @@ static int wait_loop(mz_client *c, mz_stream *target, double end) {
     if (target && target->holding && read > 0 && ms > 0) {
       if ((n = mz_client_pause(c, ms < MZ_HOLD_PAUSE_MS ? ms : MZ_HOLD_PAUSE_MS))) return n;
       ms = 0;
+      paused = 1;
     }
   }
 }
@@ -259,12 +273,21 @@ int mz_client_sleep(mz_client *c, long timeout_ms) {
 
 /* A scheduler's tick (see client.h): poll the wake pipe alone, so the
  * bytes that arrive meanwhile wait in the sockets' buffers and the next
- * drive reads them together, one read per socket instead of one per
- * frame. The stall clocks lose nothing: drive() stamps the ready sockets
- * before it checks them. */
+ * drive reads them together (drive_all: every ready socket, one read
+ * each) instead of one read per frame. The stall clocks lose nothing:
+ * drive() stamps the ready sockets before it checks them. */
 int mz_client_pause(mz_client *c, long timeout_ms) {
   c->eintr = 0;
   if (c->intr && *c->intr) return MZ_NEXT_INTERRUPTED; /* its wake byte may be drained already */
+  if (timeout_ms > 0 && c->timer_at <= mz_now()) {
+    /* libcurl's timers that are due, first: a transfer added since the
+     * last drive sends its request now (on a kept connection; a new one
+     * starts connecting), so the daemon works through the pause instead
+     * of a tick later. No socket is read for it. */
+    int running;
+    c->timer_at = INFINITY; /* on_timer may set it again from inside */
+    curl_multi_socket_action(c->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+  }
   if (timeout_ms > 0) {
     struct pollfd p = {.fd = c->wake[0], .events = POLLIN};
     int r = poll(&p, 1, timeout_ms > INT_MAX ? INT_MAX : (int)timeout_ms);
@@ -282,7 +305,9 @@ int mz_client_wait_ready_paced(mz_client *c, long timeout_ms, long tick_ms) {
   double end = deadline_from(timeout_ms);
   c->eintr = 0;
   for (int ms = 0, rc;;) {
-    size_t read = drive(c, ms);
+    /* at a tick, each look (the first comes after the scheduler's own
+     * pause) takes every socket that is ready */
+    size_t read = tick_ms > 0 && ms == 0 ? drive_all(c) : drive(c, ms);
     while (c->rhead && !mz_ready(c->rhead)) mz_unmark_ready(c->rhead); /* drained meanwhile */
     if (c->rhead) return 1;
     if ((rc = interrupted(c))) return rc;

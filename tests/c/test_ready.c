@@ -15,6 +15,7 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,7 +45,7 @@ static int start_sim(void **state) {
   unlink(port_file);
   sim_pid = fork();
   if (sim_pid == 0) {
-    execl(bin, bin, "--port", "0", "--port-file", port_file, "--parallel", "16", "--quiet", "--heartbeat-ms", "0",
+    execl(bin, bin, "--port", "0", "--port-file", port_file, "--parallel", "256", "--quiet", "--heartbeat-ms", "0",
           (char *)NULL);
     _exit(127);
   }
@@ -272,12 +273,114 @@ static void test_scheduler_reuses_memory(void **state) {
   mz_client_free(c);
 }
 
+/* Wait (up to the deadline) until every socket of s[0..n) has bytes
+ * waiting to be read. */
+static void wait_all_readable(mz_stream **s, int n, double end) {
+  struct pollfd p[256];
+  assert_true(n <= 256);
+  for (int i = 0; i < n; i++) {
+    assert_true(s[i]->sock != CURL_SOCKET_BAD);
+    p[i] = (struct pollfd){.fd = s[i]->sock, .events = POLLIN};
+  }
+  int readable = 0;
+  while (readable < n && mz_now() < end) {
+    for (int i = 0; i < n; i++) p[i].revents = 0;
+    if (poll(p, (nfds_t)n, 100) < 0) continue;
+    readable = 0;
+    for (int i = 0; i < n; i++) readable += (p[i].revents & POLLIN) != 0;
+  }
+  assert_int_equal(n, readable);
+}
+
+/* How many of s[0..n) had bytes read since `since`. */
+static int read_since(mz_stream **s, int n, double since) {
+  int k = 0;
+  for (int i = 0; i < n; i++) k += s[i]->last_rx >= since;
+  return k;
+}
+
+/* One look after a pause reads every socket that is ready, not only the
+ * first MZ_FIRED_MAX (64) that one wait reports: with 150 paced streams
+ * whose sockets all hold unread bytes, a scheduler's look at its tick
+ * reads them all, and so does a wait on one held stream once it paused.
+ * (Reading 64 per look, the rest waited for the next tick, and the next:
+ * 256 streams were each read every fourth tick, and a batch item's end
+ * was seen up to that late.) */
+static void test_look_reads_every_ready_socket(void **state) {
+  (void)state;
+  SKIP_WITHOUT_SIM();
+  enum { N = 150 };
+  char body[512], err[128];
+  snprintf(body, sizeof body,
+           "{\"model\":\"x\",\"stream\":true,\"max_tokens\":210,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+           "\"mirza_sim\":{\"answer_tokens\":200,\"tok_rate\":20,\"ttft_ms\":0}}");
+  mz_client *c = mz_client_new(NULL);
+  mz_request r = {.url = url, .body = body, .body_len = strlen(body), .hold_ms = 60000};
+  mz_stream *s[N], *out[16];
+  for (int i = 0; i < N; i++) {
+    s[i] = mz_stream_open(c, &r, err, sizeof err);
+    assert_non_null(s[i]);
+  }
+  /* every answer under way: its first token read and taken, so what
+   * comes next is held (a hold starts on an empty queue) */
+  const mz_event *ev;
+  double end = mz_now() + 30;
+  int started = 0;
+  while (started < N && mz_now() < end) {
+    mz_client_wait_ready(c, 100);
+    while (mz_client_ready(c, out, 16) > 0) {}
+    started = 0;
+    for (int i = 0; i < N; i++) started += s[i]->first_at > 0;
+  }
+  assert_int_equal(N, started);
+  for (int i = 0; i < N; i++)
+    while (mz_stream_pending(s[i]) && mz_stream_next(s[i], 0, &ev) == MZ_NEXT_EVENT) {}
+  /* a tick's look (no wait): every socket with bytes waiting is read */
+  wait_all_readable(s, N, end);
+  double before = mz_now();
+  mz_client_wait_ready_paced(c, 0, 100);
+  assert_int_equal(N, read_since(s, N, before));
+  /* a 20 ms wait on one stream that holds what came: one look, a pause
+   * (MZ_HOLD_PAUSE_MS), one look; the two read them all */
+  assert_true(s[0]->holding);
+  wait_all_readable(s, N, end);
+  before = mz_now();
+  assert_int_equal(MZ_NEXT_TIMEOUT, mz_stream_next(s[0], MZ_HOLD_PAUSE_MS, &ev));
+  assert_int_equal(N, read_since(s, N, before));
+  for (int i = 0; i < N; i++) mz_stream_close(s[i]);
+  mz_client_free(c);
+}
+
+/* A pause (the scheduler's tick) sends the request of a stream opened
+ * since the last wait before it sleeps: the daemon works through the
+ * tick instead of getting the request a tick later. On a kept connection
+ * the request is out when the pause returns. */
+static void test_pause_sends_new_requests(void **state) {
+  (void)state;
+  SKIP_WITHOUT_SIM();
+  mz_client *c = mz_client_new(NULL);
+  mz_stream *a = open_chat(c, "w", 0);
+  drive_until_finished(c, a); /* its connection is kept for the next */
+  mz_stream_close(a);
+  mz_stream *b = open_chat(c, "x", 0);
+  long sent = -1;
+  assert_int_equal(CURLE_OK, curl_easy_getinfo(b->easy, CURLINFO_REQUEST_SIZE, &sent));
+  assert_int_equal(0, sent);
+  assert_int_equal(0, mz_client_pause(c, 1));
+  assert_int_equal(CURLE_OK, curl_easy_getinfo(b->easy, CURLINFO_REQUEST_SIZE, &sent));
+  assert_true(sent > 0);
+  drive_until_finished(c, b);
+  mz_stream_close(b);
+  mz_client_free(c);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_lists_only_ready),           cmocka_unit_test(test_edge_triggered),
       cmocka_unit_test(test_event_lists_before_end),     cmocka_unit_test(test_fifo_and_batches),
       cmocka_unit_test(test_drained_and_closed_skipped), cmocka_unit_test(test_idle_returns),
-      cmocka_unit_test(test_scheduler_reuses_memory),
+      cmocka_unit_test(test_scheduler_reuses_memory),    cmocka_unit_test(test_look_reads_every_ready_socket),
+      cmocka_unit_test(test_pause_sends_new_requests),
   };
   return cmocka_run_group_tests(tests, start_sim, stop_sim);
 }
