@@ -271,30 +271,57 @@ int mz_client_sleep(mz_client *c, long timeout_ms) {
   }
 }
 
-/* A scheduler's tick (see client.h): poll the wake pipe alone, so the
- * bytes that arrive meanwhile wait in the sockets' buffers and the next
- * drive reads them together (drive_all: every ready socket, one read
- * each) instead of one read per frame. The stall clocks lose nothing:
- * drive() stamps the ready sockets before it checks them. */
+/* The streams still waiting for their first token (first_at 0) whose
+ * socket is known: into p[1..], at most max - 1 of them; returns how many
+ * entries p has with the wake pipe in p[0]. */
+static nfds_t fresh_sockets(const mz_client *c, struct pollfd *p, nfds_t max) {
+  nfds_t n = 1;
+  p[0] = (struct pollfd){.fd = c->wake[0], .events = POLLIN};
+  for (const mz_stream *s = c->streams; s && n < max; s = s->next)
+    if (s->easy && !s->term && s->first_at == 0 && s->sock != CURL_SOCKET_BAD)
+      p[n++] = (struct pollfd){.fd = s->sock, .events = POLLIN};
+  return n;
+}
+
+/* A scheduler's tick (see client.h): what arrives for the streams under
+ * way waits in their sockets' buffers and the next drive reads it together
+ * (drive_all: every ready socket, one read each) instead of one read per
+ * frame. Only the streams still waiting for their first token are read as
+ * their bytes come (up to MZ_FRESH_MAX of them): their head and first
+ * token are timed to the read, not to the tick (ttft), and an error answer
+ * is not a tick late. The stall clocks lose nothing: drive() stamps the
+ * ready sockets before it checks them. */
 int mz_client_pause(mz_client *c, long timeout_ms) {
   c->eintr = 0;
   if (c->intr && *c->intr) return MZ_NEXT_INTERRUPTED; /* its wake byte may be drained already */
-  if (timeout_ms > 0 && c->timer_at <= mz_now()) {
+  if (timeout_ms <= 0) return interrupted(c);
+  int running;
+  if (c->timer_at <= mz_now()) {
     /* libcurl's timers that are due, first: a transfer added since the
      * last drive sends its request now (on a kept connection; a new one
      * starts connecting), so the daemon works through the pause instead
-     * of a tick later. No socket is read for it. */
-    int running;
+     * of a tick later. */
     c->timer_at = INFINITY; /* on_timer may set it again from inside */
     curl_multi_socket_action(c->multi, CURL_SOCKET_TIMEOUT, 0, &running);
   }
-  if (timeout_ms > 0) {
-    struct pollfd p = {.fd = c->wake[0], .events = POLLIN};
-    int r = poll(&p, 1, timeout_ms > INT_MAX ? INT_MAX : (int)timeout_ms);
+  double end = mz_now() + (double)timeout_ms / 1000.0;
+  for (long ms = timeout_ms; ms > 0; ms = (long)ceil((end - mz_now()) * 1000.0)) {
+    struct pollfd p[MZ_FRESH_MAX + 1];
+    nfds_t n = fresh_sockets(c, p, MZ_FRESH_MAX + 1);
+    int r = poll(p, n, ms > INT_MAX ? INT_MAX : (int)ms);
     if (r < 0 && errno == EINTR) c->eintr = 1;
-    if (r > 0) {
+    if (r <= 0) break;
+    if (p[0].revents) {
       char buf[64];
       while (read(c->wake[0], buf, sizeof buf) > 0) {}
+      break;
+    }
+    double now = mz_now();
+    for (nfds_t i = 1; i < n; i++) {
+      if (!p[i].revents) continue;
+      if ((size_t)p[i].fd < c->nfd_rx) c->fd_rx[p[i].fd] = now; /* bytes: progress (socket_rx) */
+      curl_multi_socket_action(c->multi, p[i].fd, CURL_CSELECT_IN | ((p[i].revents & POLLERR) ? CURL_CSELECT_ERR : 0),
+                               &running);
     }
   }
   return interrupted(c);

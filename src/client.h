@@ -159,12 +159,16 @@ int mz_client_wait_ready(mz_client *c, long timeout_ms);
  * reads them once per tick, not as each frame comes; each look after a
  * pause reads every socket that became ready, however many. */
 int mz_client_wait_ready_paced(mz_client *c, long timeout_ms, long tick_ms);
-/* Sleep timeout_ms without reading any transfer: what arrives meanwhile is
- * read together by the next wait (a scheduler's tick: one read per socket
- * instead of one per frame, for many paced streams). libcurl's due timers
- * run first, so a stream opened since the last wait sends its request
- * before the sleep, not after it. A wake-up or a signal ends it early.
- * Returns 0, MZ_NEXT_INTERRUPTED or MZ_NEXT_SIGNAL. */
+/* Sleep timeout_ms without reading the transfers under way: what arrives
+ * for them meanwhile is read together by the next wait (a scheduler's
+ * tick: one read per socket instead of one per frame, for many paced
+ * streams). libcurl's due timers run first, so a stream opened since the
+ * last wait sends its request before the sleep, not after it; and the
+ * streams still waiting for their first token (up to MZ_FRESH_MAX) are
+ * read as their bytes come, so that token is timed to the byte. A wake-up
+ * or a signal ends it early. Returns 0, MZ_NEXT_INTERRUPTED or
+ * MZ_NEXT_SIGNAL. */
+enum { MZ_FRESH_MAX = 64 };
 int mz_client_pause(mz_client *c, long timeout_ms);
 size_t mz_client_ready(mz_client *c, mz_stream **out, size_t n);
 /* Number of open streams. */

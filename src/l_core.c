@@ -351,8 +351,9 @@ static int l_isatty(lua_State *L) {
   return 1;
 }
 
-/* core.pause(seconds): sleep without reading any transfer (a scheduler's
- * tick, mz_client_pause); Ctrl-C ends it as it ends mirza.sleep. */
+/* core.pause(seconds): sleep without reading the transfers under way (a
+ * scheduler's tick, mz_client_pause: new requests go out, first tokens are
+ * read as they come); Ctrl-C ends it as it ends mirza.sleep. */
 static int l_pause(lua_State *L) {
   mz_ctx *ctx = mz_l_ctx(L);
   long ms = mz_l_opt_ms(L, 1);

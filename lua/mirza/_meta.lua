@@ -166,7 +166,7 @@ function mirza.wait(timeout) end
 ---you take are the scheduler's wake-ups).
 ---@param timeout? number seconds; nil waits until something is ready or nothing runs
 ---@param list? mirza.Stream[] reused for the result (entries past n cleared)
----@param tick? number seconds: while waiting, look at the transfers at most this often (what arrives meanwhile is read together; streams opened with `hold` are handed over at their time, not as each frame comes); nil: as bytes come
+---@param tick? number seconds: while waiting, look at the transfers at most this often (what arrives meanwhile is read together, every ready socket at each look; streams opened with `hold` are handed over at their time, not as each frame comes; a stream's first token is read as it comes, see `pause`); nil: as bytes come
 ---@return mirza.Stream[] list the ready streams in [1..n]
 ---@return integer n
 function mirza.ready(timeout, list, tick) end
@@ -191,11 +191,14 @@ function mirza.sleep(seconds) end
 ---@return function|false previous the hook that was in effect, or false
 function mirza.task(hook, slice) end
 
----Sleep without reading any transfer: what the daemons send meanwhile
----waits in the sockets and the next wait reads it together (mirza.loop's
----`tick`). Unlike `mirza.sleep`, no stream makes progress meanwhile; a
----signal (Ctrl-C) ends it as it ends `mirza.sleep`. Only in
----`require("mirza.core")` (not re-exported by `mirza`).
+---Sleep without reading the transfers under way: what the daemons send
+---them meanwhile waits in the sockets and the next wait reads it together
+---(mirza.loop's `tick`). A stream opened since the last wait sends its
+---request first, and the streams still waiting for their first token (up
+---to 64) are read as their bytes come, so that token is timed to the byte
+---(`s:first_at()`), not to the tick. Unlike `mirza.sleep`, no stream under
+---way makes progress meanwhile; a signal (Ctrl-C) ends it as it ends
+---`mirza.sleep`. Only in `require("mirza.core")` (not re-exported by `mirza`).
 ---@param seconds number
 function mirza.pause(seconds) end
 
