@@ -31,7 +31,7 @@
 ---                        sharing a long prefix go where it went last, while it has
 ---                        room, so the daemon's prompt cache serves it)
 ---   --progress-every S   seconds between progress lines when not a terminal (default 10)
----   --tick S             read the streams every S seconds (default 0.1; 0: as
+---   --tick S             read the streams every S seconds (default 0.25; 0: as
 ---                        each token comes): one read per stream per tick
 ---   --hold S             hand an item's text to its task every S seconds
 ---                        (default 1; 0: each read): the end comes at once

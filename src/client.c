@@ -105,9 +105,10 @@ static void check_stalls(mz_client *c, double now) {
 static int on_socket(CURL *e, curl_socket_t fd, int what, void *ud, void *sockp) {
   mz_client *c = ud;
   (void)sockp;
+  mz_stream *s = NULL;
+  if (e) curl_easy_getinfo(e, CURLINFO_PRIVATE, (char **)&s);
+  if (what == CURL_POLL_REMOVE && s && s->sock == fd) s->sock = CURL_SOCKET_BAD; /* its number may be reused */
   if (what != CURL_POLL_REMOVE) { /* called when the watch changes, not per read */
-    mz_stream *s = NULL;
-    if (e) curl_easy_getinfo(e, CURLINFO_PRIVATE, (char **)&s);
     if (s) s->sock = fd;
     if (fd >= 0 && (size_t)fd >= c->nfd_rx) {
       size_t n = (size_t)fd + 64;
@@ -129,6 +130,25 @@ static int on_timer(CURLM *m, long timeout_ms, void *ud) {
   return 0;
 }
 
+/* The transfers libcurl finished: their end queued, their handle gone. */
+static void reap(mz_client *c) {
+  CURLMsg *m;
+  int left;
+  while ((m = curl_multi_info_read(c->multi, &left))) {
+    if (m->msg != CURLMSG_DONE) continue;
+    mz_stream *s = NULL;
+    curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&s);
+    if (s && s->rec) { /* the recording is whole: on disk before the last event is read */
+      fclose(s->rec);
+      s->rec = NULL;
+    }
+    if (s) {
+      mz_on_complete(s, m->data.result);
+      detach_easy(s);
+    }
+  }
+}
+
 /* Wait up to ms (0: only what is ready now; <0: until something happens)
  * for a socket, libcurl's timer or a wake-up, then run what is due: the
  * transfers of the ready sockets, libcurl's timeouts, finished transfers,
@@ -141,7 +161,7 @@ static size_t drive(mz_client *c, int ms) {
     if (ms < 0 || t < ms) ms = (int)t;
   }
   mz_fired f[MZ_FIRED_MAX];
-  int woken = 0, running, left;
+  int woken = 0, running;
   size_t k = mz_watch_wait(c->watch, ms, f, &woken, &c->eintr); /* a copy: socket_action edits the set */
   if (woken) {
     char buf[64];
@@ -157,20 +177,7 @@ static size_t drive(mz_client *c, int ms) {
     c->timer_at = INFINITY; /* on_timer may set it again from inside */
     curl_multi_socket_action(c->multi, CURL_SOCKET_TIMEOUT, 0, &running);
   }
-  CURLMsg *m;
-  while ((m = curl_multi_info_read(c->multi, &left))) {
-    if (m->msg != CURLMSG_DONE) continue;
-    mz_stream *s = NULL;
-    curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&s);
-    if (s && s->rec) { /* the recording is whole: on disk before the last event is read */
-      fclose(s->rec);
-      s->rec = NULL;
-    }
-    if (s) {
-      mz_on_complete(s, m->data.result);
-      detach_easy(s);
-    }
-  }
+  reap(c);
   check_stalls(c, mz_now());
   return k;
 }
@@ -303,9 +310,14 @@ int mz_client_pause(mz_client *c, long timeout_ms) {
      * of a tick later. */
     c->timer_at = INFINITY; /* on_timer may set it again from inside */
     curl_multi_socket_action(c->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+    reap(c);
   }
   double end = mz_now() + (double)timeout_ms / 1000.0;
-  for (long ms = timeout_ms; ms > 0; ms = (long)ceil((end - mz_now()) * 1000.0)) {
+  /* Each fresh stream wakes it a few times (head, first token, a
+   * heartbeat): past this many, something keeps a socket ready that
+   * libcurl does not take, and the pause ends rather than spin. */
+  int rounds = 4 * MZ_FRESH_MAX;
+  for (long ms = timeout_ms; ms > 0 && rounds-- > 0; ms = (long)ceil((end - mz_now()) * 1000.0)) {
     struct pollfd p[MZ_FRESH_MAX + 1];
     nfds_t n = fresh_sockets(c, p, MZ_FRESH_MAX + 1);
     int r = poll(p, n, ms > INT_MAX ? INT_MAX : (int)ms);
@@ -319,10 +331,12 @@ int mz_client_pause(mz_client *c, long timeout_ms) {
     double now = mz_now();
     for (nfds_t i = 1; i < n; i++) {
       if (!p[i].revents) continue;
+      if (p[i].revents & POLLNVAL) return interrupted(c);       /* closed under us: the next drive sees to it */
       if ((size_t)p[i].fd < c->nfd_rx) c->fd_rx[p[i].fd] = now; /* bytes: progress (socket_rx) */
       curl_multi_socket_action(c->multi, p[i].fd, CURL_CSELECT_IN | ((p[i].revents & POLLERR) ? CURL_CSELECT_ERR : 0),
                                &running);
     }
+    reap(c); /* an answer that ended before its first token (an error) is no longer fresh */
   }
   return interrupted(c);
 }

@@ -67,8 +67,9 @@ B.defaults = {
   attempts = 1,           -- answers a chat item with a schema may give (a violation is told to the model)
   affinity = true,        -- items sharing a prefix go where it went last (mirza.pool prefix affinity)
   lookahead = 64,         -- with affinity: how many of the next items a free slot may choose from
-  tick = 0.1,             -- the scheduler reads the streams at most every tick seconds (mirza.loop's tick): at a
-                          -- daemon's pace one read per stream per tick, not one per token; false or 0: at once
+  tick = 0.25,            -- the scheduler reads the streams at most every tick seconds (mirza.loop's tick): at a
+                          -- daemon's pace one read per stream per tick, not one per token (an item's first token
+                          -- is still read as it comes); an item's end is seen up to a tick late; false or 0: at once
   hold = 1,               -- an item's text goes to its task at most every hold seconds (mirza.open's hold): one
                           -- wake-up per stream per second, not per tick; the end comes at once, a repetition cut
                           -- up to that late; ttft_ms is when the first token was read all the same; 0: each read

@@ -52,7 +52,7 @@ describe("mirza.loop tick", function()
     assert.is_true(l.polls > events / STREAMS, ("%d waits for %d events"):format(l.polls, events))
   end)
 
-  it("is 0.1 s while mirza.batch runs (tick = 0: none), and the loop's own comes back after", function()
+  it("is 0.25 s while mirza.batch runs (tick = 0: none), and the loop's own comes back after", function()
     local batch = require "mirza.batch"
     local input, out = H.tmpname(".jsonl"), H.tmpname(".jsonl")
     finally(function() os.remove(input); os.remove(out) end)
@@ -81,7 +81,7 @@ describe("mirza.loop tick", function()
       return seen
     end
     local seen = ticks_seen(nil)
-    assert.are.equal(0.1, seen[#seen])
+    assert.are.equal(0.25, seen[#seen])
     seen = ticks_seen(0)
     assert.are.equal("none", seen[#seen])
   end)
@@ -120,7 +120,7 @@ describe("mirza.loop tick", function()
       during = l.tick
       assert.truthy(a:join())
     end)
-    assert.are.equal(0.1, during, "the first batch still runs: its tick")
+    assert.are.equal(0.25, during, "the first batch still runs: its tick")
     assert.are.equal(0.01, l.tick, "both ended: the loop's own")
     l.tick = nil
   end)
