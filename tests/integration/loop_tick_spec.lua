@@ -101,7 +101,7 @@ describe("mirza.loop tick", function()
       return path
     end
     finally(function() for _, p in ipairs(files) do os.remove(p) end end)
-    local short, long = input(2, 10), input(2, 60)
+    local short, long = input(2, 10), input(2, 400) -- 0.05 s and 2 s: ticks of 0.25 apart
     local out1, out2 = H.tmpname(".jsonl"), H.tmpname(".jsonl")
     files[#files + 1], files[#files + 2] = out1, out2
     os.remove(out1)
