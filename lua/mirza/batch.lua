@@ -886,8 +886,9 @@ local function drive(o, items, done, out)
   local workers, progress = {}, nil
   local ctx = { opts = o, stats = stats, pool = o.pool, write = make_writer(out, stats), workers = workers }
   -- The scheduler's tick while the batch runs (a longer one of the
-  -- script's own is kept): the records lose nothing but ttft_ms's
-  -- precision, the CPU per token drops (docs/batch.md, "CPU").
+  -- script's own is kept): the records lose nothing (a first token is
+  -- read as it comes), an item's end is seen up to a tick late, the CPU
+  -- per token drops (docs/batch.md, "CPU").
   local release_tick = o.tick and o.tick > 0 and loop.current().loop:hold_tick(o.tick)
   -- Cancelling the task running the batch cancels its workers too.
   local _ <close> = setmetatable({}, { __close = function()
