@@ -109,7 +109,7 @@ static int on_socket(CURL *e, curl_socket_t fd, int what, void *ud, void *sockp)
   if (e) curl_easy_getinfo(e, CURLINFO_PRIVATE, (char **)&s);
   if (what == CURL_POLL_REMOVE && s && s->sock == fd) s->sock = CURL_SOCKET_BAD; /* its number may be reused */
   if (what != CURL_POLL_REMOVE) { /* called when the watch changes, not per read */
-    if (s) s->sock = fd;
+    if (s) s->sock = fd, s->sock_what = what;
     if (fd >= 0 && (size_t)fd >= c->nfd_rx) {
       size_t n = (size_t)fd + 64;
       double *p = realloc(c->fd_rx, n * sizeof *p);
@@ -182,11 +182,11 @@ static size_t drive(mz_client *c, int ms) {
   return k;
 }
 
-/* drive() after a pause: every socket that became ready meanwhile, not
- * only the first MZ_FIRED_MAX (a wait reports at most that many, the wake
- * pipe among them): a tick reads each stream once, however many there
- * are. Bounded by the streams there are, in case sockets keep coming
- * ready while it reads. */
+/* A scheduler's look (mz_client_wait_ready_paced): every socket that
+ * became ready during the pause, not only the first MZ_FIRED_MAX (a wait
+ * reports at most that many, the wake pipe among them): a tick reads each
+ * stream once, however many there are. Bounded by the streams there are,
+ * in case sockets keep coming ready while it reads. */
 static size_t drive_all(mz_client *c) {
   size_t k, total = 0, rounds = c->nstreams / (MZ_FIRED_MAX - 1) + 1;
   do total += k = drive(c, 0);
@@ -235,9 +235,8 @@ static int interrupted(mz_client *c) {
  */
 static int wait_loop(mz_client *c, mz_stream *target, double end) {
   c->eintr = 0;
-  for (int ms = 0, paused = 0;;) { /* first what is ready now, then wait */
-    size_t read = paused ? drive_all(c) : drive(c, ms);
-    paused = 0;
+  for (int ms = 0;;) { /* first what is ready now, then wait */
+    size_t read = drive(c, ms);
     int n = target ? mz_ready(target) : count_ready(c);
     if (n) return n;
     if ((n = interrupted(c))) return n;
@@ -254,7 +253,6 @@ static int wait_loop(mz_client *c, mz_stream *target, double end) {
     if (target && target->holding && read > 0 && ms > 0) {
       if ((n = mz_client_pause(c, ms < MZ_HOLD_PAUSE_MS ? ms : MZ_HOLD_PAUSE_MS))) return n;
       ms = 0;
-      paused = 1;
     }
   }
 }
@@ -278,26 +276,31 @@ int mz_client_sleep(mz_client *c, long timeout_ms) {
   }
 }
 
-/* The streams still waiting for their first token (first_at 0) whose
- * socket is known: into p[1..], at most max - 1 of them; returns how many
- * entries p has with the wake pipe in p[0]. */
+/* The streams still waiting for their answer (no think, text or tool call
+ * delta yet) whose socket is known, watched for what libcurl wants (a new
+ * connection: writable): into p[1..], at most max - 1 of them; returns how
+ * many entries p has with the wake pipe in p[0]. With HTTP/2 several
+ * streams share a socket: it is watched for the one that registered it. */
 static nfds_t fresh_sockets(const mz_client *c, struct pollfd *p, nfds_t max) {
   nfds_t n = 1;
   p[0] = (struct pollfd){.fd = c->wake[0], .events = POLLIN};
   for (const mz_stream *s = c->streams; s && n < max; s = s->next)
-    if (s->easy && !s->term && s->first_at == 0 && s->sock != CURL_SOCKET_BAD)
-      p[n++] = (struct pollfd){.fd = s->sock, .events = POLLIN};
+    if (s->easy && !s->term && !s->answering && s->sock != CURL_SOCKET_BAD)
+      p[n++] = (struct pollfd){.fd = s->sock,
+                               .events = (short)(((s->sock_what & CURL_POLL_IN) ? POLLIN : 0) |
+                                                 ((s->sock_what & CURL_POLL_OUT) ? POLLOUT : 0))};
   return n;
 }
 
 /* A scheduler's tick (see client.h): what arrives for the streams under
  * way waits in their sockets' buffers and the next drive reads it together
  * (drive_all: every ready socket, one read each) instead of one read per
- * frame. Only the streams still waiting for their first token are read as
- * their bytes come (up to MZ_FRESH_MAX of them): their head and first
- * token are timed to the read, not to the tick (ttft), and an error answer
- * is not a tick late. The stall clocks lose nothing: drive() stamps the
- * ready sockets before it checks them. */
+ * frame. Only the streams still waiting for their answer are served as
+ * their sockets come ready (up to MZ_FRESH_MAX of them): a new connection
+ * sends its request once connected, the head and the first token are
+ * timed to the read, not to the tick (ttft), and an error answer is not a
+ * tick late. The stall clocks lose nothing: drive() stamps the ready
+ * sockets before it checks them. */
 int mz_client_pause(mz_client *c, long timeout_ms) {
   c->eintr = 0;
   if (c->intr && *c->intr) return MZ_NEXT_INTERRUPTED; /* its wake byte may be drained already */
@@ -313,13 +316,14 @@ int mz_client_pause(mz_client *c, long timeout_ms) {
     reap(c);
   }
   double end = mz_now() + (double)timeout_ms / 1000.0;
-  /* Each fresh stream wakes it a few times (head, first token, a
-   * heartbeat): past this many, something keeps a socket ready that
-   * libcurl does not take, and the pause ends rather than spin. */
+  /* Each fresh stream wakes it a few times (connected, head, first token,
+   * a heartbeat). Past this many wake-ups, or on a socket closed under us,
+   * the rest of the pause watches the wake pipe alone: whatever keeps a
+   * socket ready waits for the next look, the pause does not spin. */
   int rounds = 4 * MZ_FRESH_MAX;
-  for (long ms = timeout_ms; ms > 0 && rounds-- > 0; ms = (long)ceil((end - mz_now()) * 1000.0)) {
+  for (long ms = timeout_ms; ms > 0; ms = (long)ceil((end - mz_now()) * 1000.0)) {
     struct pollfd p[MZ_FRESH_MAX + 1];
-    nfds_t n = fresh_sockets(c, p, MZ_FRESH_MAX + 1);
+    nfds_t n = fresh_sockets(c, p, rounds > 0 ? MZ_FRESH_MAX + 1 : 1);
     int r = poll(p, n, ms > INT_MAX ? INT_MAX : (int)ms);
     if (r < 0 && errno == EINTR) c->eintr = 1;
     if (r <= 0) break;
@@ -328,13 +332,19 @@ int mz_client_pause(mz_client *c, long timeout_ms) {
       while (read(c->wake[0], buf, sizeof buf) > 0) {}
       break;
     }
+    rounds--;
     double now = mz_now();
     for (nfds_t i = 1; i < n; i++) {
-      if (!p[i].revents) continue;
-      if (p[i].revents & POLLNVAL) return interrupted(c);       /* closed under us: the next drive sees to it */
-      if ((size_t)p[i].fd < c->nfd_rx) c->fd_rx[p[i].fd] = now; /* bytes: progress (socket_rx) */
-      curl_multi_socket_action(c->multi, p[i].fd, CURL_CSELECT_IN | ((p[i].revents & POLLERR) ? CURL_CSELECT_ERR : 0),
-                               &running);
+      short e = p[i].revents;
+      if (!e) continue;
+      if (e & POLLNVAL) {
+        rounds = 0;
+        continue;
+      }
+      if ((e & (POLLIN | POLLHUP)) && (size_t)p[i].fd < c->nfd_rx) c->fd_rx[p[i].fd] = now; /* progress (socket_rx) */
+      int ev = ((e & (POLLIN | POLLHUP)) ? CURL_CSELECT_IN : 0) | ((e & POLLOUT) ? CURL_CSELECT_OUT : 0) |
+               ((e & POLLERR) ? CURL_CSELECT_ERR : 0);
+      curl_multi_socket_action(c->multi, p[i].fd, ev, &running);
     }
     reap(c); /* an answer that ended before its first token (an error) is no longer fresh */
   }

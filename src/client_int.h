@@ -69,6 +69,7 @@ struct mz_stream {
   double t_open, header_s;      /* header_timeout: until the head is complete */
   int got_rx, head_done;        /* a response byte came; the final head ended */
   curl_socket_t sock;           /* the socket libcurl last watched for it (stall clock) */
+  int sock_what;                /* what libcurl watches it for (CURL_POLL_IN/OUT/INOUT) */
   long connect_ms, deadline_ms; /* to name the clock that fired (0: none) */
   mz_buf headers;               /* "name: value\n" lines, names in lowercase */
   /* the terminal event */
@@ -88,6 +89,7 @@ struct mz_stream {
   double pushed_at;         /* hold_s: when the last event was queued; 0: none yet */
   int holding;              /* queued events not yet handed over (hold_s) */
   double first_at;          /* the first think/text delta queued; 0: none */
+  int answering;            /* a think, text or tool call delta was queued */
 };
 
 /* The driver is event-based (curl_multi_socket_action): libcurl tells

@@ -14,6 +14,7 @@
 struct mz_watch {
   struct pollfd *pfd; /* [0]: the wake pipe; then libcurl's sockets */
   size_t npfd, cappfd;
+  size_t next; /* where the next wait's report starts: each socket's turn comes */
 };
 
 mz_watch *mz_watch_new(int wake_fd) {
@@ -25,6 +26,7 @@ mz_watch *mz_watch_new(int wake_fd) {
   w->pfd[0] = (struct pollfd){.fd = wake_fd, .events = POLLIN};
   w->npfd = 1;
   w->cappfd = 16;
+  w->next = 1;
   return w;
 }
 
@@ -60,10 +62,16 @@ size_t mz_watch_wait(mz_watch *w, int ms, mz_fired *out, int *woken, int *eintr)
   if (n < 0 && errno == EINTR) *eintr = 1;
   size_t k = 0;
   if (n > 0 && w->pfd[0].revents) *woken = 1, n--;
-  for (size_t i = 1; n > 0 && i < w->npfd && k < MZ_FIRED_MAX; i++) {
+  /* from where the last report stopped, round the set: more than
+   * MZ_FIRED_MAX ready are reported over several waits, each in its turn
+   * (as epoll's ready list does), not the first ones again and again */
+  size_t m = w->npfd - 1, start = w->next >= 1 && w->next < w->npfd ? w->next : 1;
+  for (size_t j = 0; n > 0 && j < m && k < MZ_FIRED_MAX; j++) {
+    size_t i = 1 + (start - 1 + j) % m;
     short r = w->pfd[i].revents;
     if (!r) continue;
     n--;
+    w->next = i + 1;
     out[k].fd = w->pfd[i].fd;
     out[k++].ev = ((r & (POLLIN | POLLHUP)) ? CURL_CSELECT_IN : 0) | ((r & POLLOUT) ? CURL_CSELECT_OUT : 0) |
                   ((r & (POLLERR | POLLNVAL)) ? CURL_CSELECT_ERR : 0);
