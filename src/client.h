@@ -164,9 +164,10 @@ int mz_client_wait_ready_paced(mz_client *c, long timeout_ms, long tick_ms);
  * tick: one read per socket instead of one per frame, for many paced
  * streams). libcurl's due timers run first, so a stream opened since the
  * last wait sends its request before the sleep, not after it; and the
- * streams still waiting for their first token (up to MZ_FRESH_MAX) are
- * read as their bytes come, so that token is timed to the byte. A wake-up
- * or a signal ends it early. Returns 0, MZ_NEXT_INTERRUPTED or
+ * streams still waiting for their answer (up to MZ_FRESH_MAX) are served
+ * as their sockets come ready (a new connection made and asked, the head
+ * read) until their first think, text or tool call delta, so the first
+ * token is timed to the byte. A wake-up or a signal ends it early. Returns 0, MZ_NEXT_INTERRUPTED or
  * MZ_NEXT_SIGNAL. */
 enum { MZ_FRESH_MAX = 64 };
 int mz_client_pause(mz_client *c, long timeout_ms);

@@ -194,9 +194,10 @@ function mirza.task(hook, slice) end
 ---Sleep without reading the transfers under way: what the daemons send
 ---them meanwhile waits in the sockets and the next wait reads it together
 ---(mirza.loop's `tick`). A stream opened since the last wait sends its
----request first, and the streams still waiting for their first token (up
----to 64) are read as their bytes come, so that token is timed to the byte
----(`s:first_at()`), not to the tick. Unlike `mirza.sleep`, no stream under
+---request first, and the streams still waiting for their answer (up to
+---64) are served as their sockets come ready (connected, asked, read)
+---until their first think, text or tool call delta, so the first token is
+---timed to the byte (`s:first_at()`), not to the tick. Unlike `mirza.sleep`, no stream under
 ---way makes progress meanwhile; a signal (Ctrl-C) ends it as it ends
 ---`mirza.sleep`. Only in `require("mirza.core")` (not re-exported by `mirza`).
 ---@param seconds number

@@ -127,8 +127,8 @@ end
 ---tokens/s: 16 -> 2.4 µs of CPU per token at 0.05). Timers, sleeps and a
 ---task's stream timeouts still fire on time (a pause ends at the next
 ---timer); a new stream's request goes out at once, and its bytes are read
----as they come until its first token (up to 64 such streams at a time), so
----`first_at` is the token's. What comes up to a tick late is the rest of
+---as they come until its answer begins (up to 64 such streams at a time),
+---so `first_at` is the first token's. What comes up to a tick late is the rest of
 ---the streams' data (the end among it) and the C clocks (stall, header
 ---and connect timeouts). Streams opened with `hold` (`mirza.open`) are
 ---read once per tick too while they hold what came, and wake their task
