@@ -156,8 +156,8 @@ int mz_client_wait_ready(mz_client *c, long timeout_ms);
 /* The same at a scheduler's tick (tick_ms > 0): between two looks at the
  * transfers it pauses (mz_client_pause) up to tick_ms instead of waiting
  * on the sockets, so a wait for streams that hold their events (hold_ms)
- * reads them once per tick, not as each frame comes; each look after a
- * pause reads every socket that became ready, however many. */
+ * reads them once per tick, not as each frame comes; each look reads
+ * every socket that is ready, however many. */
 int mz_client_wait_ready_paced(mz_client *c, long timeout_ms, long tick_ms);
 /* Sleep timeout_ms without reading the transfers under way: what arrives
  * for them meanwhile is read together by the next wait (a scheduler's
@@ -167,8 +167,8 @@ int mz_client_wait_ready_paced(mz_client *c, long timeout_ms, long tick_ms);
  * streams still waiting for their answer (up to MZ_FRESH_MAX) are served
  * as their sockets come ready (a new connection made and asked, the head
  * read) until their first think, text or tool call delta, so the first
- * token is timed to the byte. A wake-up or a signal ends it early. Returns 0, MZ_NEXT_INTERRUPTED or
- * MZ_NEXT_SIGNAL. */
+ * token is timed to the byte. A wake-up or a signal ends it early.
+ * Returns 0, MZ_NEXT_INTERRUPTED or MZ_NEXT_SIGNAL. */
 enum { MZ_FRESH_MAX = 64 };
 int mz_client_pause(mz_client *c, long timeout_ms);
 size_t mz_client_ready(mz_client *c, mz_stream **out, size_t n);
