@@ -149,6 +149,28 @@ static void reap(mz_client *c) {
   }
 }
 
+/* Empty the wake pipe (mz_client_wake's bytes). */
+static void drain_wake(mz_client *c) {
+  char buf[64];
+  while (read(c->wake[0], buf, sizeof buf) > 0) {}
+}
+
+/* libcurl's timeouts, when due: a transfer just added starts this way. */
+static void run_due_timers(mz_client *c) {
+  if (c->timer_at > mz_now()) return;
+  int running;
+  c->timer_at = INFINITY; /* on_timer may set it again from inside */
+  curl_multi_socket_action(c->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+}
+
+/* Socket fd came ready for ev (CURL_CSELECT_*): bytes stamp its progress
+ * clock (socket_rx), then libcurl runs its transfer. */
+static void socket_ready(mz_client *c, curl_socket_t fd, int ev, double now) {
+  int running;
+  if ((ev & CURL_CSELECT_IN) && (size_t)fd < c->nfd_rx) c->fd_rx[fd] = now;
+  curl_multi_socket_action(c->multi, fd, ev, &running);
+}
+
 /* Wait up to ms (0: only what is ready now; <0: until something happens)
  * for a socket, libcurl's timer or a wake-up, then run what is due: the
  * transfers of the ready sockets, libcurl's timeouts, finished transfers,
@@ -161,22 +183,12 @@ static size_t drive(mz_client *c, int ms) {
     if (ms < 0 || t < ms) ms = (int)t;
   }
   mz_fired f[MZ_FIRED_MAX];
-  int woken = 0, running;
+  int woken = 0;
   size_t k = mz_watch_wait(c->watch, ms, f, &woken, &c->eintr); /* a copy: socket_action edits the set */
-  if (woken) {
-    char buf[64];
-    while (read(c->wake[0], buf, sizeof buf) > 0) {}
-  }
+  if (woken) drain_wake(c);
   now = k ? mz_now() : now;
-  for (size_t i = 0; i < k; i++) {
-    if ((f[i].ev & CURL_CSELECT_IN) && (size_t)f[i].fd < c->nfd_rx) /* bytes: progress (socket_rx) */
-      c->fd_rx[f[i].fd] = now;
-    curl_multi_socket_action(c->multi, f[i].fd, f[i].ev, &running);
-  }
-  if (c->timer_at <= mz_now()) {
-    c->timer_at = INFINITY; /* on_timer may set it again from inside */
-    curl_multi_socket_action(c->multi, CURL_SOCKET_TIMEOUT, 0, &running);
-  }
+  for (size_t i = 0; i < k; i++) socket_ready(c, f[i].fd, f[i].ev, now);
+  run_due_timers(c);
   reap(c);
   check_stalls(c, mz_now());
   return k;
@@ -305,16 +317,12 @@ int mz_client_pause(mz_client *c, long timeout_ms) {
   c->eintr = 0;
   if (c->intr && *c->intr) return MZ_NEXT_INTERRUPTED; /* its wake byte may be drained already */
   if (timeout_ms <= 0) return interrupted(c);
-  int running;
-  if (c->timer_at <= mz_now()) {
-    /* libcurl's timers that are due, first: a transfer added since the
-     * last drive sends its request now (on a kept connection; a new one
-     * starts connecting), so the daemon works through the pause instead
-     * of a tick later. */
-    c->timer_at = INFINITY; /* on_timer may set it again from inside */
-    curl_multi_socket_action(c->multi, CURL_SOCKET_TIMEOUT, 0, &running);
-    reap(c);
-  }
+  /* libcurl's timers that are due, first: a transfer added since the last
+   * drive sends its request now (on a kept connection; a new one starts
+   * connecting), so the daemon works through the pause instead of a tick
+   * later. */
+  run_due_timers(c); /* the pause's own start */
+  reap(c);
   double end = mz_now() + (double)timeout_ms / 1000.0;
   /* Each fresh stream wakes it a few times (connected, head, first token,
    * a heartbeat). Past this many wake-ups, or on a socket closed under us,
@@ -328,8 +336,7 @@ int mz_client_pause(mz_client *c, long timeout_ms) {
     if (r < 0 && errno == EINTR) c->eintr = 1;
     if (r <= 0) break;
     if (p[0].revents) {
-      char buf[64];
-      while (read(c->wake[0], buf, sizeof buf) > 0) {}
+      drain_wake(c);
       break;
     }
     rounds--;
@@ -341,10 +348,10 @@ int mz_client_pause(mz_client *c, long timeout_ms) {
         rounds = 0;
         continue;
       }
-      if ((e & (POLLIN | POLLHUP)) && (size_t)p[i].fd < c->nfd_rx) c->fd_rx[p[i].fd] = now; /* progress (socket_rx) */
-      int ev = ((e & (POLLIN | POLLHUP)) ? CURL_CSELECT_IN : 0) | ((e & POLLOUT) ? CURL_CSELECT_OUT : 0) |
-               ((e & POLLERR) ? CURL_CSELECT_ERR : 0);
-      curl_multi_socket_action(c->multi, p[i].fd, ev, &running);
+      socket_ready(c, p[i].fd,
+                   ((e & (POLLIN | POLLHUP)) ? CURL_CSELECT_IN : 0) | ((e & POLLOUT) ? CURL_CSELECT_OUT : 0) |
+                       ((e & POLLERR) ? CURL_CSELECT_ERR : 0),
+                   now);
     }
     reap(c); /* an answer that ended before its first token (an error) is no longer fresh */
   }

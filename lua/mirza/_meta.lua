@@ -197,9 +197,10 @@ function mirza.task(hook, slice) end
 ---request first, and the streams still waiting for their answer (up to
 ---64) are served as their sockets come ready (connected, asked, read)
 ---until their first think, text or tool call delta, so the first token is
----timed to the byte (`s:first_at()`), not to the tick. Unlike `mirza.sleep`, no stream under
----way makes progress meanwhile; a signal (Ctrl-C) ends it as it ends
----`mirza.sleep`. Only in `require("mirza.core")` (not re-exported by `mirza`).
+---timed to the byte (`s:first_at()`), not to the tick. Unlike
+---`mirza.sleep`, no stream under way makes progress meanwhile; a signal
+---(Ctrl-C) ends it as it ends `mirza.sleep`. Only in
+---`require("mirza.core")` (not re-exported by `mirza`).
 ---@param seconds number
 function mirza.pause(seconds) end
 

@@ -128,9 +128,9 @@ end
 ---task's stream timeouts still fire on time (a pause ends at the next
 ---timer); a new stream's request goes out at once, and its bytes are read
 ---as they come until its answer begins (up to 64 such streams at a time),
----so `first_at` is the first token's. What comes up to a tick late is the rest of
----the streams' data (the end among it) and the C clocks (stall, header
----and connect timeouts). Streams opened with `hold` (`mirza.open`) are
+---so `first_at` is the first token's. What comes up to a tick late is the
+---rest of the streams' data (the end among it) and the C clocks (stall,
+---header and connect timeouts). Streams opened with `hold` (`mirza.open`) are
 ---read once per tick too while they hold what came, and wake their task
 ---only when they hand it over.
 ---@param opts? {on_error?: fun(task: mirza.Task, message: string), tick?: number}
