@@ -157,10 +157,13 @@ static void drain_wake(mz_client *c) {
 
 /* libcurl's timeouts, when due: a transfer just added starts this way. */
 static void run_due_timers(mz_client *c) {
-  if (c->timer_at > mz_now()) return;
+  double now = mz_now();
+  if (c->timer_at > now) return;
   int running;
   c->timer_at = INFINITY; /* on_timer may set it again from inside */
+  c->io_now = now;
   curl_multi_socket_action(c->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+  c->io_now = 0;
 }
 
 /* Socket fd came ready for ev (CURL_CSELECT_*): bytes stamp its progress
@@ -168,7 +171,9 @@ static void run_due_timers(mz_client *c) {
 static void socket_ready(mz_client *c, curl_socket_t fd, int ev, double now) {
   int running;
   if ((ev & CURL_CSELECT_IN) && (size_t)fd < c->nfd_rx) c->fd_rx[fd] = now;
+  c->io_now = now;
   curl_multi_socket_action(c->multi, fd, ev, &running);
+  c->io_now = 0;
 }
 
 /* Wait up to ms (0: only what is ready now; <0: until something happens)
@@ -371,13 +376,18 @@ int mz_client_wait_ready_paced(mz_client *c, long timeout_ms, long tick_ms) {
     if ((rc = interrupted(c))) return rc;
     double now = mz_now(), left = end - now;
     if (left <= 0 || (isinf(end) && !any_running(c))) return 0;
-    left = next_stall(c, now, left < 3600 ? left : 3600);
-    ms = (int)ceil(left * 1000.0);
+    left = left < 3600 ? left : 3600;
+    ms = (int)ceil(next_stall(c, now, left) * 1000.0);
     /* Bytes came for streams that hold them: the tick, nothing read
-     * meanwhile, then all at once. Else wait for the sockets: the first
-     * byte of an idle client, a head, is read at once, as without a tick. */
-    if (tick_ms > 0 && read > 0 && ms > 0 && any_holding(c)) {
-      if ((rc = mz_client_pause(c, ms < tick_ms ? ms : tick_ms))) return rc;
+     * meanwhile, then all at once. The pause is not cut short by a hold
+     * that ends or a stall clock (c->next_check): with many streams one of
+     * them is due every few milliseconds, and each look reads every
+     * socket. What falls due within the tick is seen at the next look.
+     * Else wait for the sockets: the first byte of an idle client, a head,
+     * is read at once, as without a tick. */
+    if (tick_ms > 0 && read > 0 && any_holding(c)) {
+      long pause_ms = (long)ceil(left * 1000.0);
+      if ((rc = mz_client_pause(c, pause_ms < tick_ms ? pause_ms : tick_ms))) return rc;
       ms = 0;
     }
   }

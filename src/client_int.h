@@ -112,7 +112,13 @@ struct mz_client {
   double next_check; /* no stall or header deadline before this */
   int wake[2];       /* the wake pipe (mz_client_wakeup), non-blocking */
   int eintr;         /* a signal cut the last wait short (MZ_NEXT_SIGNAL) */
+  double io_now;     /* while libcurl runs a read: when it began (0: not in one), see mz_io_now */
 };
+
+/* The time of the read libcurl is running, for its callbacks' stamps (the
+ * stall clock, the first token, a hold's gap): one clock read per socket
+ * read instead of one or two per frame; outside a read, the clock. */
+static inline double mz_io_now(const mz_client *c) { return c->io_now > 0 ? c->io_now : mz_now(); }
 
 /* ---- queue.c: buffers, the event queue, the ready list */
 

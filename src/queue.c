@@ -140,7 +140,7 @@ static item *q_push(mz_stream *s, mz_evtype t, int index) {
    * ago: a stream that comes slower than that (a daemon's 50 tokens/s
    * under a 5 ms hold) has each event handed over at once, no later and
    * with no wake-up more than without a hold. */
-  double now = s->hold_s > 0 ? mz_now() : 0, gap = now - s->pushed_at;
+  double now = s->hold_s > 0 ? mz_io_now(s->c) : 0, gap = now - s->pushed_at;
   s->pushed_at = now;
   if (s->hold_s > 0 && !s->term && !s->holding && s->qhead == s->qlen && gap < s->hold_s) {
     s->holding = 1; /* the first of a new hold */
@@ -216,7 +216,7 @@ void mz_push_text(mz_stream *s, mz_evtype t, int index, const char *p, size_t le
     memcpy(s->carry[ch], s->arena.p + off + keep, total - keep);
   }
   if (keep == 0) return;
-  if (s->first_at == 0) s->first_at = mz_now();
+  if (s->first_at == 0) s->first_at = mz_io_now(s->c);
   keep = repair_utf8(s, off, keep);
   item *it = q_push(s, t, index);
   if (!it) {

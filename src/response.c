@@ -184,7 +184,7 @@ static void classify(mz_stream *s) {
 
 /* A response byte came: the stall timer runs from now. */
 static void received(mz_stream *s) {
-  s->last_rx = mz_now();
+  s->last_rx = mz_io_now(s->c);
   if (!s->got_rx) {
     s->got_rx = 1;
     if (s->stall_s > 0) mz_note_deadline(s->c, s->last_rx + s->stall_s);

@@ -340,6 +340,44 @@ static void test_look_reads_every_ready_socket(void **state) {
   mz_client_free(c);
 }
 
+/* A scheduler's wait pauses a whole tick between looks while streams hold
+ * what came: a hold that ends meanwhile (or a stall clock) is seen at the
+ * next look, not by a look of its own. (Cut short at each such deadline,
+ * with many streams holding one was due every few milliseconds and each
+ * look read every socket: 256 batch items were read 15 times each in 2 s
+ * where 8 ticks read them 9-11 times.) */
+static void test_paced_wait_not_cut_by_a_hold(void **state) {
+  (void)state;
+  SKIP_WITHOUT_SIM();
+  char body[512], err[128];
+  snprintf(body, sizeof body,
+           "{\"model\":\"x\",\"stream\":true,\"max_tokens\":210,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+           "\"mirza_sim\":{\"answer_tokens\":200,\"tok_rate\":20,\"ttft_ms\":0}}");
+  mz_client *c = mz_client_new(NULL);
+  mz_request ra = {.url = url, .body = body, .body_len = strlen(body), .hold_ms = 300};
+  mz_request rb = ra;
+  rb.hold_ms = 60000;
+  mz_stream *s[2] = {mz_stream_open(c, &ra, err, sizeof err), mz_stream_open(c, &rb, err, sizeof err)}, *out[4];
+  assert_non_null(s[0]);
+  assert_non_null(s[1]);
+  const mz_event *ev;
+  double end = mz_now() + 20;
+  while ((s[0]->first_at == 0 || s[1]->first_at == 0) && mz_now() < end) { /* both answers under way */
+    mz_client_wait_ready(c, 100);
+    while (mz_client_ready(c, out, 4) > 0) {}
+  }
+  assert_true(s[0]->first_at > 0 && s[1]->first_at > 0);
+  for (int i = 0; i < 2; i++)
+    while (mz_stream_pending(s[i]) && mz_stream_next(s[i], 0, &ev) == MZ_NEXT_EVENT) {}
+  wait_all_readable(s, 2, end); /* the first look reads both: their holds begin (a's ends 300 ms later) */
+  double t0 = mz_now();
+  assert_int_equal(1, mz_client_wait_ready_paced(c, 5000, 1000));
+  assert_true(mz_ready(s[0])); /* its hold over */
+  assert_true(mz_now() - t0 >= 0.9);
+  for (int i = 0; i < 2; i++) mz_stream_close(s[i]);
+  mz_client_free(c);
+}
+
 /* A pause (the scheduler's tick) sends the request of a stream opened
  * since the last wait before it sleeps: the daemon works through the
  * tick instead of getting the request a tick later. On a kept connection
@@ -414,11 +452,17 @@ static void test_pause_reads_only_fresh_streams(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_lists_only_ready),           cmocka_unit_test(test_edge_triggered),
-      cmocka_unit_test(test_event_lists_before_end),     cmocka_unit_test(test_fifo_and_batches),
-      cmocka_unit_test(test_drained_and_closed_skipped), cmocka_unit_test(test_idle_returns),
-      cmocka_unit_test(test_scheduler_reuses_memory),    cmocka_unit_test(test_look_reads_every_ready_socket),
-      cmocka_unit_test(test_pause_sends_new_requests),   cmocka_unit_test(test_pause_reads_only_fresh_streams),
+      cmocka_unit_test(test_lists_only_ready),
+      cmocka_unit_test(test_edge_triggered),
+      cmocka_unit_test(test_event_lists_before_end),
+      cmocka_unit_test(test_fifo_and_batches),
+      cmocka_unit_test(test_drained_and_closed_skipped),
+      cmocka_unit_test(test_idle_returns),
+      cmocka_unit_test(test_scheduler_reuses_memory),
+      cmocka_unit_test(test_look_reads_every_ready_socket),
+      cmocka_unit_test(test_paced_wait_not_cut_by_a_hold),
+      cmocka_unit_test(test_pause_sends_new_requests),
+      cmocka_unit_test(test_pause_reads_only_fresh_streams),
   };
   return cmocka_run_group_tests(tests, start_sim, stop_sim);
 }
