@@ -484,6 +484,12 @@ local function case_list(n)
   -- each slot's connection kept for its next item
   add("batch x256 paced 40/s 1024 items", "batchjob", { streams = 256, items = 1024, tokens = 1024 * 80, rate = 40,
     reasoning = 0.25 })
+  -- libcurl alone on the same three batches: the floor under them
+  add("libcurl alone x256 paced 40/s", "floor", { streams = 256, tokens = 256 * 80, rate = 40, reasoning = 0.25 })
+  add("libcurl alone x256 400-token items", "floor", { streams = 256, tokens = 256 * 400, rate = 40,
+    reasoning = 0.25 })
+  add("libcurl alone x256 1024 items", "floor", { streams = 256, items = 1024, tokens = 1024 * 80, rate = 40,
+    reasoning = 0.25 })
   add("batch x256 paced 40/s no tick", "batchjob", { streams = 256, tokens = 256 * 80, rate = 40, reasoning = 0.25,
     tick = 0 })
   add("batch x256 paced 40/s progress", "batchjob", { streams = 256, tokens = 256 * 80, rate = 40,
@@ -551,6 +557,31 @@ local function run_curl(c)
     rss_kb = tonumber(out:match("RSS (%d+)")) }
 end
 
+-- libcurl alone on a batch row's traffic (tests/c/curl_floor, built
+-- beside mirza in a build tree): the same items, as many at a time, read
+-- at the batch's tick and thrown away. Its CPU is the floor under the
+-- batch's: what the kernel and libcurl cost before mirza does anything.
+local function run_floor(c)
+  local bin = (MIRZA:match("^(.*)/[^/]*$") or ".") .. "/curl_floor"
+  local exists = io.open(bin)
+  if not exists then return nil, "skipped (" .. bin .. " not found: built with the tests, cmake's build tree)" end
+  exists:close()
+  local items = c.items or c.streams
+  local b = body { tokens = c.tokens // items, reasoning = c.reasoning, rate = c.rate, fpc = 1 }
+  b.stream_options = { include_usage = true } -- as mirza.batch asks
+  local f = os.tmpname()
+  local h = assert(io.open(f, "w"))
+  h:write(json.encode(b))
+  h:close()
+  local tick = c.tick or require("mirza.batch").defaults.tick
+  local out = run_cmd(("%s %s %s %d %d %d 2>&1"):format(sh_quote(bin), sh_quote(c.url .. "/chat/completions"),
+    sh_quote(f), items, c.streams, math.floor(tick * 1000 + 0.5)))
+  os.remove(f)
+  local r = json.decode(out:match("(%b{})") or "null")
+  if type(r) ~= "table" or r.ok ~= items then return nil, "curl_floor failed: " .. out end
+  return { tokens = c.tokens // items * items, cpu = r.cpu, wall = r.wall }
+end
+
 local function run_startup()
   local t0 = mirza.now()
   local ok = os.execute(("%s -e ''"):format(sh_quote(MIRZA)))
@@ -578,6 +609,7 @@ end
 
 local function run_once(c)
   if c.kind == "curl" then return run_curl(c) end
+  if c.kind == "floor" then return run_floor(c) end
   if c.kind == "startup" then return run_startup() end
   if not runners[c.kind] then return nil, "skipped (needs mirza.loop: runners." .. c.kind .. ")" end
   return run_child(c)
@@ -746,21 +778,32 @@ local function print_goals(rows)
         "min > 0", r.min_mid > 0 and r.min_end == r.per_stream)
     end
   end
+  -- % of a core per 10k tokens/s is µs of CPU per token
+  local function pct(r) return r and r.cpu_s and r.tokens and r.tokens > 0 and r.cpu_s / r.tokens * 1e6 end
+  -- under a batch row: libcurl alone on its items, and what is mirza's
+  local function floor_of(name, y)
+    local f = pct(by[name])
+    goal("4.     libcurl alone on the same items (the floor)", f, ("%.2f"):format(f or 0), "—", true)
+    goal("4.     mirza's own part (the row − libcurl alone)", f and y, ("%.2f"):format(f and y - f or 0), "—", true)
+  end
   local b = by["batch x256 paced 40/s"]
   if b and b.cpu_s then
-    x = b.cpu_s / b.wall_s / (b.tok_s / 10000) * 100
+    x = pct(b)
     goal("4. batch at a daemon's pace: % of a core per 10k tok/s", x, ("%.2f"):format(x), "≤ 2", x <= 2)
+    floor_of("libcurl alone x256 paced 40/s", x)
     -- An item costs a fixed part (its request, connection, stream set-up,
     -- record) and a part per token: the two item lengths separate them,
     -- and give the shortest item that stays within the target.
     local long = by["batch x256 paced 40/s 400-token items"]
     if long and long.cpu_s then
-      local y = long.cpu_s / long.wall_s / (long.tok_s / 10000) * 100
+      local y = pct(long)
       goal("4.   (the same, 400-token items)", y, ("%.2f"):format(y), "≤ 2", y <= 2)
+      floor_of("libcurl alone x256 400-token items", y)
       local many = by["batch x256 paced 40/s 1024 items"]
       if many and many.cpu_s then
-        local z = many.cpu_s / many.wall_s / (many.tok_s / 10000) * 100
+        local z = pct(many)
         goal("4.   (80-token items, 1,024 through the 256 slots)", z, ("%.2f"):format(z), "≤ 2", z <= 2)
+        floor_of("libcurl alone x256 1024 items", z)
       end
       local per_tok = (long.cpu_s - b.cpu_s) / (long.tokens - b.tokens)
       local per_item = (b.cpu_s - per_tok * b.tokens) / b.records
@@ -773,7 +816,7 @@ local function print_goals(rows)
     end
     local n = by["batch x256 paced 40/s no tick"]
     if n and n.cpu_s then
-      local y = n.cpu_s / n.wall_s / (n.tok_s / 10000) * 100
+      local y = pct(n)
       goal("4.   (the same without the tick)", y, ("%.2f"):format(y), "—", y <= 2)
     end
     x = b.writes_per_record

@@ -63,6 +63,13 @@ find_program(BASH bash)
 if(TARGET mirza-sim AND BASH)
   add_test(NAME sim.smoke COMMAND ${BASH} ${CMAKE_SOURCE_DIR}/tests/sim/smoke.sh $<TARGET_FILE:mirza-sim>)
   set_tests_properties(sim.smoke PROPERTIES ENVIRONMENT "${TEST_ENV}" LABELS sim TIMEOUT 300)
+  # libcurl alone on a batch's traffic (tests/c/curl_floor.c): the floor the
+  # bench prints under its batch rows, run briefly so that it cannot rot
+  add_executable(curl_floor ${CMAKE_SOURCE_DIR}/tests/c/curl_floor.c)
+  target_link_libraries(curl_floor PRIVATE PkgConfig::CURL)
+  add_test(NAME bench.curl_floor COMMAND ${BASH} ${CMAKE_SOURCE_DIR}/tests/sim/floor.sh $<TARGET_FILE:mirza-sim>
+    $<TARGET_FILE:curl_floor>)
+  set_tests_properties(bench.curl_floor PROPERTIES ENVIRONMENT "${TEST_ENV}" LABELS bench TIMEOUT 120)
 endif()
 
 # --- The official OpenAI SDK (npm openai, pinned) against mirza-sim in both dialects
