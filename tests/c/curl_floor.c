@@ -89,7 +89,8 @@ int main(int argc, char **argv) {
   CURLM *m = curl_multi_init();
   double c0 = cpu(), t0 = now(CLOCK_MONOTONIC);
   long started = 0, done = 0, ok = 0;
-  for (; started < conc && started < items; started++) start(m);
+  for (; started < conc && started < items; started++)
+    if (!start(m)) return fprintf(stderr, "curl_floor: out of memory\n"), 1;
   for (int again = 0; done < items;) {
     int running;
     curl_multi_perform(m, &running);
@@ -103,7 +104,10 @@ int main(int argc, char **argv) {
       curl_multi_remove_handle(m, msg->easy_handle);
       curl_easy_cleanup(msg->easy_handle);
       done++;
-      if (started < items) start(m), started++, again = 1;
+      if (started < items) {
+        if (!start(m)) return fprintf(stderr, "curl_floor: out of memory\n"), 1;
+        started++, again = 1;
+      }
     }
     if (done == items) break;
     if (again) { /* the next items' requests go out now, not a tick later (as mirza's pause sends them) */
