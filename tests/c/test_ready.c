@@ -289,6 +289,29 @@ static void wait_all_readable(mz_stream **s, int n, double end) {
   assert_int_equal(n, readable);
 }
 
+/* A long answer at 20 tokens/s (10 s): more keeps coming while a test looks. */
+static const char PACED_BODY[] =
+    "{\"model\":\"x\",\"stream\":true,\"max_tokens\":210,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+    "\"mirza_sim\":{\"answer_tokens\":200,\"tok_rate\":20,\"ttft_ms\":0}}";
+
+/* Wait (up to the deadline) until every answer of s[0..n) is under way,
+ * its first token read, then take what they queued: what comes next is
+ * held (a hold starts on an empty queue). */
+static void answers_under_way(mz_client *c, mz_stream **s, int n, double end) {
+  mz_stream *out[16];
+  const mz_event *ev;
+  int started = 0;
+  while (started < n && mz_now() < end) {
+    mz_client_wait_ready(c, 100);
+    while (mz_client_ready(c, out, 16) > 0) {}
+    started = 0;
+    for (int i = 0; i < n; i++) started += s[i]->first_at > 0;
+  }
+  assert_int_equal(n, started);
+  for (int i = 0; i < n; i++)
+    while (mz_stream_pending(s[i]) && mz_stream_next(s[i], 0, &ev) == MZ_NEXT_EVENT) {}
+}
+
 /* How many of s[0..n) had bytes read since `since`. */
 static int read_since(mz_stream **s, int n, double since) {
   int k = 0;
@@ -306,31 +329,16 @@ static void test_look_reads_every_ready_socket(void **state) {
   (void)state;
   SKIP_WITHOUT_SIM();
   enum { N = 150 };
-  char body[512], err[128];
-  snprintf(body, sizeof body,
-           "{\"model\":\"x\",\"stream\":true,\"max_tokens\":210,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
-           "\"mirza_sim\":{\"answer_tokens\":200,\"tok_rate\":20,\"ttft_ms\":0}}");
+  char err[128];
   mz_client *c = mz_client_new(NULL);
-  mz_request r = {.url = url, .body = body, .body_len = strlen(body), .hold_ms = 60000};
-  mz_stream *s[N], *out[16];
+  mz_request r = {.url = url, .body = PACED_BODY, .body_len = strlen(PACED_BODY), .hold_ms = 60000};
+  mz_stream *s[N];
   for (int i = 0; i < N; i++) {
     s[i] = mz_stream_open(c, &r, err, sizeof err);
     assert_non_null(s[i]);
   }
-  /* every answer under way: its first token read and taken, so what
-   * comes next is held (a hold starts on an empty queue) */
-  const mz_event *ev;
   double end = mz_now() + 30;
-  int started = 0;
-  while (started < N && mz_now() < end) {
-    mz_client_wait_ready(c, 100);
-    while (mz_client_ready(c, out, 16) > 0) {}
-    started = 0;
-    for (int i = 0; i < N; i++) started += s[i]->first_at > 0;
-  }
-  assert_int_equal(N, started);
-  for (int i = 0; i < N; i++)
-    while (mz_stream_pending(s[i]) && mz_stream_next(s[i], 0, &ev) == MZ_NEXT_EVENT) {}
+  answers_under_way(c, s, N, end);
   /* a tick's look (no wait): every socket with bytes waiting is read */
   wait_all_readable(s, N, end);
   double before = mz_now();
@@ -349,26 +357,16 @@ static void test_look_reads_every_ready_socket(void **state) {
 static void test_paced_wait_not_cut_by_a_hold(void **state) {
   (void)state;
   SKIP_WITHOUT_SIM();
-  char body[512], err[128];
-  snprintf(body, sizeof body,
-           "{\"model\":\"x\",\"stream\":true,\"max_tokens\":210,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
-           "\"mirza_sim\":{\"answer_tokens\":200,\"tok_rate\":20,\"ttft_ms\":0}}");
+  char err[128];
   mz_client *c = mz_client_new(NULL);
-  mz_request ra = {.url = url, .body = body, .body_len = strlen(body), .hold_ms = 300};
+  mz_request ra = {.url = url, .body = PACED_BODY, .body_len = strlen(PACED_BODY), .hold_ms = 300};
   mz_request rb = ra;
   rb.hold_ms = 60000;
-  mz_stream *s[2] = {mz_stream_open(c, &ra, err, sizeof err), mz_stream_open(c, &rb, err, sizeof err)}, *out[4];
+  mz_stream *s[2] = {mz_stream_open(c, &ra, err, sizeof err), mz_stream_open(c, &rb, err, sizeof err)};
   assert_non_null(s[0]);
   assert_non_null(s[1]);
-  const mz_event *ev;
   double end = mz_now() + 20;
-  while ((s[0]->first_at == 0 || s[1]->first_at == 0) && mz_now() < end) { /* both answers under way */
-    mz_client_wait_ready(c, 100);
-    while (mz_client_ready(c, out, 4) > 0) {}
-  }
-  assert_true(s[0]->first_at > 0 && s[1]->first_at > 0);
-  for (int i = 0; i < 2; i++)
-    while (mz_stream_pending(s[i]) && mz_stream_next(s[i], 0, &ev) == MZ_NEXT_EVENT) {}
+  answers_under_way(c, s, 2, end);
   wait_all_readable(s, 2, end); /* the first look reads both: their holds begin (a's ends 300 ms later) */
   double t0 = mz_now();
   assert_int_equal(1, mz_client_wait_ready_paced(c, 5000, 1000));
