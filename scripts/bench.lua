@@ -536,13 +536,20 @@ local function run_child(c)
   return json.decode(line)
 end
 
+-- A request body as JSON in a temporary file (for curl and curl_floor):
+-- its path, for the caller to remove.
+local function body_file(b)
+  local f = os.tmpname()
+  local h = assert(io.open(f, "w"))
+  h:write(json.encode(b))
+  h:close()
+  return f
+end
+
 -- curl on the same request: CPU from the shell's `times` (children's
 -- user and system time), RSS from /usr/bin/time when there is one.
 local function run_curl(c)
-  local f = os.tmpname()
-  local h = assert(io.open(f, "w"))
-  h:write(json.encode(body(c)))
-  h:close()
+  local f = body_file(body(c))
   local time = io.open("/usr/bin/time") and "/usr/bin/time -f 'RSS %M' " or ""
   local cmd = ("bash -c %s 2>&1"):format(sh_quote(("%scurl -sN -H 'Content-Type: application/json' --data-binary @%s"
     .. " %s/chat/completions > /dev/null; times"):format(time, sh_quote(f), c.url)))
@@ -570,10 +577,7 @@ local function run_floor(c)
   local items = c.items or c.streams
   local b = body { tokens = c.tokens // items, reasoning = c.reasoning, rate = c.rate, fpc = 1 }
   b.stream_options = { include_usage = true } -- as mirza.batch asks
-  local f = os.tmpname()
-  local h = assert(io.open(f, "w"))
-  h:write(json.encode(b))
-  h:close()
+  local f = body_file(b)
   local tick = c.tick or require("mirza.batch").defaults.tick
   local out = run_cmd(("%s %s %s %d %d %d 2>&1"):format(sh_quote(bin), sh_quote(c.url .. "/chat/completions"),
     sh_quote(f), items, c.streams, math.floor(tick * 1000 + 0.5)))

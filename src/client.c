@@ -303,9 +303,7 @@ static nfds_t fresh_sockets(const mz_client *c, struct pollfd *p, nfds_t max) {
   p[0] = (struct pollfd){.fd = c->wake[0], .events = POLLIN};
   for (const mz_stream *s = c->streams; s && n < max; s = s->next)
     if (s->easy && !s->term && !s->answering && s->sock != CURL_SOCKET_BAD)
-      p[n++] = (struct pollfd){.fd = s->sock,
-                               .events = (short)(((s->sock_what & CURL_POLL_IN) ? POLLIN : 0) |
-                                                 ((s->sock_what & CURL_POLL_OUT) ? POLLOUT : 0))};
+      p[n++] = (struct pollfd){.fd = s->sock, .events = mz_poll_events(s->sock_what)};
   return n;
 }
 
@@ -353,10 +351,7 @@ int mz_client_pause(mz_client *c, long timeout_ms) {
         rounds = 0;
         continue;
       }
-      socket_ready(c, p[i].fd,
-                   ((e & (POLLIN | POLLHUP)) ? CURL_CSELECT_IN : 0) | ((e & POLLOUT) ? CURL_CSELECT_OUT : 0) |
-                       ((e & POLLERR) ? CURL_CSELECT_ERR : 0),
-                   now);
+      socket_ready(c, p[i].fd, mz_poll_fired(e), now);
     }
     reap(c); /* an answer that ended before its first token (an error) is no longer fresh */
   }

@@ -15,6 +15,7 @@
 #define MIRZA_WATCH_H
 
 #include <curl/curl.h>
+#include <poll.h>
 #include <stddef.h>
 
 typedef struct mz_watch mz_watch; /* backend-defined */
@@ -37,5 +38,15 @@ int mz_watch_set(mz_watch *w, curl_socket_t fd, int what);
  * *woken when the wake pipe is readable (it is not drained here), and
  * *eintr when a signal cut the wait short; never clears either. */
 size_t mz_watch_wait(mz_watch *w, int ms, mz_fired *out, int *woken, int *eintr);
+
+/* poll(2)'s flags and libcurl's, both ways: for watch_poll.c and for the
+ * client's pause, which polls the fresh streams' sockets itself. */
+static inline short mz_poll_events(int what) { /* CURL_POLL_* -> events */
+  return (short)(((what & CURL_POLL_IN) ? POLLIN : 0) | ((what & CURL_POLL_OUT) ? POLLOUT : 0));
+}
+static inline int mz_poll_fired(short revents) { /* revents -> CURL_CSELECT_* */
+  return ((revents & (POLLIN | POLLHUP)) ? CURL_CSELECT_IN : 0) | ((revents & POLLOUT) ? CURL_CSELECT_OUT : 0) |
+         ((revents & (POLLERR | POLLNVAL)) ? CURL_CSELECT_ERR : 0);
+}
 
 #endif

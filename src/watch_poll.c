@@ -52,8 +52,7 @@ int mz_watch_set(mz_watch *w, curl_socket_t fd, int what) {
     }
     w->npfd++;
   }
-  w->pfd[i] = (struct pollfd){
-      .fd = fd, .events = (short)(((what & CURL_POLL_IN) ? POLLIN : 0) | ((what & CURL_POLL_OUT) ? POLLOUT : 0))};
+  w->pfd[i] = (struct pollfd){.fd = fd, .events = mz_poll_events(what)};
   return 0;
 }
 
@@ -73,8 +72,7 @@ size_t mz_watch_wait(mz_watch *w, int ms, mz_fired *out, int *woken, int *eintr)
     n--;
     w->next = i + 1;
     out[k].fd = w->pfd[i].fd;
-    out[k++].ev = ((r & (POLLIN | POLLHUP)) ? CURL_CSELECT_IN : 0) | ((r & POLLOUT) ? CURL_CSELECT_OUT : 0) |
-                  ((r & (POLLERR | POLLNVAL)) ? CURL_CSELECT_ERR : 0);
+    out[k++].ev = mz_poll_fired(r);
   }
   return k;
 }
