@@ -166,7 +166,7 @@ function mirza.wait(timeout) end
 ---you take are the scheduler's wake-ups).
 ---@param timeout? number seconds; nil waits until something is ready or nothing runs
 ---@param list? mirza.Stream[] reused for the result (entries past n cleared)
----@param tick? number seconds: while waiting, look at the transfers at most this often (what arrives meanwhile is read together, every ready socket at each look; streams opened with `hold` are handed over at their time, not as each frame comes; a stream's first token is read as it comes, see `pause`); nil: as bytes come
+---@param tick? number seconds: while waiting, look at the transfers at most this often (what arrives meanwhile is read together, every ready socket at each look; streams opened with `hold` are handed over at the first look after their time, not as each frame comes; a stall or header timeout is seen at a look too; a stream's first token is read as it comes, see `pause`); nil: as bytes come
 ---@return mirza.Stream[] list the ready streams in [1..n]
 ---@return integer n
 function mirza.ready(timeout, list, tick) end
