@@ -10,6 +10,7 @@
  * tears the transfer down.
  */
 #include <lauxlib.h>
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -465,6 +466,20 @@ static long field_ms(lua_State *L, int idx, const char *k, long off) {
   return ms;
 }
 
+/* `hold` as field_ms, except math.huge: to the end (LONG_MAX, which
+ * queue.c reads as such: nothing handed over before the end), not the
+ * 2e9 ms every other huge number is. */
+static long field_hold_ms(lua_State *L, int idx) {
+  int t = lua_getfield(L, idx, "hold");
+  if (t == LUA_TNIL) {
+    lua_pop(L, 1);
+    t = lua_getfield(L, lua_upvalueindex(1), "hold"); /* mirza.defaults */
+  }
+  int to_end = t == LUA_TNUMBER && isinf(lua_tonumber(L, -1)) && lua_tonumber(L, -1) > 0;
+  lua_pop(L, 1);
+  return to_end ? LONG_MAX : field_ms(L, idx, "hold", 0);
+}
+
 static const char *field_str(lua_State *L, int idx, const char *k, size_t *len) {
   int t = lua_getfield(L, idx, k);
   if (t != LUA_TNIL && t != LUA_TSTRING) luaL_error(L, "mirza.open: '%s' must be a string", k);
@@ -562,7 +577,7 @@ static int l_open(lua_State *L) {
   r.stall_timeout_ms = field_ms(L, 1, "stall_timeout", 0);
   r.deadline_ms = field_ms(L, 1, "deadline", 0);
   r.header_timeout_ms = field_ms(L, 1, "header_timeout", 0);
-  r.hold_ms = field_ms(L, 1, "hold", 0);
+  r.hold_ms = field_hold_ms(L, 1);
   const char *bad = field_str(L, 1, "on_bad_frame", NULL);
   if (bad && strcmp(bad, "skip") != 0 && strcmp(bad, "error") != 0)
     luaL_error(L, "mirza.open: 'on_bad_frame' must be \"error\" or \"skip\"");

@@ -20,6 +20,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -512,6 +513,40 @@ static void test_hold_skips_slow_streams(void **state) {
   free_stream(s);
 }
 
+/* hold = math.huge (hold_ms LONG_MAX, l_stream.c): everything waits for
+ * the end, the first event too whatever the clock reads, and no deadline
+ * is noted (held_until is INFINITY: never due, the driver's scan is not
+ * woken for it). */
+static void test_hold_to_the_end(void **state) {
+  (void)state;
+  mz_client c = {0};
+  c.next_check = INFINITY;
+  c.io_now = 1e16; /* a clock past any finite hold (LONG_MAX ms is ~9.2e15 s) */
+  mz_stream *s = new_stream(&c, 1);
+  s->hold_s = (double)LONG_MAX / 1000.0;
+  text(s, MZ_EV_TEXT, 0, "Hel"); /* the first event: held all the same */
+  assert_true(s->holding);
+  assert_false(mz_ready(s));
+  assert_int_equal(mz_stream_pending(s), 0);
+  assert_null(c.rhead);
+  assert_true(isinf(s->held_until));
+  assert_true(isinf(c.next_check));
+  assert_int_equal(mz_release_held(s, 1e300), 0); /* never due */
+  assert_true(isinf(c.next_check));
+  c.io_now = 2e16; /* a long gap: still the same hold */
+  text(s, MZ_EV_TEXT, 0, "lo");
+  assert_false(mz_ready(s));
+  mz_set_terminal(s, MZ_EV_DONE, NULL, NULL); /* the end hands it all over */
+  assert_ptr_equal(c.rhead, s);
+  const mz_event *e = next(s);
+  assert_int_equal(e->type, MZ_EV_TEXT);
+  assert_int_equal(e->deltas, 2);
+  assert_memory_equal(e->text, "Hello", 5);
+  expect(s, MZ_EV_DONE, 0, NULL);
+  assert_true(s->first_at == 1e16); /* when the first delta was read */
+  free_stream(s);
+}
+
 static void test_ready_list(void **state) {
   (void)state;
   mz_client c = {0};
@@ -551,6 +586,7 @@ int main(void) {
       cmocka_unit_test(test_merge_joins_a_run),
       cmocka_unit_test(test_hold_until_released),
       cmocka_unit_test(test_hold_skips_slow_streams),
+      cmocka_unit_test(test_hold_to_the_end),
       cmocka_unit_test(test_merge_stops_at_anything_else),
       cmocka_unit_test(test_no_merge_unless_asked),
       cmocka_unit_test(test_steady_stream_reuses_memory),
