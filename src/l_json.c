@@ -8,7 +8,9 @@
  *
  * Conventions: null <-> mirza.json.null (light userdata NULL); a table is
  * an array when its keys are exactly 1..n (n > 0) or it was marked with
- * json.array(t); an empty unmarked table is an object, "{}".
+ * json.array(t); an empty unmarked table is an object, "{}". A decoded
+ * array is marked (mz_l_pushjson), so "[]" decodes to a table that
+ * encodes as "[]" again: JSON keeps its shape through Lua.
  */
 #include "l_json.h"
 
@@ -77,6 +79,17 @@ int mz_l_json_members(const cJSON *obj, int skip_null) {
   return n;
 }
 
+/* Mark the table on top as an array: json.array's metatable (made here
+ * when mirza.json was not opened yet: a stream's events come without it).
+ * A registry look-up and a pointer store, no allocation after the first. */
+static void mark_array(lua_State *L) {
+  if (luaL_getmetatable(L, ARRAY_MT) == LUA_TNIL) {
+    lua_pop(L, 1);
+    luaL_newmetatable(L, ARRAY_MT);
+  }
+  lua_setmetatable(L, -2);
+}
+
 void mz_l_pushjson(lua_State *L, const cJSON *v, int skip_null) {
   luaL_checkstack(L, 4, "json too deep");
   if (!v || cJSON_IsNull(v)) {
@@ -90,6 +103,7 @@ void mz_l_pushjson(lua_State *L, const cJSON *v, int skip_null) {
     lua_pushlstring(L, v->valuestring, mz_json_strlen(v));
   } else if (cJSON_IsArray(v)) {
     lua_createtable(L, cJSON_GetArraySize(v), 0);
+    mark_array(L);
     lua_Integer i = 1;
     for (const cJSON *it = v->child; it; it = it->next, i++) {
       mz_l_pushjson(L, it, skip_null);

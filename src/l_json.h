@@ -10,7 +10,9 @@
 /* Push v as a Lua value. null becomes mirza.json.null (a light userdata
  * NULL), or is left out of objects/arrays-as-holes when skip_null is set
  * (then a top-level null pushes nil). Numbers that are integral and in
- * range become Lua integers. */
+ * range become Lua integers. An array is marked as json.array marks one
+ * (metatable "mirza.json.array"), so that it encodes as an array even
+ * when empty; an object is a plain table ("{}" when empty). */
 void mz_l_pushjson(lua_State *L, const cJSON *v, int skip_null);
 /* How many members of object obj mz_l_pushjson sets (nulls not, with
  * skip_null): a table's size hint. 0 for NULL. */

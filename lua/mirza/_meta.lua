@@ -320,27 +320,37 @@ function mirza.on_warning(fn) end
 ---@return boolean
 function mirza.plain_remote(url) end
 
+---JSON keeps its shape through Lua: every array decoded by mirza (by
+---`decode`, `stream`, a schema's answer, and the tables of the events:
+---`usage`, `timings`, `extra`, `calls`, `error`) is marked as `array` marks
+---one, so `encode(decode('{"a":[],"b":{}}'))` is `{"a":[],"b":{}}` again,
+---byte for byte, and it stays an array when the script empties it.
+---A decoded object is a plain table. A script's own empty array is
+---`mirza.json.array {}` (a plain `{}` encodes as an object).
 ---@class mirza.json
 ---@field null lightuserdata  JSON null (decode produces it; encode accepts it)
 mirza.json = {}
 
----@param value any tables with keys 1..n are arrays, others objects ({} is an object) with their members in key order (the same table gives the same bytes in every process); numbers are written exactly (integers in full, floats round-trip); a NUL inside a string becomes \u0000, a NUL inside a key raises
+---@param value any tables with keys 1..n are arrays, and tables marked by `array` (decoded arrays are), others objects ({} is an object) with their members in key order (the same table gives the same bytes in every process); numbers are written exactly (integers in full, floats round-trip); a NUL inside a string becomes \u0000, a NUL inside a key raises
 ---@return string json
 function mirza.json.encode(value) end
 
 ---@param text string one JSON value, whitespace around it allowed (anything after it is an error)
----@return any|nil value
+---@return any|nil value arrays marked as `array` marks one (so `[]` encodes as `[]` again), objects plain tables
 ---@return string? message parse error with its byte offset
 ---@return string? code "json"
 function mirza.json.decode(text) end
 
----Mark a table to encode as a JSON array (even when empty).
----@param t? table
+---Mark a table to encode as a JSON array (even when empty): a script's
+---own empty array is `mirza.json.array {}`. Its elements are `t[1..#t]`,
+---other keys are not written. The mark is a metatable (`__name`
+---"mirza.json.array"), the one every decoded array carries.
+---@param t? table default: a new empty table
 ---@return table t
 function mirza.json.array(t) end
 
----Mark a table to encode as a JSON object.
----@param t? table
+---Mark a table to encode as a JSON object (even when its keys are 1..n).
+---@param t? table default: a new empty table
 ---@return table t
 function mirza.json.object(t) end
 

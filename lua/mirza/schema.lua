@@ -43,10 +43,11 @@
 ---
 --- Decoded JSON (mirza.json.decode): `null` is `mirza.json.null`, an
 --- integer beyond 2^53 is a float (its type is still integer when it has
---- no fraction), a duplicated member keeps its last value, and an empty
---- `[]` and `{}` are both an empty table: an empty table is taken as
---- either an array or an object (unless marked with mirza.json.array /
---- mirza.json.object).
+--- no fraction), a duplicated member keeps its last value, and an array
+--- is marked as mirza.json.array marks one: a decoded `[]` is an array
+--- only, while `{}` (a plain empty table, as a script's own `{}` is) is
+--- taken as either an array or an object (unless marked with
+--- mirza.json.array / mirza.json.object).
 local json = require("mirza.core").json
 local regex = require "mirza.regex"
 
