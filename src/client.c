@@ -245,6 +245,8 @@ static int interrupted(mz_client *c) {
   return MZ_NEXT_SIGNAL;
 }
 
+static int pause_for(mz_client *c, long timeout_ms, int young);
+
 /*
  * The one wait loop. Returns when `target` (or, with target NULL, any
  * stream) has something to pop, at the deadline `end`, on interrupt, or
@@ -268,7 +270,7 @@ static int wait_loop(mz_client *c, mz_stream *target, double end) {
      * most MZ_HOLD_PAUSE_MS at a time: the end, when it comes during a
      * long hold, is that late at most. */
     if (target && target->holding && read > 0 && ms > 0) {
-      if ((n = mz_client_pause(c, ms < MZ_HOLD_PAUSE_MS ? ms : MZ_HOLD_PAUSE_MS))) return n;
+      if ((n = pause_for(c, ms < MZ_HOLD_PAUSE_MS ? ms : MZ_HOLD_PAUSE_MS, 0))) return n; /* its end: 20 ms */
       ms = 0;
     }
   }
@@ -294,29 +296,39 @@ int mz_client_sleep(mz_client *c, long timeout_ms) {
 }
 
 /* The streams still waiting for their answer (no think, text or tool call
- * delta yet) whose socket is known, watched for what libcurl wants (a new
- * connection: writable): into p[1..], at most max - 1 of them; returns how
- * many entries p has with the wake pipe in p[0]. With HTTP/2 several
- * streams share a socket: it is watched for the one that registered it. */
-static nfds_t fresh_sockets(const mz_client *c, struct pollfd *p, nfds_t max) {
+ * delta yet), or, with `young`, whose answer began less than MZ_YOUNG_MS
+ * ago and was read fewer than MZ_YOUNG_READS times since (a short one ends
+ * then), whose socket is known, watched for what libcurl wants (a new
+ * connection: writable): into p[1..] and who[1..], at most max - 1 of
+ * them; returns how many entries p has with the wake pipe in p[0]. With
+ * HTTP/2 several streams share a socket: it is watched for the one that
+ * registered it. */
+static nfds_t fresh_sockets(const mz_client *c, struct pollfd *p, mz_stream **who, nfds_t max, int young) {
   nfds_t n = 1;
+  double since = young ? mz_now() - MZ_YOUNG_MS / 1000.0 : INFINITY;
   p[0] = (struct pollfd){.fd = c->wake[0], .events = POLLIN};
-  for (const mz_stream *s = c->streams; s && n < max; s = s->next)
-    if (s->easy && !s->term && !s->answering && s->sock != CURL_SOCKET_BAD)
+  for (mz_stream *s = c->streams; s && n < max; s = s->next)
+    if (s->easy && !s->term && s->sock != CURL_SOCKET_BAD &&
+        (!s->answering || (s->answer_at > since && s->young_reads < MZ_YOUNG_READS))) {
+      who[n] = s;
       p[n++] = (struct pollfd){.fd = s->sock, .events = mz_poll_events(s->sock_what)};
+    }
   return n;
 }
 
 /* A scheduler's tick (see client.h): what arrives for the streams under
  * way waits in their sockets' buffers and the next drive reads it together
  * (drive_all: every ready socket, one read each) instead of one read per
- * frame. Only the streams still waiting for their answer are served as
- * their sockets come ready (up to MZ_FRESH_MAX of them): a new connection
- * sends its request once connected, the head and the first token are
- * timed to the read, not to the tick (ttft), and an error answer is not a
- * tick late. The stall clocks lose nothing: drive() stamps the ready
- * sockets before it checks them. */
-int mz_client_pause(mz_client *c, long timeout_ms) {
+ * frame. Only the streams still waiting for their answer, or whose answer
+ * is young (MZ_YOUNG_MS, MZ_YOUNG_READS; not in a wait on one held
+ * stream: its end comes within MZ_HOLD_PAUSE_MS), are served as their sockets come ready (up to
+ * MZ_FRESH_MAX of them): a new connection sends its request once
+ * connected, the head and the first token are timed to the read, not to
+ * the tick (ttft), and a short answer's end or an error answer is not a
+ * tick late: a stream that ends ends the pause (c->ended), so its task
+ * runs and sends the next item at once. The stall clocks lose nothing:
+ * drive() stamps the ready sockets before it checks them. */
+static int pause_for(mz_client *c, long timeout_ms, int young) {
   c->eintr = 0;
   if (c->intr && *c->intr) return MZ_NEXT_INTERRUPTED; /* its wake byte may be drained already */
   if (timeout_ms <= 0) return interrupted(c);
@@ -324,6 +336,7 @@ int mz_client_pause(mz_client *c, long timeout_ms) {
    * drive sends its request now (on a kept connection; a new one starts
    * connecting), so the daemon works through the pause instead of a tick
    * later. */
+  unsigned long ended = c->ended;
   run_due_timers(c); /* the pause's own start */
   reap(c);
   double end = mz_now() + (double)timeout_ms / 1000.0;
@@ -332,9 +345,10 @@ int mz_client_pause(mz_client *c, long timeout_ms) {
    * the rest of the pause watches the wake pipe alone: whatever keeps a
    * socket ready waits for the next look, the pause does not spin. */
   int rounds = 4 * MZ_FRESH_MAX;
-  for (long ms = timeout_ms; ms > 0; ms = (long)ceil((end - mz_now()) * 1000.0)) {
+  for (long ms = timeout_ms; ms > 0 && c->ended == ended; ms = (long)ceil((end - mz_now()) * 1000.0)) {
     struct pollfd p[MZ_FRESH_MAX + 1];
-    nfds_t n = fresh_sockets(c, p, rounds > 0 ? MZ_FRESH_MAX + 1 : 1);
+    mz_stream *who[MZ_FRESH_MAX + 1];
+    nfds_t n = fresh_sockets(c, p, who, rounds > 0 ? MZ_FRESH_MAX + 1 : 1, young);
     int r = poll(p, n, ms > INT_MAX ? INT_MAX : (int)ms);
     if (r < 0 && errno == EINTR) c->eintr = 1;
     if (r <= 0) break;
@@ -351,6 +365,7 @@ int mz_client_pause(mz_client *c, long timeout_ms) {
         rounds = 0;
         continue;
       }
+      who[i]->young_reads += who[i]->answering;
       socket_ready(c, p[i].fd, mz_poll_fired(e), now);
     }
     reap(c); /* an answer that ended before its first token (an error) is no longer fresh */
@@ -358,14 +373,21 @@ int mz_client_pause(mz_client *c, long timeout_ms) {
   return interrupted(c);
 }
 
+int mz_client_pause(mz_client *c, long timeout_ms) { return pause_for(c, timeout_ms, 1); }
+
+unsigned long mz_client_ended(const mz_client *c) { return c->ended; }
+
 /* Wait for the ready list to be non-empty (see mz_client_wait_ready). */
 int mz_client_wait_ready_paced(mz_client *c, long timeout_ms, long tick_ms) {
   double end = deadline_from(timeout_ms);
   c->eintr = 0;
-  for (int ms = 0, rc;;) {
+  for (int ms = 0, rc, look = 1;;) {
     /* at a tick, each look (the first comes after the scheduler's own
-     * pause) takes every socket that is ready */
-    size_t read = tick_ms > 0 && ms == 0 ? drive_all(c) : drive(c, ms);
+     * pause) takes every socket that is ready; after a pause that a
+     * stream's end cut short, only what is listed (the look was just
+     * made: the others' tick goes on) */
+    size_t read = !look ? 0 : tick_ms > 0 && ms == 0 ? drive_all(c) : drive(c, ms);
+    look = 1;
     while (c->rhead && !mz_ready(c->rhead)) mz_unmark_ready(c->rhead); /* drained meanwhile */
     if (c->rhead) return 1;
     if ((rc = interrupted(c))) return rc;
@@ -382,8 +404,10 @@ int mz_client_wait_ready_paced(mz_client *c, long timeout_ms, long tick_ms) {
      * is read at once, as without a tick. */
     if (tick_ms > 0 && read > 0 && any_holding(c)) {
       long pause_ms = (long)ceil(left * 1000.0);
+      unsigned long ended = c->ended;
       if ((rc = mz_client_pause(c, pause_ms < tick_ms ? pause_ms : tick_ms))) return rc;
       ms = 0;
+      look = c->ended == ended || !c->rhead;
     }
   }
 }

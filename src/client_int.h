@@ -90,6 +90,8 @@ struct mz_stream {
   int holding;              /* queued events not yet handed over (hold_s) */
   double first_at;          /* the first think/text delta queued; 0: none */
   int answering;            /* a think, text or tool call delta was queued */
+  double answer_at;         /* when answering was set (a pause serves it MZ_YOUNG_MS more) */
+  int young_reads;          /* reads a pause served since (MZ_YOUNG_READS at most) */
 };
 
 /* The driver is event-based (curl_multi_socket_action): libcurl tells
@@ -109,10 +111,11 @@ struct mz_client {
   double timer_at;          /* libcurl's next timeout (INFINITY: none) */
   double *fd_rx;            /* [fd]: when that socket last became readable */
   size_t nfd_rx;
-  double next_check; /* no stall or header deadline before this */
-  int wake[2];       /* the wake pipe (mz_client_wakeup), non-blocking */
-  int eintr;         /* a signal cut the last wait short (MZ_NEXT_SIGNAL) */
-  double io_now;     /* while libcurl runs a read: when it began (0: not in one), see mz_io_now */
+  double next_check;   /* no stall or header deadline before this */
+  int wake[2];         /* the wake pipe (mz_client_wakeup), non-blocking */
+  int eintr;           /* a signal cut the last wait short (MZ_NEXT_SIGNAL) */
+  double io_now;       /* while libcurl runs a read: when it began (0: not in one), see mz_io_now */
+  unsigned long ended; /* streams given their terminal event so far: a pause ends when one is */
 };
 
 /* The time of the read libcurl is running, for its callbacks' stamps (the

@@ -37,6 +37,8 @@
  * and the terminal event mark the stream, at most once until the scheduler
  * takes it off (mz_client_ready) or it closes.
  */
+#include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -117,6 +119,7 @@ void mz_set_terminal(mz_stream *s, mz_evtype t, const char *code, const char *fm
   s->holding = 0; /* what was held comes with the end */
   mark_ready(s);
   s->term = t;
+  s->c->ended++; /* a ticking scheduler's pause ends for it (mz_client_pause) */
   s->term_code = code;
   s->term_msg[0] = '\0';
   if (fmt) {
@@ -126,6 +129,12 @@ void mz_set_terminal(mz_stream *s, mz_evtype t, const char *code, const char *fm
     va_end(ap);
   }
 }
+
+/* hold_ms = LONG_MAX (mirza.open{hold = math.huge}, what mirza.collect
+ * asks for in a task): nothing is handed over before the end, the first
+ * event included, whatever the clock reads. A finite hold is at most 2e9
+ * ms (l_stream.c), below LONG_MAX even where a long has 32 bits. */
+static int holds_to_end(const mz_stream *s) { return s->hold_s >= (double)LONG_MAX / 1000.0; }
 
 static item *q_push(mz_stream *s, mz_evtype t, int index) {
   if (s->qlen == s->qcap) {
@@ -139,17 +148,23 @@ static item *q_push(mz_stream *s, mz_evtype t, int index) {
    * starts on an empty queue when the previous event came less than a hold
    * ago: a stream that comes slower than that (a daemon's 50 tokens/s
    * under a 5 ms hold) has each event handed over at once, no later and
-   * with no wake-up more than without a hold. */
+   * with no wake-up more than without a hold. A hold to the end starts
+   * with the first event and is never due: no deadline (held_until is
+   * INFINITY, which mz_note_deadline and mz_release_held leave alone); the
+   * end hands it over (mz_set_terminal). */
   double now = s->hold_s > 0 ? mz_io_now(s->c) : 0, gap = now - s->pushed_at;
   s->pushed_at = now;
-  if (s->hold_s > 0 && !s->term && !s->holding && s->qhead == s->qlen && gap < s->hold_s) {
+  if (s->hold_s > 0 && !s->term && !s->holding && s->qhead == s->qlen && (gap < s->hold_s || holds_to_end(s))) {
     s->holding = 1; /* the first of a new hold */
-    s->held_until = now + s->hold_s;
+    s->held_until = holds_to_end(s) ? INFINITY : now + s->hold_s;
     mz_note_deadline(s->c, s->held_until); /* the driver hands it over then (mz_release_held) */
   } else if (!s->holding) {
     mark_ready(s); /* no hold, a slow stream, or handed over and not yet taken: it goes with the rest */
   }
-  if (t == MZ_EV_THINK || t == MZ_EV_TEXT || t == MZ_EV_TOOL_CALL) s->answering = 1;
+  if ((t == MZ_EV_THINK || t == MZ_EV_TEXT || t == MZ_EV_TOOL_CALL) && !s->answering) {
+    s->answering = 1;
+    s->answer_at = mz_io_now(s->c);
+  }
   item *it = &s->q[s->qlen++];
   it->type = t;
   it->index = index;

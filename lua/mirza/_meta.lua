@@ -166,10 +166,11 @@ function mirza.wait(timeout) end
 ---you take are the scheduler's wake-ups).
 ---@param timeout? number seconds; nil waits until something is ready or nothing runs
 ---@param list? mirza.Stream[] reused for the result (entries past n cleared)
----@param tick? number seconds: while waiting, look at the transfers at most this often (what arrives meanwhile is read together, every ready socket at each look; streams opened with `hold` are handed over at the first look after their time, not as each frame comes; a stall or header timeout is seen at a look too; a stream's first token is read as it comes, see `pause`); nil: as bytes come
+---@param tick? number seconds: while waiting, look at the transfers at most this often (what arrives meanwhile is read together, every ready socket at each look; streams opened with `hold` are handed over at the first look after their time, not as each frame comes; a stall or header timeout is seen at a look too; a stream's first token and a short answer's end are read as they come, see `pause`); nil: as bytes come
+---@param listed? boolean only the streams already listed, nothing read (after a `pause` that a stream's end cut short)
 ---@return mirza.Stream[] list the ready streams in [1..n]
 ---@return integer n
-function mirza.ready(timeout, list, tick) end
+function mirza.ready(timeout, list, tick, listed) end
 
 ---Sleep while every open transfer keeps making progress. Inside a
 ---`mirza.loop` task the scheduler sleeps instead: the other tasks run
@@ -196,12 +197,17 @@ function mirza.task(hook, slice) end
 ---(mirza.loop's `tick`). A stream opened since the last wait sends its
 ---request first, and the streams still waiting for their answer (up to
 ---64) are served as their sockets come ready (connected, asked, read)
----until their first think, text or tool call delta, so the first token is
----timed to the byte (`s:first_at()`), not to the tick. Unlike
----`mirza.sleep`, no stream under way makes progress meanwhile; a signal
----(Ctrl-C) ends it as it ends `mirza.sleep`. Only in
----`require("mirza.core")` (not re-exported by `mirza`).
+---until their first think, text or tool call delta and for 50 ms after it,
+---so the first token is timed to the byte (`s:first_at()`), not to the
+---tick, and a short answer's end is read as it comes. A stream that ends
+---meanwhile (its terminal event) ends the pause: the scheduler hands it
+---over at once (`mirza.ready(0, list, tick, true)`), its task sends the
+---next request, and the others' tick goes on. Unlike `mirza.sleep`, no
+---stream under way makes progress meanwhile; a signal (Ctrl-C) ends it as
+---it ends `mirza.sleep`. Only in `require("mirza.core")` (not re-exported
+---by `mirza`).
 ---@param seconds number
+---@return boolean ended a stream's end cut the pause short
 function mirza.pause(seconds) end
 
 ---@class mirza.RepetitionGuard

@@ -460,19 +460,22 @@ end
 -- else until a stream awaited has news or the next timer. False when
 -- nothing can ever happen (no task queued, no timer, no stream awaited).
 function Loop:_wait()
-  if self.rhead <= self.rtail then
-    self:_poll(0)
+  local tick = self.tick
+  if self.rhead <= self.rtail then -- at a tick, what is listed only until the next look is due
+    self:_poll(0, tick and tick > 0 and mirza.now() < self.woke + tick)
     return true
   end
   local timeout = self:_next_timer()
   if not timeout and self.nwaiting == 0 then return false end
-  local tick = self.tick
   if tick and tick > 0 then -- the rest of the tick without reading: what comes meanwhile is read together
     local rest = self.woke + tick - mirza.now()
     if timeout and timeout < rest then rest = timeout end
     if rest > 0 then
       self.pauses = self.pauses + 1
-      core.pause(rest)
+      if core.pause(rest) then -- a stream ended: its task runs now (the next item goes out), the others' tick goes on
+        self:_poll(0, true)
+        return true
+      end
       if timeout then timeout = math.max(0, timeout - rest) end
     end
   end
@@ -511,8 +514,8 @@ function Loop:step()
   return self:_wait()
 end
 
-function Loop:_poll(timeout)
-  local list, n = core.ready(timeout, self.buf, self.tick) -- held streams: looked at once per tick
+function Loop:_poll(timeout, listed)
+  local list, n = core.ready(timeout, self.buf, self.tick, listed) -- held streams: looked at once per tick
   self.polls = self.polls + 1
   for i = 1, n do
     local t = waiter[list[i]]

@@ -448,6 +448,39 @@ static void test_pause_reads_only_fresh_streams(void **state) {
                    0); /* the calls come at once */
 }
 
+/* A pause ends when a stream it serves ends, so a ticking scheduler hands
+ * a short answer over and sends the next item at once, not a tick later:
+ * an answer of a few tokens at once, and one paced 10 ms a token (its end
+ * comes within MZ_YOUNG_MS of its first token, read as it comes). A
+ * stream paced slower than that is not read after its young window: its
+ * end waits for the look (the pause runs to its end). */
+static void check_pause_ends_with(double rate, int ends) {
+  mz_client *c = mz_client_new(NULL);
+  mz_stream *s = open_rate(c, "a b c", 0, rate);
+  unsigned long ended = mz_client_ended(c);
+  double t0 = mz_now();
+  assert_int_equal(0, mz_client_pause(c, ends ? 20000 : 1000));
+  if (ends) {
+    assert_true(mz_now() - t0 < 15); /* 20 s when it is not cut short */
+    assert_int_equal(ended + 1, mz_client_ended(c));
+    assert_true(mz_stream_finished(s));
+    assert_true(mz_ready(s)); /* listed: the scheduler takes it without a look */
+  } else {
+    assert_true(mz_now() - t0 >= 0.9);
+    assert_int_equal(ended, mz_client_ended(c));
+  }
+  mz_stream_close(s);
+  mz_client_free(c);
+}
+
+static void test_pause_ends_with_a_stream(void **state) {
+  (void)state;
+  SKIP_WITHOUT_SIM();
+  check_pause_ends_with(0, 1);   /* at once */
+  check_pause_ends_with(200, 1); /* 5 ms a token: within the young window */
+  check_pause_ends_with(4, 0);   /* 250 ms a token: read at the looks */
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_lists_only_ready),
@@ -461,6 +494,7 @@ int main(void) {
       cmocka_unit_test(test_paced_wait_not_cut_by_a_hold),
       cmocka_unit_test(test_pause_sends_new_requests),
       cmocka_unit_test(test_pause_reads_only_fresh_streams),
+      cmocka_unit_test(test_pause_ends_with_a_stream),
   };
   return cmocka_run_group_tests(tests, start_sim, stop_sim);
 }

@@ -125,6 +125,67 @@ describe("mirza.loop tick", function()
     l.tick = nil
   end)
 
+  it("hands a short answer over as it ends: a task runs item after item, not one per tick", function()
+    -- 4 tasks x 6 short answers each under a 5 s tick: seen a tick late,
+    -- 6 ticks (30 s); handed over as they end, well under one tick. The
+    -- second kind is paced (a token every 5 ms): its end comes within the
+    -- 50 ms a pause still reads a young answer.
+    for _, rate in ipairs { 0, 200 } do
+      local l, done, fns = loop.new { tick = 5 }, 0, {}
+      for i = 1, 4 do
+        fns[i] = function()
+          for j = 1, 6 do
+            local s <close> = mirza.open { url = sim.url, body = H.chat_body("q" .. i .. j,
+              { mirza_sim = { text = "a b c", tok_rate = rate } }) }
+            for ev in s:events() do
+              if ev.type == "error" then error(ev.message) end
+            end
+            done = done + 1
+          end
+        end
+      end
+      local t0 = mirza.now()
+      local _, errs, nerr = loop.gather(fns, { loop = l })
+      assert.are.equal(0, nerr, nerr > 0 and select(2, next(errs)) or nil)
+      assert.are.equal(24, done)
+      assert.is_true(mirza.now() - t0 < 5, ("rate %d: %.1f s for 24 short answers at a 5 s tick"):format(rate,
+        mirza.now() - t0))
+    end
+  end)
+
+  it("reads a stream under way once per tick while short answers around it end", function()
+    -- a paced answer (2 s, merged: one event per read) beside a task that
+    -- runs short answers back to back until it ends: each short end is
+    -- handed over at once, without a look at the paced one, which is read
+    -- once per 0.5 s tick (~5 reads); a look at each short end reads it
+    -- every few milliseconds (~100)
+    local l, reads, shorts, over = loop.new { tick = 0.5 }, 0, 0, false
+    local text = ("w "):rep(200)
+    local _, errs, nerr = loop.gather({
+      function()
+        local s <close> = mirza.open { url = sim.url, merge = true, body = H.chat_body("long",
+          { mirza_sim = { text = text, tok_rate = 100 } }) }
+        for ev in s:events() do
+          if ev.type == "text" then reads = reads + 1
+          elseif ev.type == "error" then error(ev.message) end
+        end
+        over = true
+      end,
+      function()
+        while not over do
+          local s <close> = mirza.open { url = sim.url, body = H.chat_body("s", { mirza_sim = { text = "a b" } }) }
+          for ev in s:events() do
+            if ev.type == "error" then error(ev.message) end
+          end
+          shorts = shorts + 1
+        end
+      end,
+    }, { loop = l })
+    assert.are.equal(0, nerr, nerr > 0 and select(2, next(errs)) or nil)
+    assert.is_true(shorts > 20, shorts .. " short answers in 2 s")
+    assert.is_true(reads < 20, ("%d reads of the paced answer beside %d short ones"):format(reads, shorts))
+  end)
+
   it("still fires timers and sleeps, on time", function()
     local l = loop.new { tick = 0.05 }
     local slept, fired
