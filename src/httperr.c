@@ -9,12 +9,15 @@
  * error message, the page's <title>, or the first line of text. The raw
  * body stays available to the caller. Pure C over cJSON, bounded work on
  * any input (a fuzzer calls it), no allocation but cJSON's parse.
+ * mz_http_summary (httperr.h) is that line alone, for a 2xx that is not
+ * what was asked for (a web UI's page where an event stream was awaited).
  */
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
 
 #include "decode.h"
+#include "httperr.h"
 
 #define SUMMARY_MAX 200  /* bytes of a body's text line in a message */
 #define MESSAGE_MAX 1000 /* bytes of a server's own error message */
@@ -123,10 +126,11 @@ static size_t entity(const char *b, size_t len, size_t i, line *l) {
   return 1;
 }
 
-/* Text from b[i] up to the end of the first line with text, skipping tags
+/* Text from b[i] up to the end of the first line with text (all of it up
+ * to stop when `whole`: a title's line breaks are spaces), skipping tags
  * (a tag is a space) and script/style contents; stops at `stop` (an
  * offset) at the latest. */
-static void html_text(const char *b, size_t stop, size_t i, line *l) {
+static void html_text(const char *b, size_t stop, size_t i, int whole, line *l) {
   while (i < stop && !l->cut) {
     char c = b[i];
     if (c == '<') {
@@ -136,7 +140,7 @@ static void html_text(const char *b, size_t stop, size_t i, line *l) {
       if (end < stop && b[end] != '>') end = find_ci(b, stop, end, ">");
       put(l, ' ');
       i = end + 1;
-    } else if ((c == '\n' || c == '\r') && l->len) {
+    } else if ((c == '\n' || c == '\r') && l->len && !whole) {
       return;
     } else if (c == '&') {
       i += entity(b, stop, i, l);
@@ -151,10 +155,10 @@ static void html_text(const char *b, size_t stop, size_t i, line *l) {
 static void html_summary(const char *b, size_t len, line *l) {
   size_t t = find_ci(b, len, 0, "<title"), open = t < len ? find_ci(b, len, t, ">") : len;
   if (open < len) {
-    html_text(b, find_ci(b, len, open, "</title"), open + 1, l);
+    html_text(b, find_ci(b, len, open, "</title"), open + 1, 1, l);
     if (l->len) return;
   }
-  html_text(b, len, 0, l);
+  html_text(b, len, 0, 0, l);
 }
 
 /* A page starts with a tag, or names <html> in its first 512 bytes (after
@@ -259,24 +263,48 @@ static void render(long status, const char *text, size_t len, int cut, char *out
   out[o] = '\0';
 }
 
-char *mz_http_error_message(long status, const char *body, size_t len, char *out, size_t outlen) {
-  line l = {.max = SUMMARY_MAX};
-  if (!out || !outlen) return out;
+/* The one line a body says (see the top of the file) into l. */
+static void summarize(const char *body, size_t len, line *l) {
   if (!body) len = 0;
   while (len && (*body == ' ' || *body == '\t' || *body == '\r' || *body == '\n')) body++, len--;
   cJSON *root = len && (*body == '{' || *body == '[') ? mz_json_parse(body, len, NULL) : NULL;
   const char *msg = json_message(root);
   if (msg) {
-    l.max = MESSAGE_MAX;
-    first_text_line(msg, strlen(msg), &l);
-  } else if (detail_list(root, &l)) {
+    l->max = MESSAGE_MAX;
+    first_text_line(msg, strlen(msg), l);
+  } else if (detail_list(root, l)) {
     /* l holds the first validation error */
   } else if (looks_html(body, len)) {
-    html_summary(body, len, &l);
+    html_summary(body, len, l);
   } else {
-    first_text_line(body, len, &l);
+    first_text_line(body, len, l);
   }
   cJSON_Delete(root);
+}
+
+char *mz_http_error_message(long status, const char *body, size_t len, char *out, size_t outlen) {
+  line l = {.max = SUMMARY_MAX};
+  if (!out || !outlen) return out;
+  summarize(body, len, &l);
   render(status, l.p, l.len, l.cut, out, outlen);
+  return out;
+}
+
+/* What render puts after "HTTP <status> <reason>: ", alone: the page's
+ * <title> or first line of text, the server's message, the body's first
+ * line. */
+char *mz_http_summary(const char *body, size_t len, char *out, size_t outlen) {
+  line l = {.max = SUMMARY_MAX};
+  if (!out || !outlen) return out;
+  summarize(body, len, &l);
+  size_t take = l.len, room = outlen - 1;
+  int cut = l.cut || take > room;
+  int dots = cut && room > 3;
+  if (dots && take + 3 > room) take = room - 3;
+  if (take > room) take = room;
+  take = mz_utf8_complete(l.p, take);
+  memcpy(out, l.p, take);
+  if (dots) memcpy(out + take, "...", 3), take += 3;
+  out[take] = '\0';
   return out;
 }

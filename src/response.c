@@ -7,9 +7,12 @@
  * fastframe.c token path -> queued events), a JSON body where a stream was
  * asked for (the same events), an error body (kept up to ERRBODY_MAX for
  * the message and ev.error), or a plain response (kept whole, up to
- * PLAINBODY_MAX). mz_on_complete turns how the transfer ended into the
- * one terminal event; every path that ends a stream flushes the UTF-8
- * carry first, so nothing received is dropped.
+ * PLAINBODY_MAX). A 2xx that is not what was asked for (a web UI's page
+ * where a stream was awaited: foreign) is kept as an error body and ends
+ * as a "protocol" error naming its type and <title>. mz_on_complete turns
+ * how the transfer ended into the one terminal event; every path that
+ * ends a stream flushes the UTF-8 carry first, so nothing received is
+ * dropped.
  *
  * No callback here ever leaves C (no Lua); an error is recorded as the
  * terminal event and, when the transfer must stop, s->abort makes the
@@ -24,11 +27,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "client_int.h"
 #include "decode.h"
 #include "fastframe.h"
+#include "httperr.h"
 #include "mirza.h"
 #include "nofile.h"
 
@@ -171,16 +176,41 @@ int mz_on_sse_event(void *ud, const mz_sse_event *e) {
 
 /* ------------------------------------------------------ curl callbacks */
 
+/* The media type of a Content-Type (before any ';', trimmed) into out;
+ * "" when there is none. */
+static const char *media_type(const char *ct, char *out, size_t outlen) {
+  size_t n = 0;
+  while (ct && (*ct == ' ' || *ct == '\t')) ct++;
+  while (ct && ct[n] && ct[n] != ';' && ct[n] != ' ' && ct[n] != '\t') n++;
+  snprintf(out, outlen, "%.*s", (int)n, ct ? ct : "");
+  return out;
+}
+
+/* A 2xx that is not the answer asked for: a streamed request's answer
+ * that is neither an event stream nor JSON (a web UI's page, a proxy's
+ * login page: an answer without a Content-Type is read as a stream), or
+ * a plain request's HTML page (a plain request may fetch text: a health
+ * route's "OK"). Its body is kept as an error body's is. */
+static int foreign(const mz_stream *s, const char *ct) {
+  char mt[64];
+  media_type(ct, mt, sizeof mt);
+  if (s->plain) return strcasecmp(mt, "text/html") == 0 || strcasecmp(mt, "application/xhtml+xml") == 0;
+  return *mt && !strstr(ct, "event-stream") && !strstr(ct, "json");
+}
+
 /* Decide how to read the body from the status and content type. */
 static void classify(mz_stream *s) {
   char *ct = NULL;
   curl_easy_getinfo(s->easy, CURLINFO_RESPONSE_CODE, &s->status);
   curl_easy_getinfo(s->easy, CURLINFO_CONTENT_TYPE, &ct);
   if (s->status >= 300) s->mode = MODE_ERRBODY; /* redirects are not followed */
+  else if (foreign(s, ct)) s->mode = MODE_ERRBODY;
   else if (s->plain) s->mode = MODE_PLAIN;
   else if (ct && strstr(ct, "json") && !strstr(ct, "event-stream")) s->mode = MODE_JSON;
   else s->mode = MODE_SSE;
 }
+
+static void finish_foreign(mz_stream *s);
 
 /* A response byte came: the stall timer runs from now. */
 static void received(mz_stream *s) {
@@ -211,6 +241,8 @@ size_t mz_on_write(char *p, size_t size, size_t n, void *ud) {
   size_t cap = s->mode == MODE_ERRBODY ? ERRBODY_MAX : PLAINBODY_MAX;
   size_t room = s->body.len < cap ? cap - s->body.len : 0;
   if (room && mz_buf_add(&s->body, p, len < room ? len : room)) mz_out_of_memory(s);
+  if (len >= room && s->mode == MODE_ERRBODY && s->status < 300)
+    finish_foreign(s); /* enough of a page that may not end */
   if (len > room && s->mode != MODE_ERRBODY) {
     mz_set_terminal(s, MZ_EV_ERROR, MZ_E_PROTOCOL, "response body over %u bytes", PLAINBODY_MAX);
     return 0;
@@ -305,22 +337,47 @@ static void finish_redirect(mz_stream *s) {
   curl_easy_getinfo(s->easy, CURLINFO_REDIRECT_URL, &to);
   shown = to ? mz_redact_url(to) : NULL; /* a Location may carry credentials too */
   const char *reason = mz_http_reason(s->status);
-  mz_set_terminal(s, MZ_EV_ERROR, MZ_E_HTTP, "HTTP %ld%s%s to %s (redirects are not followed: use that url)", s->status,
-                  *reason ? " " : "", reason,
+  mz_set_terminal(s, MZ_EV_ERROR, MZ_E_HTTP, "%s: HTTP %ld%s%s to %s (redirects are not followed: use that url)",
+                  s->url, s->status, *reason ? " " : "", reason,
                   shown ? shown
                   : to  ? "(a url)"
                         : "(no Location)");
   free(shown);
 }
 
+/* A 2xx that is not what was asked for (see foreign): a "protocol"
+ * error, never retried as a network failure (the same answer would come
+ * again), naming the url, the content type and what the page says (its
+ * <title>), with what to check. The page stays in the event's body
+ * (mz_event.body, as an error body's). */
+static void finish_foreign(mz_stream *s) {
+  char *ct = NULL, mt[64], said[128], quoted[sizeof said + 8] = "";
+  curl_easy_getinfo(s->easy, CURLINFO_CONTENT_TYPE, &ct);
+  media_type(ct, mt, sizeof mt);
+  if (*mz_http_summary(s->body.p, s->body.len, said, sizeof said)) snprintf(quoted, sizeof quoted, " (\"%s\")", said);
+  mz_flush_carry(s);
+  mz_set_terminal(s, MZ_EV_ERROR, MZ_E_PROTOCOL,
+                  "%s answered %ld with %s%s, not %s: check that the url is the daemon's API (a base url ending in "
+                  "/v1) and that no web UI or proxy answers in its place",
+                  s->url, s->status, *mt ? mt : "no content type", quoted, s->plain ? "JSON" : "an event stream");
+}
+
+/* An HTTP error: "<url>: HTTP <status> <reason>: <what the body says>"
+ * (the url as requested, redacted: a doubled or missing path shows). */
 static void finish_http_error(mz_stream *s) {
   char msg[sizeof s->term_msg];
+  if (s->status < 300) {
+    finish_foreign(s);
+    return;
+  }
   s->retry_after = retry_after(s);
   if (s->status < 400) {
     finish_redirect(s);
     return;
   }
-  mz_http_error_message(s->status, s->body.p, s->body.len, msg, sizeof msg);
+  int n = snprintf(msg, sizeof msg, "%s: ", s->url);
+  size_t at = n < 0 ? 0 : (size_t)n < sizeof msg / 2 ? (size_t)n : 0; /* a url too long for the room: none */
+  mz_http_error_message(s->status, s->body.p, s->body.len, msg + at, sizeof msg - at);
   mz_set_terminal(s, MZ_EV_ERROR, MZ_E_HTTP, "%s", msg);
   s->term_json = mz_http_error_object(s->body.p, s->body.len); /* ev.error */
 }

@@ -61,6 +61,19 @@ static int parse_http(sim_faults *f, const char *v, size_t n, int body) {
   return 0;
 }
 
+/* html-page[=TITLE]: a 200 text/html page (a web UI, a proxy's login
+ * page) where the API was asked; TITLE in its <title> (default: a web
+ * UI's). */
+static int parse_html_page(sim_faults *f, const char *v, size_t n) {
+  if (n >= sizeof f->http_msg) return -1;
+  f->http_status = 200;
+  f->http_text = true;
+  f->http_body = HTTP_BODY_WEB_PAGE;
+  memcpy(f->http_msg, v, n);
+  f->http_msg[n] = '\0';
+  return 0;
+}
+
 static int copy_value(char *dst, size_t cap, const char *v, size_t n) {
   if (n == 0 || n >= cap) return -1;
   memcpy(dst, v, n);
@@ -104,6 +117,7 @@ static int parse_item(sim_faults *f, const char *k, size_t kn, const char *v, si
   if (KEY("schema-ignore") && !has_v) return f->schema_ignore = true, 0;
   if (KEY("schema-break") && !has_v) return f->schema_break = true, 0;
   if (KEY("schema-cut") && !has_v) return f->schema_cut = true, 0;
+  if (KEY("html-page")) return parse_html_page(f, has_v ? v : "", has_v ? vn : 0);
   if (KEY("loop")) {
     if (!has_v) return f->loop = LOOP_LINE, 0;
     if (vn == 6 && memcmp(v, "phrase", 6) == 0) return f->loop = LOOP_PHRASE, 0;

@@ -90,8 +90,9 @@ static const char *retry_after(const sim_faults *f, long dflt, int status, char 
 }
 
 /* The body of an http= fault other than JSON: a bare HTML fragment
- * (http-text), an nginx-style error page with a <title> (http-html) or a
- * line of plain text (http-plain). */
+ * (http-text), an nginx-style error page with a <title> (http-html), a
+ * line of plain text (http-plain) or a web UI's page (html-page: msg is
+ * its title). */
 static int fault_body(const sim_faults *f, const char *msg, char *body, size_t n, const char **ctype) {
   int st = f->http_status;
   *ctype = "text/html";
@@ -103,6 +104,13 @@ static int fault_body(const sim_faults *f, const char *msg, char *body, size_t n
                     "</body>\r\n</html>\r\n",
                     st, msg, st, msg);
   case HTTP_BODY_PLAIN: *ctype = "text/plain; charset=utf-8"; return snprintf(body, n, "%s\n", msg);
+  case HTTP_BODY_WEB_PAGE:
+    *ctype = "text/html; charset=utf-8";
+    return snprintf(body, n,
+                    "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>%s</title>\n"
+                    "<script>window.app = {};</script>\n</head>\n<body>\n<div id=\"app\">Sign in to continue</div>\n"
+                    "</body>\n</html>\n",
+                    msg);
   default: return snprintf(body, n, "<html><body>%s</body></html>\n", msg);
   }
 }
@@ -110,7 +118,9 @@ static int fault_body(const sim_faults *f, const char *msg, char *body, size_t n
 /* The http= / http-text= / http-html= / http-plain= faults: a failure
  * before any stream starts. */
 static int send_http_fault(conn *c, const sim_faults *f) {
-  const char *msg = f->http_msg[0] ? f->http_msg : http_reason(f->http_status);
+  const char *msg = f->http_msg[0]                       ? f->http_msg
+                    : f->http_body == HTTP_BODY_WEB_PAGE ? "mirza-sim web UI"
+                                                         : http_reason(f->http_status);
   char ra[96], body[1024];
   const char *extra = retry_after(f, c->srv->cfg.retry_after, f->http_status, ra, sizeof ra), *ctype;
   if (!f->http_text && !f->retry_after[0]) return send_error(c, f->http_status, msg, type_for(f->http_status), NULL);

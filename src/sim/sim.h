@@ -129,7 +129,7 @@ typedef struct sim_faults {
   bool schema_cut;      /* response_format: the JSON cut in the middle */
 } sim_faults;
 
-enum { HTTP_BODY_JSON, HTTP_BODY_TEXT_HTML, HTTP_BODY_HTML_PAGE, HTTP_BODY_PLAIN };
+enum { HTTP_BODY_JSON, HTTP_BODY_TEXT_HTML, HTTP_BODY_HTML_PAGE, HTTP_BODY_PLAIN, HTTP_BODY_WEB_PAGE };
 
 void faults_clear(sim_faults *f);
 int faults_parse(sim_faults *f, const char *spec, char *err, size_t errlen);

@@ -361,7 +361,9 @@ static void test_error_body_cap(void **state) {
   assert_string_equal(r.code, "http");
   assert_int_equal(r.status, 500);
   assert_int_equal(r.body_len, 65536);
-  assert_true(strncmp(r.message, "HTTP 500 Internal Server Error: eee", 35) == 0);
+  char want[256];
+  snprintf(want, sizeof want, "%s: HTTP 500 Internal Server Error: eee", url);
+  assert_true(strncmp(r.message, want, strlen(want)) == 0);
   assert_string_equal(r.message + strlen(r.message) - 3, "...");
   assert_true(strlen(r.message) < 300);
   result_free(&r);
@@ -541,7 +543,9 @@ static void test_http_error_details(void **state) {
   mz_request req = chat(url_of(s, url, sizeof url));
   run(&req, &r);
   assert_string_equal(r.code, "http");
-  assert_string_equal(r.message, "HTTP 400 Bad Request: too long");
+  char want[256];
+  snprintf(want, sizeof want, "%s: HTTP 400 Bad Request: too long", url);
+  assert_string_equal(r.message, want);
   assert_true(r.retry_after == 12);
   assert_int_equal((int)num(r.json, "n_ctx"), 256);
   assert_non_null(strstr(r.headers, "retry-after: 12\n"));
@@ -561,7 +565,8 @@ static void test_http_error_details(void **state) {
   s = server_start(page, NULL);
   req = chat(url_of(s, url, sizeof url));
   run(&req, &r);
-  assert_string_equal(r.message, "HTTP 503 Service Unavailable: Down for maintenance");
+  snprintf(want, sizeof want, "%s: HTTP 503 Service Unavailable: Down for maintenance", url);
+  assert_string_equal(r.message, want);
   assert_true(r.retry_after >= 95 && r.retry_after <= 101);
   assert_null(r.json);
   result_free(&r);
@@ -577,15 +582,136 @@ static void test_redirect_not_followed(void **state) {
   mz_request req = chat(url_of(s, url, sizeof url));
   run(&req, &r);
   snprintf(want, sizeof want,
-           "HTTP 308 Permanent Redirect to http://127.0.0.1:%d/elsewhere (redirects are not "
+           "%s: HTTP 308 Permanent Redirect to http://127.0.0.1:%d/elsewhere (redirects are not "
            "followed: use that url)",
-           s->port);
+           url, s->port);
   assert_string_equal(r.code, "http");
   assert_int_equal(r.status, 308);
   assert_string_equal(r.message, want);
   assert_int_equal(s->nreq, 1);
   result_free(&r);
   server_stop(s);
+}
+
+/* An HTTP error names the url requested, without its credentials. */
+static void test_http_error_names_url(void **state) {
+  char url[192], want[256];
+  result r;
+  (void)state;
+  server *s = server_start("HTTP/1.1 404 Not Found\r\nContent-Type: text/plain\r\nContent-Length: 10\r\n\r\n"
+                           "Not Found\n",
+                           NULL);
+  snprintf(url, sizeof url, "http://me:secret@127.0.0.1:%d/v1/chat/completions/chat/completions?key=k1", s->port);
+  mz_request req = chat(url);
+  run(&req, &r);
+  snprintf(want, sizeof want,
+           "http://[redacted]@127.0.0.1:%d/v1/chat/completions/chat/completions?key=[redacted]: HTTP 404 Not "
+           "Found: Not Found",
+           s->port);
+  assert_string_equal(r.code, "http");
+  assert_int_equal(r.status, 404);
+  assert_string_equal(r.message, want);
+  result_free(&r);
+  server_stop(s);
+}
+
+/* ---- a 2xx that is not the answer asked for (issue 31 item 7) ----------- */
+
+#define ADVICE                                                                                                         \
+  "check that the url is the daemon's API (a base url ending in /v1) and that no web UI or proxy answers in its "      \
+  "place"
+#define LOGIN_PAGE                                                                                                     \
+  "HTTP/1.1 200 OK\r\nContent-Type: text/html; charset=utf-8\r\nConnection: close\r\n\r\n"                             \
+  "<!DOCTYPE html>\n<html><head><title>Sign in &amp; go - "                                                            \
+  "Proxy</title></head>\n<body><form>...</form></body></html>\n"
+
+/* A web page where a stream was asked: a "protocol" error (not retried as
+ * a cut), status 200, naming the url, the content type and the title. */
+static void test_page_not_a_stream(void **state) {
+  char url[128], want[512];
+  result r;
+  (void)state;
+  server *s = server_start(LOGIN_PAGE, NULL);
+  mz_request req = chat(url_of(s, url, sizeof url));
+  run(&req, &r);
+  snprintf(want, sizeof want, "%s answered 200 with text/html (\"Sign in & go - Proxy\"), not an event stream: " ADVICE,
+           url);
+  assert_int_equal(r.last, MZ_EV_ERROR);
+  assert_int_equal(r.nevents, 1);
+  assert_string_equal(r.code, "protocol");
+  assert_int_equal(r.status, 200);
+  assert_string_equal(r.message, want);
+  assert_true(r.body_len > 0); /* the page is kept */
+  result_free(&r);
+  server_stop(s);
+  /* a plain request: the same page is no JSON */
+  s = server_start(LOGIN_PAGE, NULL);
+  req = chat(url_of(s, url, sizeof url));
+  req.plain = 1;
+  run(&req, &r);
+  snprintf(want, sizeof want, "%s answered 200 with text/html (\"Sign in & go - Proxy\"), not JSON: " ADVICE, url);
+  assert_string_equal(r.code, "protocol");
+  assert_string_equal(r.message, want);
+  result_free(&r);
+  server_stop(s);
+}
+
+/* Any other type than an event stream or JSON, for a stream; a page
+ * without a title or text; a plain request's text stays an answer; an
+ * answer without a Content-Type is still read as a stream. */
+static void test_other_types_not_a_stream(void **state) {
+  char url[128], want[512];
+  result r;
+  (void)state;
+  server *s =
+      server_start("HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nConnection: close\r\n\r\n", NULL);
+  mz_request req = chat(url_of(s, url, sizeof url));
+  run(&req, &r);
+  snprintf(want, sizeof want, "%s answered 200 with application/octet-stream, not an event stream: " ADVICE, url);
+  assert_string_equal(r.code, "protocol");
+  assert_string_equal(r.message, want);
+  result_free(&r);
+  server_stop(s);
+  static const char ok[] = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\nOK\n";
+  s = server_start(ok, NULL);
+  req = chat(url_of(s, url, sizeof url));
+  req.plain = 1;
+  run(&req, &r);
+  assert_int_equal(r.last, MZ_EV_RESPONSE);
+  assert_string_equal(r.message, "OK\n");
+  result_free(&r);
+  server_stop(s);
+  s = server_start("HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n" TOKEN("hi") FINISH "data: [DONE]\n\n", NULL);
+  req = chat(url_of(s, url, sizeof url));
+  run(&req, &r);
+  assert_int_equal(r.last, MZ_EV_DONE);
+  assert_memory_equal(r.text, "hi", 2);
+  result_free(&r);
+  server_stop(s);
+}
+
+/* A 2xx of another type that does not end: the error comes once 64 KiB
+ * of it are in, not at the end of the transfer. */
+static void test_endless_page_ends_early(void **state) {
+  char url[128];
+  result r;
+  (void)state;
+  char *junk = malloc(70001);
+  assert_non_null(junk);
+  memset(junk, 'x', 70000);
+  junk[70000] = '\0';
+  server *s = server_start("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\n", junk, NULL);
+  s->hold_ms = 3000;
+  mz_request req = chat(url_of(s, url, sizeof url));
+  double t0 = mz_now();
+  run(&req, &r);
+  assert_true(mz_now() - t0 < 2);
+  assert_string_equal(r.code, "protocol");
+  assert_non_null(strstr(r.message, " answered 200 with text/plain (\"xxx"));
+  assert_non_null(strstr(r.message, "...\"), not an event stream: "));
+  result_free(&r);
+  server_stop(s);
+  free(junk);
 }
 
 /* ---- pending and finished --------------------------------------------- */
@@ -683,6 +809,10 @@ int main(void) {
       cmocka_unit_test(test_request_shape),
       cmocka_unit_test(test_http_error_details),
       cmocka_unit_test(test_redirect_not_followed),
+      cmocka_unit_test(test_http_error_names_url),
+      cmocka_unit_test(test_page_not_a_stream),
+      cmocka_unit_test(test_other_types_not_a_stream),
+      cmocka_unit_test(test_endless_page_ends_early),
       cmocka_unit_test(test_pending_finished),
       cmocka_unit_test(test_merge),
       cmocka_unit_test(test_redact_and_remote),

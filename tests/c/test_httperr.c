@@ -3,7 +3,9 @@
  * (mz_http_error_message, src/httperr.c): llama.cpp, vLLM (its error
  * object, FastAPI's detail string and validation list), Ollama, MTPLX,
  * OpenAI, and a plain-text, an HTML and an empty body. Each message names
- * the status and carries the daemon's own message.
+ * the status and carries the daemon's own message. And mz_http_summary
+ * (httperr.h): that line alone, as a 2xx that is not the answer asked
+ * for (a web UI's page, a proxy's login page) is named by it.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,6 +16,7 @@
 #include <string.h>
 
 #include "decode.h"
+#include "httperr.h"
 
 static void check(long status, const char *body, const char *want) {
   char out[1200];
@@ -90,10 +93,55 @@ static void test_not_json(void **state) {
   check(504, "{", "HTTP 504 Gateway Timeout: {");
 }
 
+/* ---- mz_http_summary ---- */
+
+static const char *summary(const char *body, char *out, size_t outlen) {
+  return mz_http_summary(body, body ? strlen(body) : 0, out, outlen);
+}
+
+/* A page: its <title> (entities decoded, white space collapsed), else its
+ * first line of text. */
+static void test_page_title(void **state) {
+  char out[128];
+  (void)state;
+  assert_string_equal(summary("<!DOCTYPE html>\n<html><head>\n<title>\n  Sign in &amp; go -\n Proxy </title>"
+                              "</head><body><h1>Welcome</h1></body></html>",
+                              out, sizeof out),
+                      "Sign in & go - Proxy");
+  assert_string_equal(summary("<html><head><meta charset=\"utf-8\"><script>var x = 1;</script></head>"
+                              "<body><p>Please log in</p></body></html>",
+                              out, sizeof out),
+                      "Please log in");
+}
+
+/* Text, JSON, nothing. */
+static void test_other_bodies(void **state) {
+  char out[128];
+  (void)state;
+  assert_string_equal(summary("\r\n  Welcome to the proxy\nsecond line\n", out, sizeof out), "Welcome to the proxy");
+  assert_string_equal(summary("{\"error\":{\"message\":\"log in first\"}}", out, sizeof out), "log in first");
+  assert_string_equal(summary("", out, sizeof out), "");
+  assert_string_equal(summary(NULL, out, sizeof out), "");
+  assert_string_equal(summary("<html><body></body></html>", out, sizeof out), "");
+  assert_ptr_equal(mz_http_summary("x", 1, out, 0), out); /* no room: nothing written */
+}
+
+/* Cut to the room on a UTF-8 boundary, "..." when shortened. */
+static void test_cut(void **state) {
+  char out[12];
+  (void)state;
+  assert_string_equal(summary("<title>0123456789AB</title>", out, sizeof out), "01234567...");
+  assert_string_equal(summary("<title>0123456789A</title>", out, sizeof out), "0123456789A"); /* it fits */
+  assert_string_equal(summary("<title>0123456\xc3\xa9\xc3\xa9\xc3\xa9</title>", out, sizeof out), "0123456...");
+  char tiny[3];
+  assert_string_equal(summary("abcdef", tiny, sizeof tiny), "ab"); /* no room for "..." */
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_llama_cpp), cmocka_unit_test(test_vllm),   cmocka_unit_test(test_ollama),
-      cmocka_unit_test(test_mtplx),     cmocka_unit_test(test_openai), cmocka_unit_test(test_not_json),
+      cmocka_unit_test(test_llama_cpp),  cmocka_unit_test(test_vllm),         cmocka_unit_test(test_ollama),
+      cmocka_unit_test(test_mtplx),      cmocka_unit_test(test_openai),       cmocka_unit_test(test_not_json),
+      cmocka_unit_test(test_page_title), cmocka_unit_test(test_other_bodies), cmocka_unit_test(test_cut),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

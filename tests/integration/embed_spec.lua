@@ -181,10 +181,11 @@ describe("mirza.embed", function()
       assert.equal("unsupported", code)
       if dialect == "llama" then
         assert.equal(501, status)
-        assert.matches("does not serve embeddings %(HTTP 501.*restart llama%-server with %-%-embeddings", msg)
+        assert.matches("does not serve embeddings %(http://[^ ]+/v1/embeddings: HTTP 501.*restart llama%-server "
+          .. "with %-%-embeddings", msg)
       else
         assert.equal(404, status)
-        assert.matches("does not serve embeddings %(HTTP 404.*MTPLX has none", msg)
+        assert.matches("does not serve embeddings %(http://[^ ]+/v1/embeddings: HTTP 404.*MTPLX has none", msg)
       end
       assert.equal(1, recorded(dir))
     end

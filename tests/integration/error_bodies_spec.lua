@@ -23,7 +23,8 @@ local function json_response(status, reason, body)
 end
 
 -- name: the request body that selects it (--replay-match body); response:
--- what the daemon answers; want: the whole message.
+-- what the daemon answers; want: the whole message after the url requested
+-- (every message starts with it: "http://.../v1/chat/completions: HTTP 400 ...").
 local CASES = {
   { name = "llama.cpp", response = trace("llama-server.err_ctx_exceeded_stream.txt"), status = 400,
     want = "HTTP 400 Bad Request: request (298 tokens) exceeds the available context size (256 tokens), try "
@@ -95,26 +96,27 @@ describe("an error body of each daemon family", function()
     it(c.name .. ": nil, the daemon's message with the status, code http", function()
       local sim = serving(c.response, 4)
       local body = H.chat_body("x")
+      local want = sim.url .. ": " .. c.want
       local res, msg, code, partial = mirza.collect { url = sim.url, body = body }
       assert.is_nil(res)
-      assert.equal(c.want, msg)
+      assert.equal(want, msg)
       assert.equal("http", code)
       assert.same({ text = "", think = "" }, { text = partial.text, think = partial.think })
       -- the event keeps the status and the body for the caller
       local s <close> = mirza.open { url = sim.url, body = body }
       local ev = H.drain(s, 30).last
-      assert.same({ "error", "http", c.status, c.want }, { ev.type, ev.code, ev.status, ev.message })
+      assert.same({ "error", "http", c.status, want }, { ev.type, ev.code, ev.status, ev.message })
       local sent = c.response:match("\r\n\r\n(.*)$")
       assert.equal(sent ~= "" and sent or nil, ev.body)
       -- a plain request: the message, the code and the status
       local got, rmsg, rcode, rstatus = mirza.request { url = sim.url, method = "POST", body = "{}" }
-      assert.same({ nil, c.want, "http", c.status }, { got, rmsg, rcode, rstatus })
+      assert.same({ nil, want, "http", c.status }, { got, rmsg, rcode, rstatus })
       -- an engine turn: the same message and code
       local e = engine.new { base_url = sim.base .. "/v1", model = "mirza-sim", config_file = false, daemon = false,
         busy_wait = 0, log = function() end }
       local st, emsg, ecode = e:say("x", { answer = function() end })
       e:close()
-      assert.same({ nil, c.want, "http" }, { st, emsg, ecode })
+      assert.same({ nil, want, "http" }, { st, emsg, ecode })
     end)
   end
 end)

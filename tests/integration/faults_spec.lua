@@ -9,23 +9,29 @@ local H = require "tests.helper"
 local TEXT = "a b c d e f" -- six tokens: "a ", "b ", ... "f"
 local URL -- set in setup: messages name it
 
+-- An HTTP error's message: the url requested first.
+local function at(msg)
+  return function() return URL .. ": " .. msg end
+end
+
 -- One row: the fault spec, request options, and what must come out.
 -- message is an exact string, or a Lua pattern when pattern = true;
 -- check(last, r) asserts the rest.
 local rows = {
   { "(none)", want = { "done", nil, nil, 11 } },
-  { "http=503", want = { "error", "http", "HTTP 503 Service Unavailable: Service Unavailable", 0 } },
-  { "http=400:bad input", want = { "error", "http", "HTTP 400 Bad Request: bad input", 0 },
+  { "http=503", want = { "error", "http", at("HTTP 503 Service Unavailable: Service Unavailable"), 0 } },
+  { "http=400:bad input", want = { "error", "http", at("HTTP 400 Bad Request: bad input"), 0 },
     check = function(ev) assert.equal("bad input", ev.error.message) end },
-  { "http-text=502", want = { "error", "http", "HTTP 502 Bad Gateway: Bad Gateway", 0 } },
-  { "http-html=503", want = { "error", "http", "HTTP 503 Service Unavailable: 503 Service Unavailable", 0 },
+  { "http-text=502", want = { "error", "http", at("HTTP 502 Bad Gateway: Bad Gateway"), 0 } },
+  { "http-html=503", want = { "error", "http", at("HTTP 503 Service Unavailable: 503 Service Unavailable"), 0 },
     check = function(ev) assert.equal(1, ev.retry_after) end },
-  { "http-plain=500:model crashed", want = { "error", "http", "HTTP 500 Internal Server Error: model crashed", 0 } },
-  { "http=429,retry-after=7", want = { "error", "http", "HTTP 429 Too Many Requests: Too Many Requests", 0 },
+  { "http-plain=500:model crashed",
+    want = { "error", "http", at("HTTP 500 Internal Server Error: model crashed"), 0 } },
+  { "http=429,retry-after=7", want = { "error", "http", at("HTTP 429 Too Many Requests: Too Many Requests"), 0 },
     check = function(ev) assert.equal(7, ev.retry_after) end },
-  { "redirect=307", want = { "error", "http", function() return "HTTP 307 Temporary Redirect to " .. URL ..
+  { "redirect=307", want = { "error", "http", function() return URL .. ": HTTP 307 Temporary Redirect to " .. URL ..
     "/moved (redirects are not followed: use that url)" end, 0 } },
-  { "redirect=308:/v2/chat", want = { "error", "http", function() return "HTTP 308 Permanent Redirect to " ..
+  { "redirect=308:/v2/chat", want = { "error", "http", function() return URL .. ": HTTP 308 Permanent Redirect to " ..
     URL:match("^(http://[^/]+)") .. "/v2/chat (redirects are not followed: use that url)" end, 0 } },
   { "error-after=3", want = { "error", "server", "server error: simulated failure after 3 tokens", 6 } },
   { "cut-after=3", want = { "error", "closed", "^connection closed mid%-stream %(.+%)$", 6, pattern = true } },
@@ -66,7 +72,7 @@ local rows = {
     want = { "error", "timeout", "^no response head from .+ after 0%.%d s %(header timeout: .*`header_timeout`.*%)$",
       0, pattern = true } },
   { "gzip", want = { "done", nil, nil, 11 } },
-  { "gzip,http=400:bad", want = { "error", "http", "HTTP 400 Bad Request: bad", 0 } },
+  { "gzip,http=400:bad", want = { "error", "http", at("HTTP 400 Bad Request: bad"), 0 } },
   { "crash-after=2", sim = "crash", want = { "error", "closed", "^connection closed mid%-stream %(.+%)$", 4,
     pattern = true } },
   { "crash-after=2", sim = "crash", ctl = { coalesce_writes = true, frames_per_chunk = 1 },

@@ -37,7 +37,8 @@ describe("URL redaction (mirza.redact_url)", function()
         fault = "redirect=307:http://bob:hunter2@127.0.0.1:9/v1?token=T0K&x=1" } }) }
       assert.is_nil(res)
       assert.equal("http", code)
-      assert.equal("HTTP 307 Temporary Redirect to http://[redacted]@127.0.0.1:9/v1?token=[redacted]&x=1 " ..
+      assert.equal(sim.url .. ": HTTP 307 Temporary Redirect to "
+        .. "http://[redacted]@127.0.0.1:9/v1?token=[redacted]&x=1 " ..
         "(redirects are not followed: use that url)", msg)
     end)
     sim.stop()
