@@ -409,6 +409,7 @@ int luaopen_mirza_core(lua_State *L) {
                                    {"fd_limit", l_fd_limit},
                                    {"pause", l_pause},
                                    {"guard", mz_l_guard},
+                                   {"idset", mz_l_idset},
                                    {"task", l_task},
                                    {NULL, NULL}};
   mz_l_ctx(L);

@@ -64,5 +64,7 @@ int luaopen_mirza_json(lua_State *L);
 int luaopen_mirza_proc(lua_State *L); /* adds spawn & co. to the table on top */
 /* mirza.core.guard(thresholds): the repetition guard (l_guard.c). */
 int mz_l_guard(lua_State *L);
+/* mirza.core.idset(): a set of strings as 64-bit hashes (l_idset.c). */
+int mz_l_idset(lua_State *L);
 
 #endif
