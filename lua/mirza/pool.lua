@@ -5,15 +5,32 @@
 --- slots: llama-server `-np N`, vLLM's batch, MTPLX's scheduler). A request
 --- that failed once is retried on another endpoint while one is healthy.
 ---
---- An endpoint is rested (exponential backoff) for failures that are its
---- own: refused, cut, timeout, a daemon gone, HTTP 502/503/504. An HTTP 500
---- may be one request's fault (MTPLX answers 500 to a bad field), so it
---- rests the endpoint only once `suspect_items` different requests failed
---- that way with no success between: one bad item retried never starves
---- the others. When the rest is over the endpoint is probed with one
---- request at a time until one succeeds (a half-open circuit breaker). A
---- task waiting for a slot is suspended on a `mirza.loop` condition, so the
---- pool holds no thread and no busy loop.
+--- What a failure says about the endpoint is its class (mirza.retry):
+---
+---   "endpoint" (refused, cut, timeout, a daemon gone, HTTP 502/503/504)
+---       rests it (exponential backoff) and counts toward `down_for` and
+---       `unreachable`.
+---   "unsupported" (HTTP 404/405/501: no such route), "item" (another
+---       4xx, a bad frame) never count against it: it answered.
+---   "retry" never rests it for one request: an HTTP 500 or an error
+---       frame may be that request's fault (MTPLX answers 500 to a bad
+---       field) while the endpoint serves the others; a 429 pauses it (not
+---       failing) for its Retry-After, else `rest`, at most `rest_max`.
+---
+--- 5xx on everything: a server fault (an HTTP 5xx other than 501-504, an
+--- error frame) of `suspect_items` different requests in a row, with no
+--- success from the endpoint between, rests it like a failure of its own.
+--- A request counts once per endpoint, ever (remembered for the last
+--- `suspect_keys` of them): the retries of a bad item never count again,
+--- so bad items among good ones never rest it, and a run of bad items in
+--- a row rests it once per `suspect_items` of them until a good one
+--- succeeds; another 4xx neither counts nor breaks the run. A failure
+--- while the endpoint already rests does not lengthen the rest (the
+--- requests of one wave say one thing). When the rest is over
+--- the endpoint is probed with one request at a time until one succeeds
+--- (a half-open circuit breaker). A task waiting for a slot is suspended
+--- on a `mirza.loop` condition, so the pool holds no thread and no busy
+--- loop.
 ---
 --- Prefix affinity: a request given a prefix key (`P.prefix_key` of its
 --- leading messages or prompt) goes to the endpoint that took that key
@@ -41,15 +58,17 @@ local P = {}
 ---@field inflight integer
 ---@field peak integer     most requests ever in flight at once
 ---@field fails integer   consecutive failures blamed on it (0: healthy)
----@field rest_until number clock time before which it gets no request
+---@field rest_until number clock time before which it gets no request (a rest, or a 429's pause)
 ---@field served integer  requests completed
 ---@field failed integer  requests that failed because of the endpoint
 ---@field answered boolean it answered once (a success or any HTTP status)
 ---@field refused integer connections refused in a row
 ---@field refused_since number|nil clock time of the first of those refusals
 ---@field failing_since number|nil clock time of the first of its `fails`
----@field suspects table<any, true> requests that got an HTTP 500 since its last success
----@field nsuspects integer how many
+---@field faults integer different requests with a server fault (5xx, error frame) since its last success
+---@field bad table<any, true> requests that had a server fault there (counted once, ever)
+---@field faulting true|nil it rests or is probed for a run of server faults (not for its own failures)
+---@field nbad integer how many
 ---@field last_error string|nil the message of its last failure
 ---@field model string|nil the model it serves, once a user asked (mirza.batch)
 ---@field model_asked mirza.Condition|nil set while a user asks it for its model (mirza.batch)
@@ -66,7 +85,8 @@ P.defaults = {
   limit = 4,             -- per endpoint, unless given with it
   rest = 0.5,            -- first rest after a failure, seconds
   rest_max = 30,         -- longest rest
-  suspect_items = 4,     -- different requests failing with HTTP 500 in a row before the endpoint rests
+  suspect_items = 4,     -- different requests with a 5xx or error frame in a row before the endpoint rests
+  suspect_keys = 4096,   -- requests remembered per endpoint as having had a 5xx there (counted once)
   unreachable_after = 1, -- seconds every never-answered endpoint refused before unreachable() says so
   affinity = true,       -- a request with a prefix key goes where that key went last, while it has room
   affinity_keys = 4096,  -- prefix keys remembered (least recently used forgotten first)
@@ -82,14 +102,14 @@ end
 
 local function new_endpoint(url, limit, i)
   return { base = normalize(url), limit = limit, inflight = 0, peak = 0, fails = 0, rest_until = 0, served = 0,
-    failed = 0, index = i, answered = false, refused = 0, suspects = {}, nsuspects = 0 }
+    failed = 0, index = i, answered = false, refused = 0, faults = 0, bad = {}, nbad = 0 }
 end
 
 ---A pool over endpoints given as base URLs or `{url=, limit=}` tables.
 ---`clock` replaces `mirza.now` (tests drive the rests with a fake one).
 ---@param endpoints (string|{url: string, limit?: integer})[]
----@param opts? {limit?: integer, rest?: number, rest_max?: number, suspect_items?: integer, unreachable_after?: number,
----  affinity?: boolean, affinity_keys?: integer, loop?: mirza.Loop, clock?: fun(): number}
+---@param opts? {limit?: integer, rest?: number, rest_max?: number, suspect_items?: integer, suspect_keys?: integer,
+---  unreachable_after?: number, affinity?: boolean, affinity_keys?: integer, loop?: mirza.Loop, clock?: fun(): number}
 ---@return mirza.Pool
 function P.new(endpoints, opts)
   opts = opts or {}
@@ -97,7 +117,7 @@ function P.new(endpoints, opts)
   if type(endpoints) ~= "table" or #endpoints == 0 then error("mirza.pool: at least one endpoint", 2) end
   local self = setmetatable({ endpoints = {}, cond = loop.condition(opts.loop), clock = opts.clock or mirza.now },
     Pool)
-  for _, k in ipairs { "rest", "rest_max", "suspect_items", "unreachable_after", "affinity_keys" } do
+  for _, k in ipairs { "rest", "rest_max", "suspect_items", "suspect_keys", "unreachable_after", "affinity_keys" } do
     self[k] = opts[k] or P.defaults[k]
   end
   if opts.affinity == nil then self.affinity = P.defaults.affinity else self.affinity = opts.affinity and true end
@@ -339,14 +359,19 @@ function Pool:acquire(timeout, prefer, avoid, key)
   end
 end
 
----How a failure reflects on the endpoint: "endpoint" (its own: refused,
----cut, timeout, exited, HTTP 502/503/504), "request" (another 5xx: it
----answered, perhaps to this request only), or nil (the request's own: a
----4xx, a bad frame, ...). The rule is mirza.retry's.
+---Whether an engine's turn fails over on a failure: "endpoint" (its own:
+---refused, cut, timeout, exited, HTTP 502/503/504), "request" (another
+---5xx: it answered, perhaps to this request only), or nil (an error frame,
+---408/409/429, a 4xx, a bad frame, ...). The rule is mirza.retry's.
 P.blame = retry.blame
 
----Does this failure count against the endpoint at all (rest it, or at
----least suspect it)? An engine's turn fails over to another endpoint then.
+---The class of a failure (mirza.retry.class): "unsupported", "item",
+---"retry" or "endpoint"; only "endpoint" rests an endpoint at once.
+P.class = retry.class
+
+---Does an engine's turn fail over to another endpoint on this failure
+---(`P.blame` not nil)? Only "endpoint" rests it; an HTTP 500 counts toward
+---its run of server faults (the module comment).
 ---@param code string|nil error code of the failed request
 ---@param status integer|nil HTTP status
 ---@return boolean
@@ -356,31 +381,58 @@ end
 
 -- It answered: reachable, and no longer resting or probing.
 local function healthy(e)
-  e.fails, e.failing_since = 0, nil
+  e.fails, e.failing_since, e.faulting = 0, nil, nil
 end
 
--- A failure of its own: rested, longer after each one in a row.
+-- A failure of its own: rested, longer after each one in a row. One while
+-- it already rests (a request of the same wave) does not lengthen it.
 function Pool:_rest(e)
   local now = self.clock()
-  e.failed, e.fails = e.failed + 1, e.fails + 1
+  e.failed = e.failed + 1
+  if e.fails > 0 and e.rest_until > now then return end
+  e.fails = e.fails + 1
   e.failing_since = e.failing_since or now
   e.rest_until = now + retry.backoff(e.fails, self.rest, self.rest_max, 0.75, 1.25)
 end
 
--- An HTTP 500 for request `key`: the endpoint rests once enough
--- different requests failed so in a row (the same one retried counts once).
-function Pool:_suspect(e, key)
-  key = key == nil and {} or key
-  if not e.suspects[key] then e.suspects[key], e.nsuspects = true, e.nsuspects + 1 end
-  if e.nsuspects >= self.suspect_items then return self:_rest(e) end
-  healthy(e)
+-- A server fault (an HTTP 5xx, an error frame) of request `key`: counted
+-- once per request and endpoint, ever, toward the run that rests it ("5xx
+-- on everything"); a rest starts a new run, so each further one takes as
+-- many new requests (a long run of bad items rests it once per
+-- `suspect_items` of them, not once each). A fault ends the probe of an
+-- endpoint rested for its own failures (refused: it is back, and answers),
+-- not of one rested for faults; one of a request already counted says
+-- nothing new.
+function Pool:_fault(e, key)
+  if key ~= nil and e.bad[key] then return end
+  if key ~= nil then
+    if e.nbad >= self.suspect_keys then e.bad, e.nbad = {}, 0 end -- bounded: forget them all
+    e.bad[key], e.nbad = true, e.nbad + 1
+  end
+  e.faults = e.faults + 1
+  if e.faults >= self.suspect_items then
+    e.faults = 0
+    self:_rest(e)
+    e.faulting = true
+  elseif not e.faulting then
+    healthy(e)
+  end
+end
+
+-- A 429: the endpoint asks to wait `after` seconds (else `rest`): no
+-- request until then, at most `rest_max`, without counting as failing.
+function Pool:_pause(e, after)
+  local d = math.min(after or self.rest, self.rest_max)
+  local t = self.clock() + d
+  if t > e.rest_until then e.rest_until = t end
 end
 
 ---Give the slot back. `ok` true, or a failure that is the request's own
----(`blame` false: a 4xx): the endpoint answered, so it is healthy (a probe
----succeeded). `blame` true (or "endpoint") rests it; "request" (an HTTP
----500 of request `key`) rests it only once `suspect_items` different
----requests failed so since its last success.
+---(`blame` false: a 4xx, a 429): the endpoint answered, so it is healthy (a
+---probe succeeded). `blame` true (or "endpoint") rests it; "request" (a
+---server fault of request `key`: an HTTP 5xx, an error frame) counts
+---toward its run (`suspect_items` different requests since its last
+---success rest it).
 ---@param e mirza.Endpoint
 ---@param ok boolean
 ---@param blame? boolean|"endpoint"|"request" whose failure it was
@@ -389,19 +441,24 @@ function Pool:release(e, ok, blame, key)
   e.inflight = e.inflight - 1
   if ok then
     healthy(e)
-    e.served, e.answered, e.suspects, e.nsuspects = e.served + 1, true, {}, 0
-  elseif blame == "request" then self:_suspect(e, key)
-  elseif blame then self:_rest(e)
+    e.served, e.answered, e.faults = e.served + 1, true, 0
+  elseif blame == "request" then self:_fault(e, key)
+  elseif blame then
+    self:_rest(e)
+    e.faulting = nil
   else healthy(e) end
   self.cond:broadcast() -- a slot, or the pick order, changed
 end
 
 ---Give the slot back with the outcome of its request `r` (`ok`, or
----`code`, `status`, `message` of the failure): the pool decides what it
----says about the endpoint (`P.blame`) and keeps what `unreachable` needs.
+---`code`, `status`, `message`, `retry_after` of the failure): the pool
+---decides by its class (mirza.retry) what it says about the endpoint and
+---keeps what `unreachable` needs: "endpoint" rests it; a server fault
+---("retry": 5xx, error frame) counts toward its run; a 429 pauses it;
+---"unsupported", "item" and 408/409 leave it serving.
 ---@param e mirza.Endpoint
----@param r {ok?: boolean, code?: string, status?: integer, message?: string}
----@param key? any the request: its HTTP 500s on one endpoint count once
+---@param r {ok?: boolean, code?: string, status?: integer, message?: string, retry_after?: number}
+---@param key? any the request: its server faults on one endpoint count once
 function Pool:report(e, r, key)
   if r.status or r.ok then e.answered = true end
   if not r.ok then e.last_error = r.message or r.code end
@@ -410,7 +467,10 @@ function Pool:report(e, r, key)
   else
     e.refused, e.refused_since = 0, nil
   end
-  self:release(e, r.ok == true, not r.ok and retry.blame(r.code, r.status) or false, key)
+  if r.ok then return self:release(e, true, false, key) end
+  local c = retry.classify(r.code, r.status)
+  if r.code == "http" and r.status == 429 then self:_pause(e, r.retry_after) end
+  self:release(e, false, c.class == "endpoint" or (c.fault and "request"), key)
 end
 
 ---Give the slot back without a verdict (its request was cancelled).
@@ -454,14 +514,15 @@ function Pool:down_for()
   return self.clock() - since, table.concat(why, "; ")
 end
 
----A line per endpoint: base, in flight/limit, served, failures, resting.
+---A line per endpoint: base, in flight/limit, served, failures, resting
+---(or paused by a 429).
 ---@return string
 function Pool:describe()
   local out, now = {}, self.clock()
   for _, e in ipairs(self.endpoints) do
     out[#out + 1] = ("%s %d/%d served %d failed %d%s"):format(mirza.redact_url(e.base), e.inflight, e.limit,
       e.served, e.failed,
-      e.rest_until > now and (" resting %.1fs"):format(e.rest_until - now) or "")
+      e.rest_until > now and (" %s %.1fs"):format(e.fails > 0 and "resting" or "paused", e.rest_until - now) or "")
   end
   return table.concat(out, "\n")
 end

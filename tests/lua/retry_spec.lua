@@ -13,38 +13,53 @@ local function with_random(r, fn)
 end
 
 describe("mirza.retry.classify", function()
-  it("answers retry, blame and gone for every code", function()
-    local cases = { -- code, status, retry, blame, gone
-      { "refused", nil, true, "endpoint", true },
-      { "closed", nil, true, "endpoint", true },
-      { "timeout", nil, true, "endpoint", true },
-      { "exited", nil, true, "endpoint", false },
-      { "server", nil, true, nil, false },
-      { "io", nil, false, nil, true },
-      { "protocol", nil, false, nil, false },
-      { "cancelled", nil, false, nil, false },
-      { nil, nil, false, nil, false },
-      { "http", 408, true, nil, false },
-      { "http", 409, true, nil, false },
-      { "http", 429, true, nil, false },
-      { "http", 500, true, "request", false },
-      { "http", 501, true, "request", false },
-      { "http", 502, true, "endpoint", false },
-      { "http", 503, true, "endpoint", false },
-      { "http", 504, true, "endpoint", false },
-      { "http", 400, false, nil, false },
-      { "http", 401, false, nil, false },
-      { "http", 404, false, nil, false },
-      { "http", 413, false, nil, false },
-      { "http", nil, false, nil, false },
+  it("answers class, retry, blame, fault and gone for every code", function()
+    local cases = { -- code, status, class, retry, blame, fault, gone
+      { "refused", nil, "endpoint", true, "endpoint", false, true },
+      { "closed", nil, "endpoint", true, "endpoint", false, true },
+      { "timeout", nil, "endpoint", true, "endpoint", false, true },
+      { "exited", nil, "endpoint", true, "endpoint", false, false },
+      { "server", nil, "retry", true, nil, true, false },
+      { "io", nil, "item", false, nil, false, true },
+      { "protocol", nil, "item", false, nil, false, false },
+      { "cancelled", nil, "item", false, nil, false, false },
+      { nil, nil, "item", false, nil, false, false },
+      { "http", 408, "retry", true, nil, false, false },
+      { "http", 409, "retry", true, nil, false, false },
+      { "http", 429, "retry", true, nil, false, false },
+      { "http", 500, "retry", true, "request", true, false },
+      { "http", 505, "retry", true, "request", true, false },
+      { "http", 507, "retry", true, "request", true, false },
+      { "http", 501, "unsupported", false, nil, false, false },
+      { "http", 404, "unsupported", false, nil, false, false },
+      { "http", 405, "unsupported", false, nil, false, false },
+      { "http", 502, "endpoint", true, "endpoint", false, false },
+      { "http", 503, "endpoint", true, "endpoint", false, false },
+      { "http", 504, "endpoint", true, "endpoint", false, false },
+      { "http", 400, "item", false, nil, false, false },
+      { "http", 401, "item", false, nil, false, false },
+      { "http", 403, "item", false, nil, false, false },
+      { "http", 413, "item", false, nil, false, false },
+      { "http", 422, "item", false, nil, false, false },
+      { "http", nil, "item", false, nil, false, false },
     }
     for _, c in ipairs(cases) do
       local what = tostring(c[1]) .. " " .. tostring(c[2])
       local k = retry.classify(c[1], c[2])
-      assert.same({ c[3], c[4], c[5] }, { k.retry, k.blame, k.gone }, what)
-      assert.equal(c[3], retry.retryable(c[1], c[2]), what)
-      assert.equal(c[4], retry.blame(c[1], c[2]), what)
-      if c[1] ~= "http" then assert.equal(c[5], retry.gone(c[1]), what) end
+      assert.same({ c[3], c[4], c[5], c[6], c[7] }, { k.class, k.retry, k.blame, k.fault, k.gone }, what)
+      assert.equal(c[3], retry.class(c[1], c[2]), what)
+      assert.equal(c[4], retry.retryable(c[1], c[2]), what)
+      assert.equal(c[5], retry.blame(c[1], c[2]), what)
+      if c[1] ~= "http" then assert.equal(c[7], retry.gone(c[1]), what) end
+    end
+  end)
+
+  it("retries exactly the retry and endpoint classes; blames only endpoint and 5xx", function()
+    for status = 400, 599 do
+      local k = retry.classify("http", status)
+      assert.equal(k.class == "retry" or k.class == "endpoint", k.retry, status)
+      assert.equal(k.class == "endpoint", k.blame == "endpoint", status)
+      assert.equal(k.fault, k.blame == "request", status) -- an HTTP fault is a 5xx the engine may move
     end
   end)
 
@@ -52,8 +67,10 @@ describe("mirza.retry.classify", function()
     assert.equal(retry.retryable, require("mirza.batch").retryable)
     local pool = require "mirza.pool"
     assert.equal(retry.blame, pool.blame)
+    assert.equal(retry.class, pool.class)
     assert.is_true(pool.endpoint_failure("http", 500))
     assert.is_false(pool.endpoint_failure("http", 429))
+    assert.is_false(pool.endpoint_failure("http", 501)) -- no such route: another daemon of the pool is no better
   end)
 end)
 
