@@ -4,9 +4,17 @@
 ---   mirza batch INPUT OUTPUT [options]     (or: mirza scripts/batch.lua ...)
 ---
 --- Options:
----   --endpoint URL       base URL, e.g. http://127.0.0.1:8080/v1 (repeat for a
----                        pool; URL@N sets that endpoint's limit). Default:
+---   --endpoint URL       the server, as pasted from a curl command: a base URL
+---                        with or without /v1 (http://127.0.0.1:8080), or a
+---                        route's URL (.../v1/chat/completions); a query string
+---                        (?api-version=...) stays on every request. Repeat for
+---                        a pool; URL@N sets that endpoint's limit. Default:
 ---                        $MIRZA_BASE_URL or http://127.0.0.1:8766/v1
+---   --api-key KEY        the server's key (sent as Authorization: Bearer KEY);
+---                        default $MIRZA_API_KEY, else $OPENAI_API_KEY. Never
+---                        printed
+---   --errors FILE        where failed items are recorded (default: beside
+---                        OUTPUT, out.jsonl -> out.errors.jsonl)
 ---   --limit N            requests in flight per endpoint (default 4)
 ---   --model ID           model for lines without one (default $MIRZA_MODEL, else the
 ---                        first model each endpoint lists in /v1/models)
@@ -37,11 +45,18 @@
 ---                        (default 1; 0: each read): the end comes at once
 ---   --quiet              no progress and no summary
 ---
---- Running it again with the same OUTPUT resumes: finished custom_ids are
---- skipped. An existing OUTPUT must be the output of an earlier run (never
+--- Answers go to OUTPUT, failed items to the error file (OpenAI's Batch API:
+--- the same record shape). Running it again with the same OUTPUT resumes:
+--- answered custom_ids are skipped and the failed ones are sent again (only
+--- they). An existing OUTPUT must be the output of an earlier run (never
 --- INPUT, never a file of prompts: refused, untouched). OUTPUT `-` (or a
---- pipe, /dev/stdout) streams the records, without resume. The summary
---- says how many prompt tokens the daemons served from their prompt cache,
+--- pipe, /dev/stdout) streams the records, failures among them unless
+--- --errors names a file, without resume. INPUT is read as a stream (a
+--- million lines: a few tens of MB). A route the server does not have
+--- (404/405/501: a llama-server without --embeddings) fails its lines at
+--- once; a 5xx is retried while the server answers the rest. The summary
+--- says how many items failed, of which kind, and how to redo them, and
+--- how many prompt tokens the daemons served from their prompt cache,
 --- when they report it. Ctrl-C stops
 --- the run and says how many records were saved and how to resume. Exit
 --- status: 0 all items ok, 1 some items failed or the batch deadline
@@ -66,19 +81,25 @@ local function shell_word(s)
 end
 
 -- The command line that started us, as typed (to show how to resume):
--- the host and its options (arg[-n..-1]), the job or script, its arguments.
+-- the host and its options (arg[-n..-1]), the job or script, its
+-- arguments; the value of --api-key shown as KEY (never printed).
 local function command_line()
   local words, lo = {}, 0
   while arg[lo - 1] do lo = lo - 1 end
-  for i = lo, #arg do words[#words + 1] = arg[i] and shell_word(tostring(arg[i])) end
+  for i = lo, #arg do
+    local w = arg[i] and tostring(arg[i])
+    if w and i > 1 and arg[i - 1] == "--api-key" then w = "KEY" end
+    words[#words + 1] = w and shell_word(w)
+  end
   return table.concat(words, " ")
 end
 
 local function usage(msg)
   io.stderr:write("batch: ", msg, "\nusage: mirza scripts/batch.lua INPUT OUTPUT [--endpoint URL[@N]]... ",
-    "[--limit N] [--model ID] [--max-tokens N] [--max-retries N] [--retry-base S] [--deadline S] ",
-    "[--batch-deadline S] [--give-up-after S] [--stall-timeout S] [--header-timeout S] [--no-repetition] ",
-    "[--schema FILE] [--attempts N] [--no-affinity] [--progress-every S] [--tick S] [--hold S] [--quiet]\n")
+    "[--api-key KEY] [--errors FILE] [--limit N] [--model ID] [--max-tokens N] [--max-retries N] [--retry-base S] ",
+    "[--deadline S] [--batch-deadline S] [--give-up-after S] [--stall-timeout S] [--header-timeout S] ",
+    "[--no-repetition] [--schema FILE] [--attempts N] [--no-affinity] [--progress-every S] [--tick S] [--hold S] ",
+    "[--quiet]\n")
   os.exit(2)
 end
 
@@ -104,9 +125,11 @@ local function parse(argv)
       if not v then usage(a .. " needs a number") end
       opts[NUM[a]] = v
       i = i + 1
-    elseif a == "--endpoint" or a == "--model" or a == "--schema" then
+    elseif a == "--endpoint" or a == "--model" or a == "--schema" or a == "--api-key" or a == "--errors" then
       local v = argv[i + 1] or usage(a .. " needs a value")
       if a == "--endpoint" then eps[#eps + 1] = endpoint(v) elseif a == "--model" then opts.model = v
+      elseif a == "--api-key" then opts.api_key = v
+      elseif a == "--errors" then opts.errors = v
       else opts.schema = v end
       i = i + 1
     elseif a == "--no-repetition" then opts.repetition = false
@@ -125,6 +148,15 @@ local function parse(argv)
   if #eps == 0 then eps[1] = { url = os.getenv("MIRZA_BASE_URL") or "http://127.0.0.1:8766/v1" } end
   opts.endpoints = eps
   opts.model = opts.model or os.getenv("MIRZA_MODEL")
+  -- the key: --api-key, else MIRZA_API_KEY, else OPENAI_API_KEY (an empty one is none)
+  local key = nil
+  for _, v in ipairs { opts.api_key or "", os.getenv("MIRZA_API_KEY") or "", os.getenv("OPENAI_API_KEY") or "" } do
+    if v ~= "" then
+      key = v
+      break
+    end
+  end
+  opts.api_key = key
   if opts.max_tokens then opts.body.max_tokens, opts.max_tokens = opts.max_tokens, nil end
   opts.resume_command = command_line()
   return opts

@@ -1,0 +1,233 @@
+--- mirza.batch_attempt: one attempt of a batch item on one endpoint
+--- (mirza.batch): the request as sent, the stream read through the
+--- repetition guard into a result (mirza.result), the answer checked
+--- against the item's schema, the daemon's prompt-cache figures.
+local mirza = require "mirza"
+local loop = require "mirza.loop"
+local pipeline = require "mirza.pipeline"
+local result = require "mirza.result"
+local retry = require "mirza.retry"
+local copy = require("mirza.util").copy
+local json = mirza.json
+
+local A = {}
+
+local ROUTES = { chat = "chat/completions", completions = "completions", embeddings = "embeddings" }
+
+---An endpoint as a user may paste it — a base URL with or without `/v1`,
+---or a route's full URL (`.../v1/chat/completions`, `.../v1/embeddings`,
+---`.../v1/completions`), with a query string (`?api-version=...`) — as
+---its base URL (no route, no query; `/v1` added to a bare host) and its
+---query string ("" when none), kept on every request.
+---@param url string
+---@return string base
+---@return string query "?..." or ""
+function A.split_endpoint(url)
+  local base, query = url:match("^([^?#]*)(%??[^#]*)")
+  base = base:gsub("/+$", "")
+  for _, r in ipairs { "/chat/completions", "/completions", "/embeddings", "/models" } do
+    if base:sub(-#r) == r then
+      base = base:sub(1, -#r - 1)
+      break
+    end
+  end
+  if not base:match("^%a[%w+.-]*://[^/]+/.") then base = base .. "/v1" end -- a bare host: its /v1
+  return base, query == "?" and "" or query
+end
+
+---The URL of a route (`chat`, `completions`, `embeddings`, `models`) on
+---endpoint e, its query string kept.
+---@param e table a pool endpoint (base, query?)
+---@param kind string
+---@return string
+function A.url(e, kind)
+  return e.base .. "/" .. (ROUTES[kind] or kind) .. (e.query or "")
+end
+
+-- The request body as sent: defaults filled (not into an embeddings
+-- line: its fields are another endpoint's), the structured answer asked
+-- for, a chat streamed, the others not.
+local function request_body(item, opts)
+  local body = item.kind == "embeddings" and {} or copy(opts.body)
+  for k, v in pairs(item.body) do body[k] = v end
+  body.model = body.model or opts.model
+  if item.rf and body.response_format == nil then body.response_format = item.rf end
+  if item.kind == "chat" then
+    body.stream = true
+    body.stream_options = { include_usage = true }
+  elseif item.kind == "completions" then
+    body.stream, body.stream_options = false, nil
+  end
+  return body
+end
+
+-- JSON null (a lightuserdata) and non-numbers read as nil.
+local function num(v)
+  return math.type(v) and v or nil
+end
+
+-- What the daemon says of its prompt cache: prompt tokens and cached
+-- tokens, from usage.prompt_tokens_details.cached_tokens (OpenAI, vLLM),
+-- llama.cpp's timings.cache_n (prompt_n counts only what it evaluated),
+-- MTPLX's mtplx_stats.cached_tokens; cached nil when none says.
+local function cache_of(usage, timings, stats)
+  local us, tm, st = type(usage) == "table" and usage or {}, type(timings) == "table" and timings or {},
+    type(stats) == "table" and stats or {}
+  local details = type(us.prompt_tokens_details) == "table" and us.prompt_tokens_details or {}
+  local cached = num(details.cached_tokens) or num(tm.cache_n) or num(st.cached_tokens)
+  local prompt = num(us.prompt_tokens) or (num(tm.prompt_n) and tm.prompt_n + (num(tm.cache_n) or 0))
+  return prompt, cached
+end
+
+-- The answer of an attempt decoded and checked against the item's
+-- schema: r gets `value`, or becomes a failure (code "schema") that keeps
+-- the answer (`answered`).
+local function check_answer(item, r)
+  if not item.check or not r.ok then return end
+  local value, msg, code, _, pointer = require("mirza.schema").decode(item.check, r.text or "")
+  if value ~= nil then
+    r.value = value
+    return
+  end
+  r.ok, r.answered, r.code, r.message, r.pointer = false, true, code or "schema", msg, pointer
+end
+
+-- Read one attempt's stream through the repetition guard into a result
+-- (mirza.result), tool-call fragments merged.
+local function read_stream(s, opts)
+  local stages = {}
+  if opts.repetition ~= false then
+    local ropts = copy(opts.repetition)
+    ropts.channels = ropts.channels or { think = true, text = true }
+    ropts.on_cut = function() s:close() end -- the daemon stops generating at once
+    stages[1] = { name = "repetition", fn = require("mirza.repetition").stage, opts = ropts }
+  end
+  local source = function()
+    if s:closed() then return nil end
+    return s:next()
+  end
+  local iter, _, _, closer = pipeline.compose(source, stages)
+  local _ <close> = closer
+  return result.drain(result.new { calls = true }, iter)
+end
+
+---What to say of an HTTP 401 or 403: the server wants a key it did not
+---get (or refuses the one it got).
+---@param url string
+---@param status integer
+---@return string
+function A.auth_message(url, status)
+  return ("%s answered HTTP %d (%s): give the server's key: --api-key KEY or MIRZA_API_KEY (OPENAI_API_KEY is"
+    .. " read too); nothing is sent without it"):format(mirza.redact_url(url), status,
+    status == 401 and "no key, or a wrong one" or "this key may not do that")
+end
+
+-- The model endpoint e serves: the first id its /v1/models lists, asked
+-- once (the other workers wait for that answer). nil, message, code when
+-- it cannot be asked (code "model" when it answered without a model, or
+-- "auth" when it wants a key: no use retrying).
+local function served_model(e, opts)
+  while e.model_asked do e.model_asked:wait() end -- asked by another worker: its answer is ours
+  if e.model then return e.model end
+  local asked = loop.condition()
+  e.model_asked = asked
+  local _ <close> = setmetatable({}, { __close = function() -- answered, failed or cancelled
+    e.model_asked = nil
+    asked:broadcast()
+  end })
+  local url = A.url(e, "models")
+  local body, msg, code, status = mirza.request { url = url, method = "GET", headers = opts.headers,
+    api_key = opts.api_key, timeout = opts.connect_timeout, deadline = opts.deadline or 30 }
+  local list = body and json.decode(body)
+  local first = type(list) == "table" and type(list.data) == "table" and list.data[1]
+  if type(first) == "table" and type(first.id) == "string" then
+    e.model = first.id
+    return e.model
+  end
+  if status == 401 or status == 403 then return nil, A.auth_message(url, status), "auth", status end
+  if not body and retry.blame(code, status) then return nil, msg, code, status end
+  return nil, ("cannot learn the model from %s (%s): pass --model ID, or give each line a \"model\""):format(
+    mirza.redact_url(url), body and "no model listed" or msg), "model"
+end
+
+-- The options of a request on endpoint e.
+local function request_opts(e, kind, opts, body)
+  return { url = A.url(e, kind), body = body, headers = opts.headers, api_key = opts.api_key,
+    stall_timeout = opts.stall_timeout, deadline = opts.deadline, timeout = opts.connect_timeout,
+    header_timeout = opts.header_timeout }
+end
+
+-- A failed attempt's fields from a result's failure (mirza.result.failure).
+local function failed(r, f)
+  r.code, r.message, r.status, r.error, r.retry_after = f.code, f.message, f.status, f.error, f.retry_after
+  if f.status == 401 or f.status == 403 then r.message = A.auth_message(r.url, f.status) end
+  return r
+end
+
+-- A non-streamed attempt (/v1/completions, /v1/embeddings): the server's
+-- body decoded (an embeddings answer recorded as its text, `r.raw`).
+local function plain_attempt(item, e, opts, body, r)
+  local ro = request_opts(e, item.kind, opts, body)
+  ro.plain = true
+  local s <close> = mirza.open(ro)
+  local ev = s:next() or { type = "error", code = "closed", message = "no answer" }
+  r.final, r.duration_s = ev, mirza.now() - r.t0
+  if ev.type ~= "response" then return failed(r, result.failure { final = ev }) end
+  local v = json.decode(ev.body or "")
+  if type(v) ~= "table" then
+    r.code, r.status = "protocol", ev.status
+    r.message = ("%s answered %d with a body that is not a JSON object"):format(mirza.redact_url(r.url),
+      ev.status or 0)
+    return r
+  end
+  r.ok, r.body = true, v
+  if item.kind == "embeddings" then r.raw = ev.body end
+  local usage = type(v.usage) == "table" and v.usage or nil
+  r.prompt_tokens, r.cached_tokens = cache_of(usage, v.timings, v.mtplx_stats)
+  r.tokens = usage and num(usage.completion_tokens)
+  local choice = type(v.choices) == "table" and v.choices[1]
+  if item.kind == "completions" and type(choice) == "table" then
+    r.text = type(choice.text) == "string" and choice.text or ""
+  end
+  r.tok_s = r.tokens and r.duration_s > 0 and r.tokens / r.duration_s or nil
+  check_answer(item, r)
+  return r
+end
+
+---One HTTP attempt of `item` on endpoint e: the result table (`ok`, or
+---`code`, `message`, `status`...; `url` the URL requested).
+---@param item table
+---@param e table a pool endpoint
+---@param opts table the run's options
+---@return table r
+function A.attempt(item, e, opts)
+  local r = { t0 = mirza.now(), endpoint = e.base, url = A.url(e, item.kind) }
+  local body = request_body(item, opts)
+  if body.model == nil then
+    body.model, r.message, r.code, r.status = served_model(e, opts)
+    if not body.model then return r end
+  end
+  r.model = body.model
+  if item.kind ~= "chat" then return plain_attempt(item, e, opts, body, r) end
+  local ro = request_opts(e, "chat", opts, body)
+  ro.merge, ro.hold = true, opts.hold or false -- only the text is kept: what arrived together is one event
+  local s <close> = mirza.open(ro)
+  local acc = read_stream(s, opts)
+  local t1, fin = mirza.now(), acc.final or {}
+  local first = s:first_at() or acc.first -- as read, not as handed over (hold)
+  local got = result.partial(acc)
+  r.text, r.think, r.calls, r.cut, r.final = got.text, got.think, got.tool_calls, acc.cut, acc.final
+  r.duration_s = t1 - r.t0
+  r.ttft_ms = first and (first - r.t0) * 1000
+  r.tokens = fin.usage and fin.usage.completion_tokens or acc.deltas
+  r.tok_s = first and t1 > first and r.tokens / (t1 - first) or nil
+  r.prompt_tokens, r.cached_tokens = cache_of(fin.usage, fin.timings, fin.stats)
+  if result.ok(acc) then
+    r.ok = true
+    check_answer(item, r)
+    return r
+  end
+  return failed(r, result.failure(acc))
+end
+
+return A
