@@ -6,7 +6,8 @@
 --- Options: --tokens N (default 200000), --runs R (median of R, default 3),
 --- --url BASE (an OpenAI-compatible /v1 base URL instead of starting mirza-sim),
 --- --sim PATH, --json PATH (also write the results there), --only a,b (case
---- names, or prefixes), --case NAME (internal: one run, printed as JSON).
+--- names, or prefixes), --million-lines N (the million row's input, default
+--- 1000000), --case NAME (internal: one run, printed as JSON).
 ---
 --- It starts mirza-sim in its fastest mode (--tok-rate 0 --ttft-ms 0
 --- --progress-every 0 --heartbeat-ms 0) and runs every case in a fresh
@@ -24,6 +25,13 @@
 --- 2,000 tokens x 50 questions over two mirza-sims of 2 slots each, with
 --- mirza.pool's prefix affinity on and off, and give the share of prompt
 --- tokens the daemons served from their cache.
+--- Issue 31: `--only short` runs 5,000 items of 4 tokens through one batch
+--- @64 (its default tick, tick 0) and the official openai Node SDK on the
+--- same items (items/s, CPU per item, RSS; skipped without node and npm);
+--- `--only million` (never in the whole table: minutes) runs `mirza batch`
+--- on 1,000,000 short lines (--million-lines N) and again on its finished
+--- output (wall, lines/s, peak RSS); `--only collect` runs 1,024
+--- mirza.collect calls at once, 100 tokens each at 50 tokens/s.
 local mirza = require "mirza"
 local json = mirza.json
 
@@ -43,11 +51,12 @@ local function parse(a)
     elseif k == "--sim" then o.sim = v
     elseif k == "--json" then o.json = v
     elseif k == "--only" then o.only = v
+    elseif k == "--million-lines" then o.million_lines = assert(math.tointeger(tonumber(v)), "--million-lines N")
     elseif k == "--case" then o.case = v
     elseif k == "--params" then o.params = json.decode(v)
     elseif k == "--help" or k == "-h" then
       io.write("usage: mirza bench [--tokens N] [--runs R] [--url BASE] [--sim PATH] [--json PATH]",
-        " [--only a,b]\n       mirza bench TOKENS [SIM]   (the core loop alone)\n")
+        " [--only a,b] [--million-lines N]\n       mirza bench TOKENS [SIM]   (the core loop alone)\n")
       os.exit(0)
     else error("bench: unknown option " .. tostring(k), 0) end
     i = i + 2
@@ -328,6 +337,7 @@ function runners.batchjob(p)
   local input, output = os.tmpname(), os.tmpname()
   local f = assert(io.open(input, "w"))
   local b = body { tokens = per, reasoning = p.reasoning, rate = p.rate, fpc = 1 }
+  b.max_tokens = p.max_tokens or b.max_tokens
   for i = 1, items do
     b.messages[1].content = "bench " .. i
     f:write(json.encode { custom_id = "item-" .. i, body = b }, "\n")
@@ -363,6 +373,32 @@ function runners.batchjob(p)
   return { tokens = st.tokens, cpu = cpu, wall = wall, records = st.done_now,
     writes_per_record = w0 and w1 and (w1 - w0) / st.done_now,
     progress_share = p.progress and spent / wall, progress_lines = p.progress and lines }
+end
+
+-- 1,024 mirza.collect calls at once (issue 31 item 3): p.streams
+-- mirza.loop tasks, each collecting an answer of p.tokens tokens paced at
+-- p.rate tokens/s (mirza_sim.tok_rate); tokens are the answers' usage
+-- (completion_tokens).
+function runners.collect(p)
+  local loop = require "mirza.loop"
+  local req = body(p)
+  local req_opts = { url = p.url .. "/chat/completions", body = req }
+  local fns = {}
+  for i = 1, p.streams do
+    fns[i] = function()
+      local r, err = mirza.collect(req_opts)
+      assert(r, err)
+      return r.usage and r.usage.completion_tokens or 0
+    end
+  end
+  local c0, t0 = os.clock(), mirza.now()
+  local got, errs, nerr = loop.gather(fns, { loop = loop.new { tick = p.tick } })
+  local cpu, wall = os.clock() - c0, mirza.now() - t0
+  assert(nerr == 0, select(2, next(errs)))
+  local tokens = 0
+  for i = 1, p.streams do tokens = tokens + got[i] end
+  assert(tokens == p.streams * p.tokens, ("collect: %d tokens, expected %d"):format(tokens, p.streams * p.tokens))
+  return { tokens = tokens, cpu = cpu, wall = wall, records = p.streams }
 end
 
 -- A structured answer (issue 18 item 3): about p.tokens tokens of JSON
@@ -415,7 +451,7 @@ end
 
 -- ------------------------------------------------------------ the cases (parent side)
 
-local function case_list(n)
+local function case_list(n, o)
   local paced = math.min(n, 20000)
   local L = {}
   local function add(name, kind, p) p.kind = kind; p.name = name; L[#L + 1] = p end
@@ -503,6 +539,31 @@ local function case_list(n)
     add(st and "core loop + json stage" or "core loop JSON answer", "json",
       { tokens = n, fpc = 1, rate = 0, stage = st })
   end
+  -- Issue 31. Short items: 5,000 chat items of 4 tokens (max_tokens 4)
+  -- through one batch @64 against a flat-out mirza-sim of 64 slots of its
+  -- own, where an item's fixed cost is everything: with the batch's
+  -- defaults (its tick of 0.25 s), with tick 0 (every read at once), and
+  -- the peer: the official openai Node SDK, 64 workers each
+  -- awaiting a streamed create() read to the end, on the same items and
+  -- the same sim. Their own table: items/s, CPU per item, RSS.
+  local function short(t)
+    for k, v in pairs { streams = 64, items = 5000, tokens = 5000 * 4, max_tokens = 4, rate = 0, fpc = 1, reasoning = 0,
+      group = "short", sim_args = "--parallel 64" } do t[k] = v end
+    return t
+  end
+  add("short items @64", "batchjob", short {})
+  add("short items @64 tick 0", "batchjob", short { tick = 0 })
+  add("short items @64 openai SDK (node)", "node", short {})
+  -- A 1,000,000-line input (--million-lines N) through `mirza batch` @64
+  -- on the same sim, then again on its finished output (a rerun with
+  -- nothing left to do), and first a small input of 1,024 lines: what the
+  -- items in flight hold. One run each (minutes); only when asked for
+  -- (`--only million`).
+  add("million lines @64", "million", { lines = o.million_lines or 1000000, small = 1024, streams = 64,
+    max_tokens = 4, group = "million", sim_args = "--parallel 64", explicit = true })
+  -- 1,024 mirza.collect calls at once in mirza.loop tasks, 100 tokens
+  -- each paced at 50 tokens/s (as from real daemons): CPU per token and RSS.
+  add("collect x1024 paced 50/s", "collect", { streams = 1024, tokens = 100, rate = 50, fpc = 1, reasoning = 0 })
   add("start-up (mirza -e '')", "startup", {})
   add("cancel latency", "cancel", {})
   return L
@@ -587,6 +648,166 @@ local function run_floor(c)
   return { tokens = c.tokens // items * items, cpu = r.cpu, wall = r.wall }
 end
 
+-- The peer of the short rows: the official openai Node SDK (npm `openai`,
+-- the version tests/sdk/run.sh pins, installed as it does into
+-- BUILD/npm and found there), 64 workers each awaiting a streamed
+-- create() read to the end. CPU: the node process's own
+-- (process.cpuUsage) over the run; RSS: its maxRSS.
+local SDK_VERSION = "6.49.0" -- tests/sdk/run.sh's OPENAI_VERSION, read from it when the source tree is there
+
+local NODE_PEER = [[
+const [dir, url, items, workers, body] = process.argv.slice(1);
+const path = require('node:path');
+const OpenAI = require('node:module').createRequire(path.resolve(dir, 'package.json'))('openai').default;
+const req = JSON.parse(body), n = Number(items);
+const client = new OpenAI({ baseURL: url, apiKey: 'bench', maxRetries: 0 });
+let next = 0, done = 0, tokens = 0;
+async function worker() {
+  while (next < n) {
+    const i = ++next;
+    const messages = [{ role: 'user', content: 'bench ' + i }];
+    const stream = await client.chat.completions.create({ ...req, messages });
+    for await (const chunk of stream) {
+      const d = chunk.choices && chunk.choices[0] && chunk.choices[0].delta;
+      if (d && d.content) tokens++;
+    }
+    done++;
+  }
+}
+(async () => {
+  const c0 = process.cpuUsage(), t0 = process.hrtime.bigint();
+  await Promise.all(Array.from({ length: Number(workers) }, worker));
+  const c = process.cpuUsage(c0), wall = Number(process.hrtime.bigint() - t0) / 1e9;
+  console.log('BENCH ' + JSON.stringify({ records: done, tokens, cpu: (c.user + c.system) / 1e6, wall,
+    rss_kb: process.resourceUsage().maxRSS }));
+})().catch((e) => { console.error((e && e.stack) || String(e)); process.exit(1); });
+]]
+
+-- The SDK's directory (installed there when it is not yet), or nil and why.
+local function sdk_dir()
+  if os.getenv("MIRZA_SDK_TEST") == "skip" then return nil, "skipped (MIRZA_SDK_TEST=skip is set)" end
+  if not (os.execute("command -v node >/dev/null 2>&1") and os.execute("command -v npm >/dev/null 2>&1")) then
+    return nil, "skipped (node and npm are needed: Debian packages nodejs and npm; scripts/setup.sh installs them)"
+  end
+  local build = MIRZA:match("^(.*)/[^/]*$")
+  local cache = build and io.open(build .. "/CMakeCache.txt")
+  if not cache then
+    return nil, "skipped (needs mirza from a cmake build tree: the SDK is kept in BUILD/npm, as tests/sdk/run.sh does)"
+  end
+  cache:close()
+  local src = SCRIPT:match("^(.*)/scripts/[^/]*$")
+  local pin = src and io.open(src .. "/tests/sdk/run.sh")
+  local version = pin and pin:read("a"):match("\nOPENAI_VERSION=([%w.-]+)") or SDK_VERSION
+  if pin then pin:close() end
+  local dir = build .. "/npm"
+  local function installed()
+    local f = io.open(dir .. "/node_modules/openai/package.json")
+    if not f then return false end
+    local ok, meta = pcall(json.decode, f:read("a"))
+    f:close()
+    return ok and type(meta) == "table" and meta.version == version
+  end
+  if not installed() then
+    os.execute("mkdir -p " .. sh_quote(dir))
+    if not io.open(dir .. "/package.json") then
+      local f = io.open(dir .. "/package.json", "w")
+      if f then f:write('{"private": true, "description": "mirza: the SDK conformance test"}\n'); f:close() end
+    end
+    io.stderr:write(("bench: installing openai@%s into %s\n"):format(version, dir))
+    local out = run_cmd(("cd %s && timeout 300 npm install --no-audit --no-fund --ignore-scripts --save-exact"
+      .. " --fetch-retries=2 --fetch-timeout=60000 %s 2>&1"):format(sh_quote(dir), sh_quote("openai@" .. version)))
+    if not installed() then
+      return nil, ("skipped (cannot install openai@%s into %s: %s)"):format(version, dir,
+        (out:match("([^\n]+)\n*$") or "npm failed"))
+    end
+  end
+  return dir
+end
+
+local function run_node(c)
+  local dir, why = sdk_dir()
+  if not dir then return nil, why end
+  local b = body { tokens = c.tokens // c.items, reasoning = c.reasoning, rate = c.rate, fpc = 1 }
+  b.max_tokens = c.max_tokens or b.max_tokens
+  b.stream_options = { include_usage = true } -- as mirza.batch asks
+  local out = run_cmd(("timeout 600 node -e %s %s %s %d %d %s 2>&1"):format(sh_quote(NODE_PEER), sh_quote(dir),
+    sh_quote(c.url), c.items, c.streams, sh_quote(json.encode(b))))
+  local line = out:match("BENCH (%b{})")
+  local r = line and json.decode(line)
+  if not r or r.records ~= c.items then return nil, "node failed: " .. out end
+  return r
+end
+
+-- `mirza batch` as a user runs it, in a child; its peak RSS (VmHWM) and
+-- CPU (os.clock) written by os.exit (wrapped by -e) to a file, the wall
+-- time the parent's, the records it left in OUTPUT counted by wc -l.
+local EXIT_HOOK = [[local file, exit = os.getenv("MIRZA_BENCH_EXIT"), os.exit
+os.exit = function(...)
+  local h = io.open("/proc/self/status")
+  local s = h and h:read("a") or ""
+  if h then h:close() end
+  local o = io.open(file, "w")
+  if o then o:write(s:match("VmHWM:%s*(%d+)") or "-", " ", os.clock(), "\n"); o:close() end
+  return exit(...)
+end]]
+
+local function run_batch_cli(c, input, output)
+  local hook = os.tmpname()
+  local t0 = mirza.now()
+  local out, ok = run_cmd(("MIRZA_BENCH_EXIT=%s %s -e %s batch %s %s --endpoint %s --model bench --quiet 2>&1")
+    :format(sh_quote(hook), sh_quote(MIRZA), sh_quote(EXIT_HOOK), sh_quote(input), sh_quote(output),
+      sh_quote(("%s@%d"):format(c.url, c.streams))))
+  local wall = mirza.now() - t0
+  local h = io.open(hook)
+  local rss, cpu = (h and h:read("l") or ""):match("^(%S+) (%S+)")
+  if h then h:close() end
+  os.remove(hook)
+  if not ok then return nil, "mirza batch failed: " .. out end
+  local records = tonumber((run_cmd("wc -l < " .. sh_quote(output))))
+  return { wall = wall, cpu = tonumber(cpu), rss_kb = tonumber(rss), records = records }
+end
+
+-- n short chat lines with a custom_id, written 10,000 at a time.
+local function write_lines(path, n, max_tokens)
+  local f = assert(io.open(path, "w"))
+  local buf = {}
+  for i = 1, n do
+    buf[#buf + 1] = ('{"custom_id": "m-%d", "messages": [{"role": "user", "content": "Question %d?"}], '
+      .. '"max_tokens": %d}\n'):format(i, i, max_tokens)
+    if #buf == 10000 then f:write(table.concat(buf)); buf = {} end
+  end
+  f:write(table.concat(buf))
+  f:close()
+end
+
+-- The million rows (one run each): c.small lines (what the process and
+-- the items in flight hold), then c.lines, then the same again on its
+-- finished output (a rerun that finds nothing left to do).
+local function measure_million(c)
+  local row = { name = c.name, kind = c.kind, group = c.group, lines = c.lines, small_lines = c.small }
+  local input, output = os.tmpname(), os.tmpname()
+  local function step(key, lines, fresh)
+    if fresh then
+      write_lines(input, lines, c.max_tokens)
+      os.remove(output)
+    end
+    local r, err = run_batch_cli(c, input, output)
+    if r and r.records ~= lines then
+      r, err = nil, ("%d records in the output, %d expected"):format(r.records or 0, lines)
+    end
+    if not r then return nil, ("%s (%d lines): %s"):format(key, lines, err) end
+    row[key] = r
+    return true
+  end
+  local ok, err = step("small", c.small, true)
+  if ok then ok, err = step("run", c.lines, true) end
+  if ok then ok, err = step("rerun", c.lines, false) end
+  os.remove(input)
+  os.remove(output)
+  if not ok then row.skipped = err end
+  return row
+end
+
 local function run_startup()
   local t0 = mirza.now()
   local ok = os.execute(("%s -e ''"):format(sh_quote(MIRZA)))
@@ -616,6 +837,7 @@ local function run_once(c)
   if c.kind == "curl" then return run_curl(c) end
   if c.kind == "floor" then return run_floor(c) end
   if c.kind == "startup" then return run_startup() end
+  if c.kind == "node" then return run_node(c) end
   if not runners[c.kind] then return nil, "skipped (needs mirza.loop: runners." .. c.kind .. ")" end
   return run_child(c)
 end
@@ -640,12 +862,13 @@ end
 -- The median of o.runs runs (start-up: of 10).
 local function measure(c, o)
   if c.kind == "affinity" then return measure_affinity(c, o) end
+  if c.kind == "million" then return measure_million(c) end
   local cpu, wall, rss, sim, tokens, records, worst, wpr, pshare = {}, {}, {}, {}, nil, nil, nil, nil, nil
   for _ = 1, c.kind == "startup" and 10 or o.runs do
-    local s0 = proc_cpu(o.sim_pid)
+    local s0 = proc_cpu(c.sim_pid or o.sim_pid)
     local r, err = run_once(c)
-    if not r then return { name = c.name, skipped = err } end
-    local s1 = proc_cpu(o.sim_pid)
+    if not r then return { name = c.name, group = c.group, skipped = err } end
+    local s1 = proc_cpu(c.sim_pid or o.sim_pid)
     if s0 and s1 then sim[#sim + 1] = s1 - s0 end
     cpu[#cpu + 1], wall[#wall + 1] = r.cpu, r.wall
     if r.rss_kb then rss[#rss + 1] = r.rss_kb end
@@ -667,6 +890,7 @@ local function measure(c, o)
   for k, v in pairs(worst or {}) do m[k] = v end
   m.sim_cpu_s = median(sim)
   m.writes_per_record, m.progress_share, m.records = wpr, pshare, records
+  m.group = c.group
   if tokens and tokens > 0 then
     m.us_per_token = m.cpu_s / tokens * 1e6
     m.tok_s = tokens / m.wall_s
@@ -675,7 +899,7 @@ local function measure(c, o)
 end
 
 local function selected(c, only)
-  if not only then return true end
+  if not only then return not c.explicit end
   for w in only:gmatch("[^,]+") do
     if c.name:sub(1, #w) == w or c.kind == w then return true end
   end
@@ -731,12 +955,64 @@ local function print_affinity(rows)
   end
 end
 
+-- The short rows (issue 31 item 1): items/s, CPU per item, RSS, next to
+-- the openai SDK's on the same items.
+local function print_short(rows)
+  local sdk
+  for _, r in ipairs(rows) do if r.group == "short" and r.kind == "node" and not r.skipped then sdk = r end end
+  local head = false
+  for _, r in ipairs(rows) do
+    if r.group == "short" then
+      if not head then
+        print(("\n%-36s %7s %9s %9s %12s %8s %8s"):format("short items (4 tokens, @64)", "items", "items/s",
+          "wall ms", "CPU µs/item", "× SDK", "RSS MB"))
+        head = true
+      end
+      if r.skipped then
+        print(("%-36s %s"):format(r.name, r.skipped:match("[^\n]*")))
+      else
+        r.us_per_item = r.cpu_s / r.records * 1e6
+        r.items_s = r.records / r.wall_s
+        r.x_sdk = sdk and r.us_per_item / (sdk.cpu_s / sdk.records * 1e6) or nil
+        print(("%-36s %7d %9.0f %9.0f %12.1f %8s %8s"):format(r.name, r.records, r.items_s, r.wall_s * 1000,
+          r.us_per_item, fmt(r.x_sdk, "%.2f"), fmt(r.rss_kb and r.rss_kb / 1024, "%.1f")))
+      end
+    end
+  end
+end
+
+-- The million rows (issue 31 item 2): each step's wall, lines/s, CPU, RSS.
+local function print_million(rows)
+  for _, r in ipairs(rows) do
+    if r.group == "million" then
+      print(("\n%-36s %9s %9s %9s %9s %8s"):format(("mirza batch @64, %d lines"):format(r.lines), "lines",
+        "lines/s", "wall s", "CPU s", "RSS MB"))
+      for _, k in ipairs { { "small", "a small input (in flight)", r.small_lines }, { "run", "the input", r.lines },
+        { "rerun", "rerun on its output (no work)", r.lines } } do
+        local x = r[k[1]]
+        if x then
+          print(("%-36s %9d %9.0f %9.2f %9s %8s"):format(k[2], k[3], k[3] / x.wall, x.wall, fmt(x.cpu, "%.2f"),
+            fmt(x.rss_kb and x.rss_kb / 1024, "%.1f")))
+        end
+      end
+      if r.skipped then print("failed: " .. r.skipped:match("[^\n]*")) end
+    end
+  end
+end
+
 local function print_table(rows)
   local curl = {}
-  for _, r in ipairs(rows) do if r.kind == "curl" then curl[r.source] = r end end
-  print(("%-28s %10s %8s %12s %9s %10s"):format("case", "µs/token", "× curl", "tokens/s", "RSS MB", "wall ms"))
+  local own = function(r) return (r.kind == "affinity" and not r.skipped) or r.group end -- their own tables
+  local head = false
   for _, r in ipairs(rows) do
-    if r.kind == "affinity" and not r.skipped then -- luacheck: ignore 542 (their own table: print_affinity)
+    if r.kind == "curl" then curl[r.source] = r end
+    head = head or not own(r)
+  end
+  if head then
+    print(("%-28s %10s %8s %12s %9s %10s"):format("case", "µs/token", "× curl", "tokens/s", "RSS MB", "wall ms"))
+  end
+  for _, r in ipairs(rows) do
+    if own(r) then -- luacheck: ignore 542
     elseif r.skipped then
       print(("%-28s %s"):format(r.name, r.skipped:match("[^\n]*")))
     else
@@ -838,6 +1114,50 @@ local function print_goals(rows)
   end
 end
 
+-- Issue 31's goals, each figure next to its target.
+local function print_goals_31(rows)
+  local by = {}
+  for _, r in ipairs(rows) do by[r.name] = r end
+  local out = {}
+  local function goal(what, value, shown, target, ok)
+    if value then
+      out[#out + 1] = ("%-52s %9s %9s  %s"):format(what, shown, target,
+        target == "—" and "" or ok and "met" or "NOT MET")
+    end
+  end
+  local a, b = by["short items @64"], by["short items @64 tick 0"]
+  local x = a and b and a.wall_s and b.wall_s and a.wall_s / b.wall_s
+  goal("1. default tick within 1.2x of tick 0's wall", x, ("%.2f"):format(x or 0), "≤ 1.2", x and x <= 1.2)
+  local sdk = by["short items @64 openai SDK (node)"]
+  x = a and a.cpu_s and sdk and sdk.cpu_s and (a.cpu_s / a.records) / (sdk.cpu_s / sdk.records)
+  goal("1.   (default tick: CPU per item × the openai SDK's)", x, ("%.2f"):format(x or 0), "—", true)
+  x = a and a.wall_s and sdk and sdk.wall_s and a.wall_s / sdk.wall_s
+  goal("1.   (default tick: wall × the openai SDK's)", x, ("%.2f"):format(x or 0), "—", true)
+  for _, r in ipairs(rows) do
+    if r.group == "million" and r.run and r.small then
+      x = r.run.rss_kb and r.small.rss_kb and (r.run.rss_kb - r.small.rss_kb) / 1024
+      goal(("2. %d lines: RSS MB over the %d-line run's"):format(r.lines, r.small_lines), x, ("%.1f"):format(x or 0),
+        "≤ 64", x and x <= 64)
+    end
+    if r.group == "million" and r.rerun then
+      x = r.rerun.wall
+      goal(("2. rerun on %d finished lines: wall s"):format(r.lines), x, ("%.2f"):format(x), "≤ 5", x <= 5)
+      x = r.rerun.rss_kb and r.rerun.rss_kb / 1024
+      goal(("2. rerun on %d finished lines: RSS MB"):format(r.lines), x, ("%.1f"):format(x or 0), "≤ 64",
+        x and x <= 64)
+    end
+  end
+  local c = by["collect x1024 paced 50/s"]
+  x = c and c.us_per_token
+  goal("3. 1,024 collects paced 50/s: µs per token", x, ("%.2f"):format(x or 0), "≤ 6", x and x <= 6)
+  x = c and c.rss_kb and c.rss_kb / 1024
+  goal("3. 1,024 collects paced 50/s: RSS MB", x, ("%.1f"):format(x or 0), "≤ 48", x and x <= 48)
+  if #out > 0 then
+    print(("\n%-52s %9s %9s"):format("goals (issue 31)", "figure", "target"))
+    print(table.concat(out, "\n"))
+  end
+end
+
 -- The incremental JSON parser against cJSON on the whole answer, per
 -- byte (issue 18): tests/c/bench_json, built beside mirza in a build tree.
 local function print_json_parser(o)
@@ -858,24 +1178,37 @@ local function suite(o)
   local url, pid = o.url, nil
   if not url then url, pid = start_sim(o.sim) end
   o.sim_pid = pid
-  local rows = {}
+  local rows, sims = {}, {} -- sims: the sims of their own (c.sim_args), by their arguments
   local ok, err = pcall(function()
-    for _, c in ipairs(case_list(o.tokens)) do
+    for _, c in ipairs(case_list(o.tokens, o)) do
       if selected(c, o.only) then
         c.url = url
+        if c.sim_args and not o.url then
+          local s = sims[c.sim_args]
+          if not s then
+            s = {}
+            s.url, s.pid = start_sim(o.sim, c.sim_args)
+            sims[c.sim_args] = s
+          end
+          c.url, c.sim_pid = s.url, s.pid
+        end
         rows[#rows + 1] = measure(c, o)
       end
     end
   end)
   if pid then os.execute("kill " .. pid) end
+  for _, s in pairs(sims) do os.execute("kill " .. s.pid) end
   assert(ok, err)
   print(("mirza bench: %d tokens per run, median of %d runs, source %s"):format(o.tokens, o.runs,
     o.url or "mirza-sim (flat out)"))
   print_table(rows)
   print_concurrency(rows)
   print_affinity(rows)
+  print_short(rows)
+  print_million(rows)
   print_json_parser(o)
   print_goals(rows)
+  print_goals_31(rows)
   local doc = json.encode { tokens = o.tokens, runs = o.runs, results = rows }
   print("JSON " .. doc)
   if o.json then
