@@ -98,13 +98,19 @@ describe("batch lines for /v1/embeddings", function()
     st = assert(batch.run { input = input, output = output, endpoints = { noemb.base }, model = "m", quiet = true,
       progress = false, max_retries = 0 })
     assert.equal(2, st.errors)
-    by = records(output)
+    -- failures go to the error file beside OUTPUT, none to OUTPUT; a route the
+    -- daemon does not serve (501) is "unsupported", its message says what to do
+    assert.same({}, (records(output)))
+    by = records(batch.errors_path(output))
     assert.equal(501, by.a.response.status_code)
-    assert.equal("http", by.a.error.code)
+    assert.equal("unsupported", by.a.error.code)
+    assert.truthy(by.a.error.message:find("/v1/embeddings", 1, true), by.a.error.message)
+    assert.truthy(by.a.error.message:find("--endpoint", 1, true), by.a.error.message)
     assert.is_table(by.a.response.body.error)
     noemb.stop()
     os.remove(input)
     os.remove(output)
+    os.remove(batch.errors_path(output))
   end)
 end)
 
@@ -132,12 +138,14 @@ describe("batch lines for /v1/completions", function()
       assert(batch.run { input = input, output = output, endpoints = { sim.base }, model = "m",
         quiet = true, progress = false, limit = 1, body = { max_tokens = 2 },
         schema = { type = "object", required = { "n" }, properties = { n = { type = "integer" } } } })
-      local by = records(output)
+      local by = records(batch.errors_path(output)) -- a schema violation is a failure: in the error file
+      assert.is_nil(records(output).text)
       local t = by.text.response.body
       assert.same({ "text_completion", "length" }, { t.object, t.choices[1].finish_reason }) -- 2 tokens: cut
       assert.equal(2, t.usage.completion_tokens)
       assert.equal("schema", by.text.error.code) -- not JSON: the run's schema applies to completions
       os.remove(output)
+      os.remove(batch.errors_path(output))
       local st = assert(batch.run { input = input, output = output, endpoints = { sim.base }, model = "m", quiet = true,
         progress = false, limit = 1,
         schema = { type = "object", required = { "n" }, properties = { n = { type = "integer" } } } })
@@ -151,5 +159,6 @@ describe("batch lines for /v1/completions", function()
       assert.is_number(batch.cached_share(st))
       os.remove(input)
       os.remove(output)
+      os.remove(batch.errors_path(output))
     end)
 end)

@@ -31,6 +31,24 @@ local function by_id(text)
   return by
 end
 
+-- The records of a run by custom_id: OUTPUT's answers and the failures in
+-- the error file beside it, each checked to be in its place.
+local function run_records(output)
+  local by = {}
+  for path, failed in pairs { [output] = false, [batch.errors_path(output)] = true } do
+    local f = io.open(path)
+    local text = f and f:read("a") or ""
+    if f then f:close() end
+    for id, r in pairs(by_id(text)) do
+      assert.is_nil(by[id], id .. ": recorded twice")
+      assert.equal(failed, r.error ~= json.null, id .. (failed and ": an answer in the error file"
+        or ": a failure in OUTPUT"))
+      by[id] = r
+    end
+  end
+  return by
+end
+
 -- `mirza scripts/batch.lua ARGS...` run in directory dir (nil: here) to
 -- its end: exit code, stdout, stderr.
 local function cli_in(dir, ...)
@@ -73,6 +91,7 @@ describe("batch output files", function()
     assert.equal(2, rc)
     assert.truthy(err:find("same file", 1, true), err)
     assert.equal("hello\nworld\n", H.read_file(p))
+    assert.is_nil(io.open(batch.errors_path(link)), "an error file was written") -- nothing written at all
     os.remove(p)
     os.remove(link)
   end)
@@ -96,6 +115,7 @@ describe("batch output files", function()
       assert.is_nil(st, msg)
       assert.equal("output", code)
       assert.equal(text, H.read_file(path))
+      assert.is_nil(io.open(batch.errors_path(path)), "an error file was written") -- nothing written at all
       os.remove(path)
     end
     -- a single line without its newline that is not ours: not cut
@@ -137,6 +157,7 @@ describe("batch output files", function()
     assert.equal(2, #lines_of(got))
     os.remove(input)
     os.remove(out)
+    os.remove(batch.errors_path(out))
   end)
 
   it("says a directory is not an OUTPUT, and an empty INPUT is nothing to do (exit 2, no traceback)", function()
@@ -154,6 +175,7 @@ describe("batch output files", function()
     assert.equal(2, rc)
     assert.truthy(err:find("nothing to do", 1, true), err)
     assert.is_nil(io.open(out))
+    assert.is_nil(io.open(batch.errors_path(out)))
     os.remove(dir)
     os.remove(input)
   end)
@@ -220,9 +242,10 @@ describe("batch records", function()
       progress = false }
     for k, v in pairs(extra or {}) do opts[k] = v end
     local st = assert(batch.run(opts))
-    local by = by_id(H.read_file(output))
+    local by = run_records(output)
     os.remove(input)
     os.remove(output)
+    os.remove(batch.errors_path(output))
     return by, st
   end
 
@@ -285,6 +308,7 @@ describe("batch records", function()
     os.execute("rm -rf " .. H.q(dir))
     os.remove(input)
     os.remove(output)
+    os.remove(batch.errors_path(output))
   end)
 
   it("--header-timeout S: an attempt with no response head in S seconds fails with the header timeout", function()
@@ -292,6 +316,7 @@ describe("batch records", function()
     finally(function()
       os.remove(input)
       os.remove(output)
+      os.remove(batch.errors_path(output))
     end)
     write(input, item("queued", { fault = "head-delay=5000" }) .. "\n" .. item("quick") .. "\n")
     local t0 = mirza.now()
@@ -299,7 +324,7 @@ describe("batch records", function()
       "--quiet")
     assert.equal(1, rc, err)
     assert.is_true(mirza.now() - t0 < 4.5, "waited for the head past --header-timeout")
-    local by = by_id(H.read_file(output))
+    local by = run_records(output) -- the timeout in the error file, the answer in OUTPUT
     assert.equal("timeout", by.queued.error.code)
     assert.truthy(by.queued.error.message:find("no response head from .* after 0%.%d s %(header timeout"),
       by.queued.error.message)
@@ -324,6 +349,7 @@ describe("batch records", function()
     fsim.stop()
     os.remove(input)
     os.remove(output)
+    os.remove(batch.errors_path(output))
   end)
 end)
 
@@ -362,5 +388,6 @@ describe("batch interrupted", function()
     sim.stop()
     os.remove(input)
     os.remove(out)
+    os.remove(batch.errors_path(out))
   end)
 end)

@@ -5,7 +5,8 @@
 -- here: the record carries the value (response.body.mirza.value), or the
 -- violation (error code "schema", its message and JSON pointer) with the
 -- answer kept; a line's schema that cannot be compiled is an input error,
--- a run's stops the run before anything is sent.
+-- a run's stops the run before anything is sent. Answers are in OUTPUT,
+-- failures (a violation too: it keeps the answer) in the error file.
 local mirza = require "mirza"
 local batch = require "mirza.batch"
 local json = mirza.json
@@ -28,7 +29,22 @@ describe("batch items with a schema", function()
     os.remove(schema_file)
   end)
 
-  -- Run the lines (tables, encoded one a line); the records by custom_id and the stats.
+  -- The records of a file into `by` (custom_id -> record); each must be an
+  -- answer (error null) in OUTPUT, a failure in the error file.
+  local function read_into(by, path, failed)
+    local fh = io.open(path)
+    for l in fh and fh:lines() or function() end do
+      local r = assert(json.decode(l))
+      assert.is_nil(by[r.custom_id], r.custom_id .. ": recorded twice")
+      assert.equal(failed, r.error ~= json.null, r.custom_id .. (failed and ": an answer in the error file"
+        or ": a failure in OUTPUT"))
+      by[r.custom_id] = r
+    end
+    if fh then fh:close() end
+  end
+
+  -- Run the lines (tables, encoded one a line); the records by custom_id
+  -- (OUTPUT's and the error file's) and the stats.
   local function run(lines, extra)
     local input, output = H.tmpname(".jsonl"), H.tmpname(".jsonl")
     local f = assert(io.open(input, "wb"))
@@ -39,14 +55,11 @@ describe("batch items with a schema", function()
     for k, v in pairs(extra or {}) do opts[k] = v end
     local st, msg, code = batch.run(opts)
     local by = {}
-    local fh = io.open(output)
-    for l in fh and fh:lines() or function() end do
-      local r = assert(json.decode(l))
-      by[r.custom_id] = r
-    end
-    if fh then fh:close() end
+    read_into(by, output, false)
+    read_into(by, batch.errors_path(output), true)
     os.remove(input)
     os.remove(output)
+    os.remove(batch.errors_path(output))
     return by, st, msg, code
   end
 

@@ -26,6 +26,27 @@ local function records(path)
   return by, n
 end
 
+-- The records of a run by custom_id, and how many are in each file:
+-- OUTPUT's answers and the failures in the error file beside it, each
+-- checked to be in its place.
+local function all_records(output)
+  local by, n = records(output)
+  for id, r in pairs(by) do assert(r.error == json.null, id .. ": a failure in OUTPUT") end
+  local bad, nbad = records(batch.errors_path(output))
+  for id, r in pairs(bad) do
+    assert(r.error ~= json.null, id .. ": an answer in the error file")
+    assert(not by[id], id .. ": in OUTPUT and in the error file")
+    by[id] = r
+  end
+  return by, n, nbad
+end
+
+-- Remove a run's OUTPUT and its error file.
+local function remove_output(output)
+  os.remove(output)
+  os.remove(batch.errors_path(output))
+end
+
 local function content(rec)
   return rec.response.body.choices[1].message.content
 end
@@ -61,10 +82,12 @@ describe("mirza.batch", function()
       item("bad400", { fault = "http=400:nope" }),
     })
     local st = run { input = input, output = output, endpoints = { sim.base }, model = "dflt" }
-    local by, n = records(output)
-    assert.equal(5, n)
+    local by, n, nbad = all_records(output)
+    assert.same({ 3, 2 }, { n, nbad }) -- the answers in OUTPUT, the input and HTTP errors in the error file
     assert.equal(5, st.total)
     assert.equal(2, st.errors)
+    assert.same({ input = 1, http = 1 }, st.by_code)
+    assert.equal(batch.errors_path(output), st.errors_file)
     local a = by.a
     assert.equal("batch_req_000001", a.id)
     assert.equal(json.null, a.error)
@@ -91,16 +114,19 @@ describe("mirza.batch", function()
     assert.equal(400, bad.response.status_code)
     assert.equal(1, bad.mirza.attempts) -- a 4xx is never retried
     os.remove(input)
-    os.remove(output)
+    remove_output(output)
   end)
 
   it("refuses duplicate custom_ids before sending anything", function()
     local input = H.tmpname(".jsonl")
     write(input, { item("x", {}), item("x", {}) })
-    local st, msg, code = batch.run { input = input, output = H.tmpname(), endpoints = { sim.base }, quiet = true }
+    local output = H.tmpname()
+    local st, msg, code = batch.run { input = input, output = output, endpoints = { sim.base }, quiet = true }
     assert.is_nil(st)
     assert.equal("input", code)
     assert.truthy(msg:find("duplicate custom_id \"x\"", 1, true))
+    assert.is_nil(io.open(output), "OUTPUT was written")
+    assert.is_nil(io.open(batch.errors_path(output)), "the error file was written")
     os.remove(input)
   end)
 
@@ -118,7 +144,7 @@ describe("mirza.batch", function()
     assert.truthy(H.wait_for(function() return select(2, H.read_file(sim.log):gsub(" 499 ", "")) > before end, 20),
       "the simulator did not see the request closed")
     os.remove(input)
-    os.remove(output)
+    remove_output(output)
   end)
 
   it("prints progress lines and a summary", function()
@@ -132,7 +158,7 @@ describe("mirza.batch", function()
     assert.truthy(lines[#lines]:match(pattern), lines[#lines])
     assert.truthy(batch.summary(st, output):match("^batch: 2 items %(0 already done, 2 now: 2 ok, 0 errors, 0 cut%)"))
     os.remove(input)
-    os.remove(output)
+    remove_output(output)
   end)
 end)
 
@@ -167,7 +193,7 @@ describe("mirza.batch cancelled", function()
     assert.is_true(n >= 1 and n < 12)
     sim.stop()
     os.remove(input)
-    os.remove(output)
+    remove_output(output)
   end)
 end)
 
@@ -183,7 +209,7 @@ describe("mirza.batch retries", function()
     assert.equal(2, st.retries)
     sim.stop()
     os.remove(input)
-    os.remove(output)
+    remove_output(output)
   end)
 
   it("gives up after max_retries with the last error recorded", function()
@@ -191,14 +217,16 @@ describe("mirza.batch retries", function()
     local input, output = H.tmpname(".jsonl"), H.tmpname(".jsonl")
     write(input, { item("r", {}) })
     local st = run { input = input, output = output, endpoints = { sim.base }, retry_base = 0.01, max_retries = 2 }
-    local r = records(output).r
+    local by, n = all_records(output)
+    assert.equal(0, n) -- the failure is in the error file
+    local r = by.r
     assert.equal("http", r.error.code)
     assert.equal(429, r.response.status_code)
     assert.equal(3, r.mirza.attempts)
     assert.equal(1, st.errors)
     sim.stop()
     os.remove(input)
-    os.remove(output)
+    remove_output(output)
   end)
 
   it("honours Retry-After", function()
@@ -217,7 +245,7 @@ describe("mirza.batch retries", function()
     assert.is_true(dt >= 2, ("retried after %.2f s, before Retry-After"):format(dt))
     sim.stop()
     os.remove(input)
-    os.remove(output)
+    remove_output(output)
   end)
 end)
 
@@ -246,8 +274,8 @@ describe("mirza.batch at scale", function()
     assert.is_true(t_seq / t_par >= 3, ("speed-up only x%.2f"):format(t_seq / t_par))
     for _, s in ipairs(sims) do s.stop() end
     os.remove(input)
-    os.remove(seq_out)
-    os.remove(par_out)
+    remove_output(seq_out)
+    remove_output(par_out)
   end)
 
   it("resumes a run SIGKILLed halfway: same records, none lost or duplicated", function()
@@ -292,8 +320,8 @@ describe("mirza.batch at scale", function()
     print(("\n  killed after %d of 16 records, resumed %d"):format(killed_at, st.done_now))
     sim.stop()
     os.remove(input)
-    os.remove(out)
-    os.remove(ref_out)
+    remove_output(out)
+    remove_output(ref_out)
   end)
 end)
 
@@ -301,7 +329,7 @@ describe("mirza.batch pieces", function()
   it("parses the input shapes and rejects bad ones with a reason", function()
     local line = '{"custom_id":"c","method":"POST","url":"/v1/chat/completions","body":{"model":"m"}}'
     local it = batch.parse_line(line, 1)
-    assert.same({ custom_id = "c", body = { model = "m" }, line = 1, kind = "chat" }, it)
+    assert.same({ custom_id = "c", body = { model = "m" }, line = 1, kind = "chat", url = "/v1/chat/completions" }, it)
     it = batch.parse_line('{"prompt":"hi","system":"sys","max_tokens":5}', 2)
     assert.equal("line-2", it.custom_id)
     assert.same({ { role = "system", content = "sys" }, { role = "user", content = "hi" } }, it.body.messages)

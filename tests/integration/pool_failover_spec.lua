@@ -5,8 +5,11 @@
 -- timeout, HTTP 502/503/504: the endpoint's own failure, it rests and the
 -- retry goes to the other. HTTP 500 and a server error frame: retried on
 -- the other too (another endpoint may answer), but the first is not
--- rested (the request may be at fault). HTTP 400/404 and a malformed
--- frame: the request's own, recorded as they are, never moved.
+-- rested (the request may be at fault). HTTP 400 and a malformed
+-- frame: the request's own, recorded as they are, never moved. HTTP 404
+-- (issue 31): a route that endpoint lacks ("unsupported"), tried on the
+-- other, which may have it, and never held against the first. A failure's
+-- record is in the error file beside OUTPUT, an answer in OUTPUT.
 local mirza = require "mirza"
 local pool = require "mirza.pool"
 local batch = require "mirza.batch"
@@ -25,8 +28,14 @@ local function run_one(first, good, opts)
   for k, v in pairs(opts or {}) do o[k] = v end
   assert(batch.run(o))
   local lines = {}
-  for line in io.lines(output) do lines[#lines + 1] = assert(json.decode(line)) end
-  os.remove(output)
+  for path, failed in pairs { [output] = false, [batch.errors_path(output)] = true } do
+    for line in io.lines(path) do
+      local r = assert(json.decode(line))
+      assert.equal(failed, r.error ~= json.null, failed and "an answer in the error file" or "a failure in OUTPUT")
+      lines[#lines + 1] = r
+    end
+    os.remove(path)
+  end
   assert.equal(1, #lines)
   return lines[1], p.endpoints[1]
 end
@@ -90,15 +99,19 @@ describe("a batch item failing on one endpoint of two", function()
     end
   end)
 
-  it("never moves it on HTTP 400 or 404 or a malformed frame: the request's own failure, recorded", function()
-    for _, status in ipairs { 400, 404 } do
-      local rec, e, bad = through { "--fault", ("http=%d:no such thing"):format(status) }
-      assert.same({ "http", status, 1, bad.base .. "/v1" }, { rec.error.code, rec.response.status_code,
-        rec.mirza.attempts, rec.mirza.endpoint }, status)
-      assert.same({ 0, 0 }, { e.fails, e.failed }, status)
-    end
-    local rec, e, bad = through { "--fault", "malformed-after=2" }
+  it("never moves it on HTTP 400 or a malformed frame: the request's own failure, recorded", function()
+    local rec, e, bad = through { "--fault", "http=400:no such thing" }
+    assert.same({ "http", 400, 1, bad.base .. "/v1" }, { rec.error.code, rec.response.status_code,
+      rec.mirza.attempts, rec.mirza.endpoint })
+    assert.same({ 0, 0 }, { e.fails, e.failed })
+    rec, e, bad = through { "--fault", "malformed-after=2" }
     assert.same({ "protocol", 1, bad.base .. "/v1" }, { rec.error.code, rec.mirza.attempts, rec.mirza.endpoint })
     assert.same({ 0, 0 }, { e.fails, e.failed })
+  end)
+
+  it("moves it on HTTP 404 (a route that endpoint lacks), never holding it against that endpoint", function()
+    local rec, e = through { "--fault", "http=404:no such thing" }
+    moved(rec, 404)
+    assert.same({ 0, 0 }, { e.fails, e.failed }, "404: rested for a route it does not have")
   end)
 end)

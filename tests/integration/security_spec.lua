@@ -298,7 +298,7 @@ describe("credentials in a URL never leak", function()
   local function userinfo_url(port) return ("http://alice:%s@127.0.0.1:%d/v1"):format(PASS, port) end
 
   -- Run the batch job on lines against one endpoint: stdout+stderr, the
-  -- output file's text, the exit code.
+  -- text of the output file and of the error file beside it, the exit code.
   local function batch(lines, endpoint, retries)
     local input, output = H.tmpname(".jsonl"), H.tmpname(".out.jsonl")
     local f = assert(io.open(input, "w"))
@@ -309,9 +309,11 @@ describe("credentials in a URL never leak", function()
       H.q(H.source .. "/scripts/batch.lua"), H.q(input), H.q(output), H.q(endpoint), retries or 0)))
     local out = p:read("a")
     local _, _, rc = p:close()
-    local text = io.open(output) and H.read_file(output) or ""
+    local errors = require("mirza.batch").errors_path(output)
+    local text = (io.open(output) and H.read_file(output) or "") .. (io.open(errors) and H.read_file(errors) or "")
     os.remove(input)
     os.remove(output)
+    os.remove(errors)
     return out, text, rc
   end
 
