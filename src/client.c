@@ -245,7 +245,7 @@ static int interrupted(mz_client *c) {
   return MZ_NEXT_SIGNAL;
 }
 
-static int pause_for(mz_client *c, long timeout_ms, int young);
+static int pause_for(mz_client *c, long timeout_ms, int all);
 
 /*
  * The one wait loop. Returns when `target` (or, with target NULL, any
@@ -296,31 +296,25 @@ int mz_client_sleep(mz_client *c, long timeout_ms) {
 }
 
 /* The streams still waiting for their answer (no think, text or tool call
- * delta yet), or, with `young`, whose answer began less than MZ_YOUNG_MS
- * ago and was read fewer than MZ_YOUNG_READS times since (a short one ends
- * then), whose socket is known, watched for what libcurl wants (a new
- * connection: writable): into p[1..] and who[1..], at most max - 1 of
- * them; returns how many entries p has with the wake pipe in p[0]. With
- * HTTP/2 several streams share a socket: it is watched for the one that
- * registered it. */
-static nfds_t fresh_sockets(const mz_client *c, struct pollfd *p, mz_stream **who, nfds_t max, int young) {
+ * delta yet), or, with `all`, opened as short answers (served to their
+ * end), whose socket is known, watched for what libcurl wants (a new
+ * connection: writable): into p[1..], at most max - 1 of them; returns
+ * how many entries p has with the wake pipe in p[0]. With HTTP/2 several
+ * streams share a socket: it is watched for the one that registered it. */
+static nfds_t fresh_sockets(const mz_client *c, struct pollfd *p, nfds_t max, int all) {
   nfds_t n = 1;
-  double since = young ? mz_now() - MZ_YOUNG_MS / 1000.0 : INFINITY;
   p[0] = (struct pollfd){.fd = c->wake[0], .events = POLLIN};
-  for (mz_stream *s = c->streams; s && n < max; s = s->next)
-    if (s->easy && !s->term && s->sock != CURL_SOCKET_BAD &&
-        (!s->answering || (s->answer_at > since && s->young_reads < MZ_YOUNG_READS))) {
-      who[n] = s;
+  for (const mz_stream *s = c->streams; s && n < max; s = s->next)
+    if (s->easy && !s->term && s->sock != CURL_SOCKET_BAD && (!s->answering || (all && s->short_answer)))
       p[n++] = (struct pollfd){.fd = s->sock, .events = mz_poll_events(s->sock_what)};
-    }
   return n;
 }
 
 /* A scheduler's tick (see client.h): what arrives for the streams under
  * way waits in their sockets' buffers and the next drive reads it together
  * (drive_all: every ready socket, one read each) instead of one read per
- * frame. Only the streams still waiting for their answer, or whose answer
- * is young (MZ_YOUNG_MS, MZ_YOUNG_READS; not in a wait on one held
+ * frame. Only the streams still waiting for their answer, and those opened
+ * as short answers (mz_request.short_answer; not in a wait on one held
  * stream: its end comes within MZ_HOLD_PAUSE_MS), are served as their sockets come ready (up to
  * MZ_FRESH_MAX of them): a new connection sends its request once
  * connected, the head and the first token are timed to the read, not to
@@ -328,7 +322,7 @@ static nfds_t fresh_sockets(const mz_client *c, struct pollfd *p, mz_stream **wh
  * tick late: a stream that ends ends the pause (c->ended), so its task
  * runs and sends the next item at once. The stall clocks lose nothing:
  * drive() stamps the ready sockets before it checks them. */
-static int pause_for(mz_client *c, long timeout_ms, int young) {
+static int pause_for(mz_client *c, long timeout_ms, int all) {
   c->eintr = 0;
   if (c->intr && *c->intr) return MZ_NEXT_INTERRUPTED; /* its wake byte may be drained already */
   if (timeout_ms <= 0) return interrupted(c);
@@ -347,8 +341,7 @@ static int pause_for(mz_client *c, long timeout_ms, int young) {
   int rounds = 4 * MZ_FRESH_MAX;
   for (long ms = timeout_ms; ms > 0 && c->ended == ended; ms = (long)ceil((end - mz_now()) * 1000.0)) {
     struct pollfd p[MZ_FRESH_MAX + 1];
-    mz_stream *who[MZ_FRESH_MAX + 1];
-    nfds_t n = fresh_sockets(c, p, who, rounds > 0 ? MZ_FRESH_MAX + 1 : 1, young);
+    nfds_t n = fresh_sockets(c, p, rounds > 0 ? MZ_FRESH_MAX + 1 : 1, all);
     int r = poll(p, n, ms > INT_MAX ? INT_MAX : (int)ms);
     if (r < 0 && errno == EINTR) c->eintr = 1;
     if (r <= 0) break;
@@ -365,7 +358,6 @@ static int pause_for(mz_client *c, long timeout_ms, int young) {
         rounds = 0;
         continue;
       }
-      who[i]->young_reads += who[i]->answering;
       socket_ready(c, p[i].fd, mz_poll_fired(e), now);
     }
     reap(c); /* an answer that ended before its first token (an error) is no longer fresh */
@@ -528,6 +520,7 @@ mz_stream *mz_stream_open(mz_client *c, const mz_request *r, char *err, size_t e
   s->plain = r->plain;
   s->skip_bad = r->skip_bad_frames;
   s->merge = r->merge;
+  s->short_answer = r->short_answer;
   s->hold_s = r->plain ? 0 : (double)r->hold_ms / 1000.0; /* a plain answer is one event anyway */
   s->stall_s = (double)r->stall_timeout_ms / 1000.0;
   s->header_s = (double)r->header_timeout_ms / 1000.0;

@@ -95,6 +95,11 @@ typedef struct mz_request {
                                   pauses (it does, rather than wake per
                                   frame) up to MZ_HOLD_PAUSE_MS late.
                                   0: as they come */
+  int short_answer;           /* 1: a short answer (a batch item with a
+                                  small max_tokens): a scheduler's pause
+                                  reads it as it comes to its end, not
+                                  only until its first token, so its end
+                                  is not a tick late */
 } mz_request;
 
 /* The longest a wait for one stream that holds its events pauses without
@@ -167,13 +172,13 @@ int mz_client_wait_ready_paced(mz_client *c, long timeout_ms, long tick_ms);
  * streams still waiting for their answer (up to MZ_FRESH_MAX) are served
  * as their sockets come ready (a new connection made and asked, the head
  * read) until their first think, text or tool call delta, so the first
- * token is timed to the byte, and for MZ_YOUNG_MS after it (at most
- * MZ_YOUNG_READS reads), so a short answer's end is read as it comes. A stream that ends (its terminal
+ * token is timed to the byte; a stream opened as a short answer
+ * (mz_request.short_answer) is served to its end. A stream that ends (its terminal
  * event: a short answer done, an error) ends the pause: the scheduler
  * hands it over at once and its task sends the next request, not a tick
  * later. A wake-up or a signal ends it early too.
  * Returns 0, MZ_NEXT_INTERRUPTED or MZ_NEXT_SIGNAL. */
-enum { MZ_FRESH_MAX = 64, MZ_YOUNG_MS = 50, MZ_YOUNG_READS = 8 };
+enum { MZ_FRESH_MAX = 64 };
 /* How many streams have been given their terminal event so far: a
  * scheduler compares it around mz_client_pause to know that a pause ended
  * early for a stream's end (and hands that over without a look at the

@@ -90,8 +90,7 @@ struct mz_stream {
   int holding;              /* queued events not yet handed over (hold_s) */
   double first_at;          /* the first think/text delta queued; 0: none */
   int answering;            /* a think, text or tool call delta was queued */
-  double answer_at;         /* when answering was set (a pause serves it MZ_YOUNG_MS more) */
-  int young_reads;          /* reads a pause served since (MZ_YOUNG_READS at most) */
+  int short_answer;         /* mz_request.short_answer: a pause serves it to its end */
 };
 
 /* The driver is event-based (curl_multi_socket_action): libcurl tells

@@ -212,9 +212,13 @@ local function make_writer(run, stats)
   local sink = run.sink
   return function(rec, r)
     if run.write_error then error(run.write_error, 0) end
-    local f, name = sink.out, sink.name
-    if not r.ok then f, name = sink.err, sink.errors_name or sink.name end
-    local ok, err = f:write(B.encode_record(rec, r) .. "\n") -- unbuffered: one write(2) per record
+    local f, name, err = sink.out, sink.name, nil
+    if not r.ok then
+      name = sink.errors_name or sink.name
+      f, err = output.errors_file(sink)
+    end
+    local ok = false
+    if f then ok, err = f:write(B.encode_record(rec, r) .. "\n") end -- unbuffered: one write(2) per record
     if not ok then
       run.write_error = ("cannot write %s: %s (the records before are kept; free space or choose another file,"
         .. " then run the same command again)"):format(name, err)
@@ -263,7 +267,8 @@ local function drive(o, run)
     if not ok and code == "timeout" then stats.deadline = true end
   end
   stats.elapsed = mirza.now() - stats.t0
-  stats.left = stats.total - stats.skipped - stats.done_now
+  -- what a rerun does: the items not recorded, and the failed ones when they have their own file
+  stats.left = stats.total - stats.skipped - stats.done_now + (run.sink.err ~= run.sink.out and stats.errors or 0)
   if ctx.abort then -- the message names what is left and what to do
     stats.abort = ctx.abort
     if ctx.abort.code == "down" then
@@ -298,9 +303,9 @@ end
 
 -- What a run stopped by an error (Ctrl-C) saved, and how to go on.
 local function stopped_line(run, o, err)
-  local st = run.stats or { skipped = run.skipped, done_now = 0 }
+  local st = run.stats or { skipped = run.skipped, done_now = 0, errors = 0 }
   local why = tostring(err):find("interrupted", 1, true) and "interrupted" or "stopped by an error"
-  local saved = st.skipped + st.done_now
+  local saved = st.skipped + st.done_now - (run.sink.err ~= run.sink.out and st.errors or 0) -- failures: redone
   if run.sink.stream then
     return ("batch: %s: %d of %d records written to %s (no resume from a stream: give OUTPUT as a file to resume)")
       :format(why, st.done_now, run.total, run.sink.name)

@@ -12,6 +12,10 @@ local json = mirza.json
 
 local A = {}
 
+---An item whose max_tokens (or max_completion_tokens) is at most this is
+---a short answer (mirza.open's `short`): read to its end as it comes.
+A.SHORT_TOKENS = 32
+
 local ROUTES = { chat = "chat/completions", completions = "completions", embeddings = "embeddings" }
 
 ---An endpoint as a user may paste it — a base URL with or without `/v1`,
@@ -211,6 +215,9 @@ function A.attempt(item, e, opts)
   if item.kind ~= "chat" then return plain_attempt(item, e, opts, body, r) end
   local ro = request_opts(e, "chat", opts, body)
   ro.merge, ro.hold = true, opts.hold or false -- only the text is kept: what arrived together is one event
+  -- a small budget: a short answer, read to its end as it comes (its end not a tick late)
+  local budget = math.tointeger(body.max_completion_tokens) or math.tointeger(body.max_tokens)
+  ro.short = budget ~= nil and budget <= A.SHORT_TOKENS
   local s <close> = mirza.open(ro)
   local acc = read_stream(s, opts)
   local t1, fin = mirza.now(), acc.final or {}

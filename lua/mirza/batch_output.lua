@@ -184,8 +184,8 @@ end
 ---output) and `o.errors` (the error file: nil for O.errors_path's, false
 ---for none: failures go to OUTPUT too). An existing OUTPUT is scanned
 ---(O.scan: its custom_ids passed to `done(id)`); an existing error file
----is read for its count (`redo`) and started anew once `before_open`
----agreed. `before_open()` runs after the scans and before anything is
+---is read for its count (`redo`) and removed once `before_open` agreed
+---(a new one is made at the first failure: O.errors_file). `before_open()` runs after the scans and before anything is
 ---written; a message (and code) it returns stops everything.
 ---Returns {out, err, stream, name, errors_name, redo} or nil, message, code.
 ---@param o table
@@ -242,14 +242,25 @@ function O.open(o, done, before_open)
     sink.out = out
   end
   if epath then
-    -- the failed items are done again now: their records start anew (a
-    -- pipe or a terminal is appended to)
+    -- the failed items are done again now: their records start anew, in
+    -- a file made at the first failure (none when nothing fails); a pipe
+    -- or a terminal is appended to at once
     local ekind = kind_of(epath)
-    local err
-    sink.err, err = open_append(epath, (ekind == nil or ekind == "file") and "wb" or "ab")
-    if not sink.err then
-      O.close(sink)
-      return nil, err, "io"
+    if ekind == nil or ekind == "file" then
+      if ekind == "file" then
+        local ok, err = os.remove(epath)
+        if not ok then
+          O.close(sink)
+          return nil, err, "io"
+        end
+      end
+    else
+      local err
+      sink.err, err = open_append(epath)
+      if not sink.err then
+        O.close(sink)
+        return nil, err, "io"
+      end
     end
   else
     sink.err = sink.out
@@ -257,10 +268,22 @@ function O.open(o, done, before_open)
   return sink
 end
 
+---The error file of a sink, opened at its first failure: the handle, or
+---nil and a message.
+---@param sink table O.open's
+---@return file*|nil
+---@return string? message
+function O.errors_file(sink)
+  if sink.err then return sink.err end
+  local err
+  sink.err, err = open_append(sink.errors_name)
+  return sink.err, err
+end
+
 ---Close a sink's files (standard output is flushed and buffered again).
 ---@param sink table
 function O.close(sink)
-  for _, f in ipairs { sink.out, sink.err ~= sink.out and sink.err or nil } do
+  for _, f in pairs { sink.out, sink.err ~= sink.out and sink.err or nil } do
     if f == io.stdout then
       f:setvbuf(core.isatty(1) and "line" or "full")
     elseif io.type(f) == "file" then

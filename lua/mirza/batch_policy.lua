@@ -110,6 +110,18 @@ local function try(job, ctx)
   return r
 end
 
+-- Whether an unsupported-class failure says the route is missing, not the
+-- line's own: a 405 or a 501, or a 404 that names no model (vLLM, Ollama
+-- and OpenAI answer 404 for a model they do not have: that is the line's).
+local function route_missing(r)
+  if r.status ~= 404 then return true end
+  local text = tostring(r.message or "")
+  local err = type(r.error) == "table" and r.error or {}
+  if type(err.message) == "string" then text = text .. " " .. err.message end
+  if type(err.code) == "string" then text = text .. " " .. err.code end
+  return not text:lower():find("model", 1, true)
+end
+
 -- Whether some endpoint may still serve this kind of line.
 local function served_somewhere(ctx, kind)
   local u = ctx.unsupported[kind] or {}
@@ -140,9 +152,10 @@ end
 function P.step(job, ctx)
   local item, opts = job.item, ctx.opts
   if item.invalid then return { code = "input", message = item.invalid, attempts = 0 } end
-  if not served_somewhere(ctx, item.kind) then -- known at once: no request
+  if not served_somewhere(ctx, item.kind) then -- known at once: no request (the answer that said so kept)
     local r = ctx.unsupported_result[item.kind]
-    return { code = "unsupported", message = r.message, status = r.status, attempts = 0, endpoint = r.endpoint }
+    return { code = "unsupported", message = r.message, status = r.status, final = r.final, error = r.error,
+      attempts = 0, endpoint = r.endpoint }
   end
   local r = try(job, ctx)
   if r.ok then return r end
@@ -163,10 +176,10 @@ function P.step(job, ctx)
     return nil, mirza.now()
   end
   local class = retry.class(r.code, r.status)
-  if class == "unsupported" and r.code ~= "model" and r.code ~= "auth" then
+  if class == "unsupported" and r.code ~= "model" and r.code ~= "auth" and route_missing(r) then
     unsupported_on(ctx, item.kind)[r.e] = true
     r.code, r.message = "unsupported", unsupported_message(item, r)
-    ctx.unsupported_result[item.kind] = { message = r.message, status = r.status, endpoint = r.endpoint }
+    ctx.unsupported_result[item.kind] = r
     if served_somewhere(ctx, item.kind) then return nil, mirza.now() end -- another endpoint may have it
     return r
   end

@@ -450,13 +450,20 @@ static void test_pause_reads_only_fresh_streams(void **state) {
 
 /* A pause ends when a stream it serves ends, so a ticking scheduler hands
  * a short answer over and sends the next item at once, not a tick later:
- * an answer of a few tokens at once, and one paced 10 ms a token (its end
- * comes within MZ_YOUNG_MS of its first token, read as it comes). A
- * stream paced slower than that is not read after its young window: its
- * end waits for the look (the pause runs to its end). */
-static void check_pause_ends_with(double rate, int ends) {
+ * an answer of a few tokens at once, and one paced 5 ms a token opened as
+ * a short answer (served to its end). Paced and not short, it is not read
+ * after its first token: its end waits for the look (the pause runs to
+ * its end). */
+static void check_pause_ends_with(double rate, int short_answer, int ends) {
+  char body[512], err[128];
+  snprintf(body, sizeof body,
+           "{\"model\":\"x\",\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+           "\"mirza_sim\":{\"text\":\"a b c\",\"ttft_ms\":0,\"tok_rate\":%g}}",
+           rate);
   mz_client *c = mz_client_new(NULL);
-  mz_stream *s = open_rate(c, "a b c", 0, rate);
+  mz_request r = {.url = url, .body = body, .body_len = strlen(body), .short_answer = short_answer};
+  mz_stream *s = mz_stream_open(c, &r, err, sizeof err);
+  assert_non_null(s);
   unsigned long ended = mz_client_ended(c);
   double t0 = mz_now();
   assert_int_equal(0, mz_client_pause(c, ends ? 20000 : 1000));
@@ -476,9 +483,9 @@ static void check_pause_ends_with(double rate, int ends) {
 static void test_pause_ends_with_a_stream(void **state) {
   (void)state;
   SKIP_WITHOUT_SIM();
-  check_pause_ends_with(0, 1);   /* at once */
-  check_pause_ends_with(200, 1); /* 5 ms a token: within the young window */
-  check_pause_ends_with(4, 0);   /* 250 ms a token: read at the looks */
+  check_pause_ends_with(0, 0, 1);   /* at once */
+  check_pause_ends_with(200, 1, 1); /* 5 ms a token, a short answer: served to its end */
+  check_pause_ends_with(200, 0, 0); /* the same, not short: read at the looks */
 }
 
 int main(void) {

@@ -131,6 +131,32 @@ describe("batch failures by class", function()
     os.remove(batch.errors_path(out))
   end)
 
+  it("takes a 404 that names a model for the line's own failure, not a missing route", function()
+    -- vLLM, Ollama and OpenAI answer 404 for a model they do not have
+    local input = input_of { chat("bad", { fault = "http=404:The model `nope` does not exist." }), chat("ok1"),
+      chat("ok2"), chat("ok3") }
+    local out = H.tmpname(".jsonl")
+    local st = assert(batch.run { input = input, output = out, base_url = sim.base, quiet = true, limit = 1 })
+    local ok, nok = records(out)
+    local bad, nbad = records(batch.errors_path(out))
+    assert.equal(3, nok)
+    assert.truthy(ok.ok1 and ok.ok2 and ok.ok3)
+    assert.equal(1, nbad)
+    assert.equal("http", bad.bad.error.code)
+    assert.equal(1, st.errors)
+    for _, p in ipairs { input, out, batch.errors_path(out) } do os.remove(p) end
+  end)
+
+  it("makes no error file when nothing fails", function()
+    local input, out = input_of { chat("a"), chat("b") }, H.tmpname(".jsonl")
+    assert(batch.run { input = input, output = out, base_url = sim.base, quiet = true })
+    local _, n = records(out)
+    assert.equal(2, n)
+    assert.is_nil(io.open(batch.errors_path(out)))
+    os.remove(input)
+    os.remove(out)
+  end)
+
   it("puts failures in the error file and a rerun sends them, and only them, again", function()
     local input = input_of { chat("a"), chat("b", { fault = "http=400" }), chat("c"), embed("d") }
     local out = H.tmpname(".jsonl")
@@ -183,7 +209,7 @@ describe("batch endpoints and keys as users give them", function()
     -- no key: every line fails, and the message says how to give one
     local out = H.tmpname(".jsonl")
     local rc, _, err = cli(nil, input, out, "--endpoint", keyed.base .. "/v1")
-    assert.equal(1, rc)
+    assert.equal(1, rc, err)
     local bad = records(batch.errors_path(out))
     assert.truthy(bad.a.error.message:find("give the server's key: --api-key KEY or MIRZA_API_KEY", 1, true),
       bad.a.error.message)
@@ -215,7 +241,9 @@ describe("batch endpoints and keys as users give them", function()
       keyed.base .. "/v1/chat/completions", keyed.base .. "/v1/embeddings?api-version=2024-10-21" } do
       local out = H.tmpname(".jsonl")
       local rc, _, err = cli(nil, input, out, "--endpoint", ep .. "@2", "--api-key", "s3cret-key", "--quiet")
-      assert.equal(0, rc, ep .. ": " .. err .. H.read_file(batch.errors_path(out)))
+      local ef = io.open(batch.errors_path(out))
+      assert.equal(0, rc, ep .. ": " .. err .. (ef and ef:read("a") or ""))
+      if ef then ef:close() end
       local ok, n = records(out)
       assert.equal(2, n, ep)
       assert.truthy(ok.a.response.body.choices)

@@ -128,14 +128,14 @@ describe("mirza.loop tick", function()
   it("hands a short answer over as it ends: a task runs item after item, not one per tick", function()
     -- 4 tasks x 6 short answers each under a 5 s tick: seen a tick late,
     -- 6 ticks (30 s); handed over as they end, well under one tick. The
-    -- second kind is paced (a token every 5 ms): its end comes within the
-    -- 50 ms a pause still reads a young answer.
+    -- second kind is paced (a token every 5 ms) and opened as a short
+    -- answer (`short`): a pause reads it to its end.
     for _, rate in ipairs { 0, 200 } do
       local l, done, fns = loop.new { tick = 5 }, 0, {}
       for i = 1, 4 do
         fns[i] = function()
           for j = 1, 6 do
-            local s <close> = mirza.open { url = sim.url, body = H.chat_body("q" .. i .. j,
+            local s <close> = mirza.open { url = sim.url, short = rate > 0, body = H.chat_body("q" .. i .. j,
               { mirza_sim = { text = "a b c", tok_rate = rate } }) }
             for ev in s:events() do
               if ev.type == "error" then error(ev.message) end
@@ -173,7 +173,8 @@ describe("mirza.loop tick", function()
       end,
       function()
         while not over do
-          local s <close> = mirza.open { url = sim.url, body = H.chat_body("s", { mirza_sim = { text = "a b" } }) }
+          local s <close> = mirza.open { url = sim.url, body = H.chat_body("s",
+            { mirza_sim = { text = "a b", tok_rate = 0 } }) }
           for ev in s:events() do
             if ev.type == "error" then error(ev.message) end
           end

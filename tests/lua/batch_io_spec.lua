@@ -162,8 +162,14 @@ describe("batch output", function()
     assert.same({ "a" }, done)
     assert.equal(2, sink.redo)
     assert.equal(errs, sink.errors_name)
-    assert.equal("", H.read_file(errs)) -- its items are done again: their records start anew
+    -- its items are done again: their records start anew, in a file made
+    -- at the first failure
+    assert.is_nil(io.open(errs))
+    local f = assert(output.errors_file(sink))
+    assert.equal(f, output.errors_file(sink))
+    f:write("x\n")
     output.close(sink)
+    assert.equal("x\n", H.read_file(errs))
     -- refused before anything is touched: OUTPUT as the error file
     local ok, msg = output.open({ output = out, errors = out }, function() end, function() end)
     assert.is_nil(ok)
