@@ -17,6 +17,7 @@
 ---@field on_bad_frame? "error"|"skip"  a frame that is not JSON: "error" (default) ends the stream with code "protocol", text before it kept; "skip" drops it and counts it in done.skipped_frames
 ---@field record_file? string        write the response as received into this file (created or truncated): the head (status line, headers) then the body as libcurl delivers it (de-chunked, decoded); closed when the transfer ends. Use `record = DIR` (mirza.record) for whole recordings
 ---@field hold? number|false        seconds: an event that comes less than this after the previous one is handed over at most this long after the first one still waiting came, all at once (with `merge`, one event per channel run), instead of as each read queues one: fewer wake-ups for a reader that wants the whole answer, not each token (mirza.batch holds 1 s, an engine's say 5 ms). An event that comes later than that after the previous one (a slow stream) is handed over at once. A wait on the stream pauses rather than wake per frame meanwhile. The end, an error, a timeout come at once, or up to 20 ms late during such a pause; `first_at()` keeps when the first token was read. `math.huge`: nothing before the end, the first event included (what `mirza.collect` does in a task without `on_json`). Default false: as they come
+---@field short? boolean          a short answer (a few tokens: mirza.batch sets it for items of max_tokens <= 32): a ticking scheduler's pause reads it to its end as it comes, not only until its first token, so its end is not a tick late. Default false
 ---@field merge? boolean            join what arrived together: a think or text delta comes with the deltas of the same channel already queued right behind it, as one event with `deltas` = how many (never waits for more; what a sink that only needs text wants: one event per read instead of per token). Default false: one event per delta
 ---@field record? string|false       (Lua `mirza.open`) record the request and its response into directory DIR (mirza.record); false: not even with MIRZA_RECORD
 --- A wrong value raises a message naming the option, what it must be and
@@ -197,9 +198,10 @@ function mirza.task(hook, slice) end
 ---(mirza.loop's `tick`). A stream opened since the last wait sends its
 ---request first, and the streams still waiting for their answer (up to
 ---64) are served as their sockets come ready (connected, asked, read)
----until their first think, text or tool call delta and for 50 ms after it,
----so the first token is timed to the byte (`s:first_at()`), not to the
----tick, and a short answer's end is read as it comes. A stream that ends
+---until their first think, text or tool call delta (a stream opened with
+---`short = true`: to its end), so the first token is timed to the byte
+---(`s:first_at()`), not to the tick, and a short answer's end is read as
+---it comes. A stream that ends
 ---meanwhile (its terminal event) ends the pause: the scheduler hands it
 ---over at once (`mirza.ready(0, list, tick, true)`), its task sends the
 ---next request, and the others' tick goes on. Unlike `mirza.sleep`, no
