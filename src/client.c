@@ -369,17 +369,36 @@ int mz_client_pause(mz_client *c, long timeout_ms) { return pause_for(c, timeout
 
 unsigned long mz_client_ended(const mz_client *c) { return c->ended; }
 
+/* Without a tick: when every stream under way that has begun its answer
+ * holds what comes (mz_request.hold_ms: its reader wants it late, a
+ * collect to the end), a wait may pause that long, up to MZ_HELD_PAUSE_MS,
+ * and read what came meanwhile together: one read per stream per pause
+ * instead of one per token. 0 when any such stream wants each event as it
+ * comes (or none has begun). The streams waiting for their answer are
+ * served during the pause as at a tick. */
+static long held_pause_ms(const mz_client *c) {
+  double least = MZ_HELD_PAUSE_MS / 1000.0;
+  int any = 0;
+  for (const mz_stream *s = c->streams; s; s = s->next) {
+    if (!s->easy || s->term || !s->answering) continue;
+    if (s->hold_s <= 0) return 0;
+    any = 1;
+    if (s->hold_s < least) least = s->hold_s;
+  }
+  return any ? (long)(least * 1000.0) : 0;
+}
+
 /* Wait for the ready list to be non-empty (see mz_client_wait_ready). */
 int mz_client_wait_ready_paced(mz_client *c, long timeout_ms, long tick_ms) {
   double end = deadline_from(timeout_ms);
   c->eintr = 0;
-  for (int ms = 0, rc, look = 1;;) {
+  for (int ms = 0, rc, look = 1, all = 0;;) {
     /* at a tick, each look (the first comes after the scheduler's own
      * pause) takes every socket that is ready; after a pause that a
      * stream's end cut short, only what is listed (the look was just
      * made: the others' tick goes on) */
-    size_t read = !look ? 0 : tick_ms > 0 && ms == 0 ? drive_all(c) : drive(c, ms);
-    look = 1;
+    size_t read = !look ? 0 : (tick_ms > 0 || all) && ms == 0 ? drive_all(c) : drive(c, ms);
+    look = 1, all = 0;
     while (c->rhead && !mz_ready(c->rhead)) mz_unmark_ready(c->rhead); /* drained meanwhile */
     if (c->rhead) return 1;
     if ((rc = interrupted(c))) return rc;
@@ -400,6 +419,11 @@ int mz_client_wait_ready_paced(mz_client *c, long timeout_ms, long tick_ms) {
       if ((rc = mz_client_pause(c, pause_ms < tick_ms ? pause_ms : tick_ms))) return rc;
       ms = 0;
       look = c->ended == ended || !c->rhead;
+    } else if (tick_ms <= 0 && read > 0 && ms > 0) {
+      long pause_ms = held_pause_ms(c);
+      if (pause_ms <= 0) continue;
+      if ((rc = mz_client_pause(c, pause_ms < ms ? pause_ms : ms))) return rc;
+      ms = 0, all = 1; /* what came for every stream, read together */
     }
   }
 }

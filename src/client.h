@@ -105,6 +105,10 @@ typedef struct mz_request {
 /* The longest a wait for one stream that holds its events pauses without
  * reading (see hold_ms): what else comes is at most that late. */
 #define MZ_HOLD_PAUSE_MS 20
+/* The longest a scheduler's wait without a tick pauses while every
+ * stream under way holds what comes (mz_client_wait_ready_paced): a held
+ * stream's end, in the middle of its answer, is that late at most. */
+#define MZ_HELD_PAUSE_MS 50
 
 /* MZ_NEXT_SIGNAL: a signal handler ran during the wait (EINTR) and the
  * interrupt flag is not set (stock lua5.4's SIGINT handler, which only

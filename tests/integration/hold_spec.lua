@@ -179,4 +179,36 @@ describe("mirza.open hold", function()
     -- start's connections and first tokens)
     if slept then assert.is_true(slept < 70, ("%d waits for 320 frames"):format(slept)) end
   end)
+  it("without a tick, a scheduler whose streams all hold to the end reads them together, not per token", function()
+    -- 8 streams of 100 tokens at 100 tokens/s (1 s), each held to the end
+    -- (what mirza.collect does in a task): read as they come, a wait per
+    -- token (~800); paused while all of them hold, a read of them all per
+    -- 50 ms (~20, with the starts)
+    local function run(hold)
+      local l, texts, fns = loop.new(), {}, {}
+      local text = ("w "):rep(100)
+      for i = 1, 8 do
+        fns[i] = function()
+          local s <close> = mirza.open { url = sim.url, merge = true, hold = hold,
+            body = H.chat_body("q", { mirza_sim = { text = text, tok_rate = 100, ttft_ms = 3 * i } }) }
+          local parts = {}
+          for ev in s:events() do
+            if ev.type == "text" then parts[#parts + 1] = ev.text
+            elseif ev.type == "error" then error(ev.message) end
+          end
+          texts[i] = table.concat(parts)
+        end
+      end
+      local before = switches()
+      local _, errs, nerr = loop.gather(fns, { loop = l })
+      assert.are.equal(0, nerr, nerr > 0 and select(2, next(errs)) or nil)
+      for i = 1, 8 do assert.equal(text, texts[i]) end
+      return before and switches() - before
+    end
+    local held, free = run(math.huge), run(false)
+    if held then
+      assert.is_true(held < 150, ("%d waits for 800 frames held to the end"):format(held))
+      assert.is_true(free > 300, ("%d waits for 800 frames read as they come"):format(free))
+    end
+  end)
 end)
