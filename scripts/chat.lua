@@ -28,7 +28,8 @@
 --- The conversation is saved after every turn (mirza.conversation) in
 --- $XDG_STATE_HOME/mirza/conversations (else ~/.local/state/mirza/
 --- conversations, made 0700) as NAME.json, NAME the start's local time or
---- --name NAME; --continue resumes the last one saved (history, session,
+--- --name NAME, claimed when the chat starts (another chat started in the
+--- same second takes NAME-2: conversation.claim); --continue resumes the last one saved (history, session,
 --- thinking), --continue NAME a named one, else the file NAME of the
 --- current directory (a file is saved back there; NAME.json or a NAME
 --- holding a / is a file first; a NAME ending in .lua is the behaviour
@@ -98,6 +99,10 @@ local function say_err(...) io.stderr:write(...) io.stderr:write("\n") end
 -- Where the conversation is kept: the directory (nil: not saved) and the
 -- file to resume (--continue).
 local conv_dir, resume, own_file -- own_file: --continue PATH, saved back there
+-- claim: the new conversation's name, held until its first save (mirza.conversation.claim);
+-- released too when the chunk ends by an error (Ctrl-C)
+local claim
+local _ <close> = setmetatable({}, { __close = function() if claim then claim:release() end end })
 if not no_save or continue then
   local err
   conv_dir, err = conversation.dir()
@@ -115,12 +120,25 @@ if continue then
   end
   resume, name = found, name or why
   if kind == "file" then own_file = found end
-elseif conv_dir then
-  if name and conversation.find(conv_dir, name) then
-    say_err("chat: a conversation named ", name, " exists: --continue ", name, " resumes it")
+elseif conv_dir then -- a new conversation: its name claimed now, not at its first save
+  local why, code
+  if name then claim, why, code = conversation.claim(conv_dir, name)
+  else claim, why, code = conversation.claim_new(conv_dir) end
+  if code == "taken" then
+    say_err("chat: ", why)
     os.exit(2)
   end
-  name = name or conversation.new_name(conv_dir)
+  if not claim then
+    say_err("chat: the conversation will not be saved: ", why)
+    conv_dir = nil
+  end
+  name = claim and claim.name or name
+end
+
+-- Leave with status code, giving up a name nothing was saved under.
+local function leave(code)
+  if claim then claim:release() end
+  os.exit(code)
 end
 
 local b = behaviour_mod.default()
@@ -129,7 +147,7 @@ if behaviour_path then
   b, err = behaviour_mod.new("chat_behaviour", behaviour_path, function(m) say_err("behaviour error: ", m) end)
   if not b then
     say_err("chat: ", err)
-    os.exit(1)
+    leave(1)
   end
 end
 
@@ -140,14 +158,14 @@ opts.history = resume
 local made, e, new_err = pcall(engine.new, opts) -- a broken config file: its message, no traceback
 if not made or not e then
   say_err("chat: ", tostring(made and new_err or e))
-  os.exit(1)
+  leave(1)
 end
 e.conversation_name = name
 e.stages = { b:stage_spec() }
 local ok, msg = e:load(b:system())
 if not ok then
   say_err("chat: ", msg)
-  os.exit(1)
+  leave(1)
 end
 local how = e.detected and ("using " .. require("mirza.detect").describe(e.detected) .. " at")
     or not e.daemon and "using" or e.daemon.adopted and "adopted" or "started"
@@ -165,6 +183,10 @@ local save_failed
 local function save()
   if no_save or not (own_file or conv_dir) or not name or #e.history.messages == 0 then return end
   local saved, err = e:save(own_file or conversation.path(conv_dir, name))
+  if saved and claim then -- the file holds the name from now on
+    claim:release()
+    claim = nil
+  end
   if saved and not own_file then saved, err = conversation.mark_last(conv_dir, name) end
   if not saved and not save_failed then say_err("chat: the conversation is not saved: ", err) end
   save_failed = not saved
@@ -198,7 +220,11 @@ commands = {
     e:reset()
     own_file = nil
     if conv_dir and not no_save then
-      name = conversation.new_name(conv_dir)
+      if claim then claim:release() end -- nothing saved under the old name
+      local why
+      claim, why = conversation.claim_new(conv_dir)
+      if not claim then say_err("chat: the conversation will not be saved: ", why) end
+      name = claim and claim.name
       e.conversation_name = name
     end
     say_err("new conversation (session ", e.cfg.session_id, ")", name and (", saved as " .. name) or "")
@@ -253,3 +279,4 @@ for line in input:lines() do
   end
 end
 e:close() -- stops a daemon we started; an adopted one stays
+if claim then claim:release() end -- nothing was saved under the name

@@ -55,11 +55,17 @@ int mz_js_init(mz_jsonstream *p, int depth, size_t max) {
   p->depth = depth < 0 ? 0 : depth > MZ_JS_MAX_NEST + 1 ? MZ_JS_MAX_NEST + 1 : depth;
   p->max = max ? max : MZ_JS_DEFAULT_MAX;
   p->state = S_PRE;
+  p->candidates = 1;
   p->plen = calloc((size_t)p->depth + 1, sizeof *p->plen);
   p->index = calloc((size_t)p->depth + 1, sizeof *p->index);
   if (p->plen && p->index) return 0;
   mz_js_free(p);
   return p->status = MZ_JS_NOMEM;
+}
+
+void mz_js_start(mz_jsonstream *p, int root, int candidates) {
+  p->root = root == '{' || root == '[' ? root : 0;
+  p->candidates = candidates < 1 ? 1 : candidates;
 }
 
 void mz_js_free(mz_jsonstream *p) {
@@ -170,6 +176,7 @@ static int open_container(mz_jsonstream *p, unsigned char c, size_t i) {
  * when not, or an error. The state moves on to what follows a value. */
 static int end_value(mz_jsonstream *p, const char *buf, size_t e, mz_js_value *out) {
   int at_depth = p->nest == p->depth && p->capturing;
+  if (p->nest) p->inner = 1;
   p->state = p->nest ? S_AFTER : S_DONE;
   if (!at_depth) return 0;
   p->capturing = 0;
@@ -413,6 +420,41 @@ static int step(mz_jsonstream *p, const char *buf, size_t i, mz_js_value *out) {
   }
 }
 
+/* Skip to the next byte that starts the top-level value, from i. */
+static size_t pre_run(const mz_jsonstream *p, const unsigned char *s, size_t i, size_t len) {
+  if (p->root) {
+    const unsigned char *at = memchr(s + i, p->root, len - i);
+    return at ? (size_t)(at - s) : len;
+  }
+  while (i < len && s[i] != '{' && s[i] != '[') i++;
+  return i;
+}
+
+/* The current start broke the grammar (p->status): give it up for the
+ * next one when that is allowed (see mz_js_start). 1: the parser is back
+ * before a value, the byte in error to be read again; 0: the error stands
+ * (the first given-up start's, if any). */
+static int give_up(mz_jsonstream *p) {
+  int syntax = p->status <= MZ_JS_SYNTAX && p->status >= MZ_JS_SURROGATE;
+  if (syntax && !p->first_status) {
+    p->first_status = p->status;
+    p->first_err_at = p->err_at;
+  }
+  if (!syntax || p->inner || p->tried >= p->candidates) {
+    if (syntax) p->status = p->first_status, p->err_at = p->first_err_at;
+    return 0;
+  }
+  p->status = 0;
+  p->state = S_PRE;
+  p->nest = 0;
+  p->path_len = 0;
+  p->capturing = p->cap_here = 0;
+  p->cap_len = 0;
+  p->key = p->key_path = 0;
+  p->high = 0;
+  return 1;
+}
+
 int mz_js_feed(mz_jsonstream *p, const char *buf, size_t len, size_t *used, mz_js_value *out) {
   const unsigned char *s = (const unsigned char *)buf;
   size_t i = 0;
@@ -421,19 +463,25 @@ int mz_js_feed(mz_jsonstream *p, const char *buf, size_t len, size_t *used, mz_j
   if (p->state == S_DONE) return MZ_JS_END;
   p->cap_here = 0;
   p->cap_from = 0;
-  if (p->state == S_PRE) {
-    while (i < len && s[i] != '{' && s[i] != '[') i++;
-    if (i < len && open_container(p, s[i], i)) return p->status;
-    if (i < len) i++;
-  }
   while (i < len) {
+    if (p->state == S_PRE) {
+      if ((i = pre_run(p, s, i, len)) == len) break;
+      if (open_container(p, s[i], i)) return p->status;
+      p->tried++;
+      p->inner = 0;
+      i++;
+      continue;
+    }
     if (p->state == S_STR && !p->key_path && (i = plain_run(s, i, len)) == len) break;
     if (p->state >= S_VALUE && p->state <= S_AFTER && (i = ws_run(s, i, len)) == len) break;
     if ((p->state == S_NUM_INT || p->state == S_NUM_FRAC || p->state == S_NUM_EXP) && (i = digit_run(s, i, len)) == len)
       break;
     int was_number = p->state >= S_NUM_MINUS && p->state <= S_NUM_EXP;
     int r = step(p, buf, i, out);
-    if (r < 0) return r;
+    if (r < 0) {
+      if (!give_up(p)) return p->status;
+      continue; /* the byte in error may start the next value */
+    }
     if (r == MZ_JS_VALUE) {
       *used = was_number ? i : i + 1; /* a number's end byte is the next call's */
       p->pos += *used;
@@ -455,6 +503,10 @@ int mz_js_feed(mz_jsonstream *p, const char *buf, size_t len, size_t *used, mz_j
 int mz_js_finish(mz_jsonstream *p) {
   if (p->status) return p->status;
   if (p->state == S_DONE) return MZ_JS_END;
+  if (p->state == S_PRE && p->first_status) {
+    p->err_at = p->first_err_at;
+    return p->status = p->first_status;
+  }
   p->err_at = p->pos;
   return p->status = p->state == S_PRE ? MZ_JS_NOJSON : MZ_JS_CUT;
 }

@@ -6,7 +6,12 @@
  * escape, a surrogate pair or a literal). Text before the first '{' or
  * '[' is skipped (a preamble such as "Here is the JSON:"); the value that
  * starts there is the top-level value, and the bytes after it ends are
- * ignored. Every value completed at the chosen depth is handed out with
+ * ignored. mz_js_start narrows that: only the root's bracket starts the
+ * value ('{' for an object: "See [1] for the list: {...}" starts at the
+ * '{'), and a start whose text turns out not to be JSON before any value
+ * inside it completed (prose: "{braces}", "[see below]") is given up for
+ * the next one, at or after the byte that broke it, up to `candidates`
+ * starts in all. Every value completed at the chosen depth is handed out with
  * its JSON pointer and its bytes: depth 0 is the top-level value itself
  * (pointer ""), depth 1 each member or element of it ("/name", "/3"),
  * and so on; '~' and '/' in member names are written "~0" and "~1", and
@@ -52,6 +57,8 @@ enum {
   MZ_JS_NOJSON = -11 /* mz_js_finish: no '{' or '[' was ever seen */
 };
 
+#define MZ_JS_CANDIDATES 8 /* starts an answer's parser tries (mirza.jsonstage, mirza.schema) */
+
 /* A value completed at the chosen depth. The pointers are valid until the
  * next call on the parser (text may point into the caller's buffer). */
 typedef struct mz_js_value {
@@ -90,12 +97,28 @@ typedef struct mz_jsonstream {
   unsigned high;        /* a high surrogate waiting for its low half, or 0 */
   const char *lit;      /* the rest of a literal (true, false, null) */
   unsigned long values; /* values handed out so far */
+  int root;             /* the byte a value starts with: '{', '[', or 0 for either */
+  int candidates;       /* starts allowed (>= 1) */
+  int tried;            /* starts made */
+  int inner;            /* a value inside the current start completed: no other start */
+  int first_status;     /* the first given-up start's error, and where */
+  size_t first_err_at;
 } mz_jsonstream;
 
 /* depth >= 0 (deeper than MZ_JS_MAX_NEST hands nothing out); max 0 means
  * MZ_JS_DEFAULT_MAX. Returns 0, or MZ_JS_NOMEM. */
 int mz_js_init(mz_jsonstream *p, int depth, size_t max);
 void mz_js_free(mz_jsonstream *p);
+
+/* Before the first feed: the top-level value starts only with root ('{'
+ * or '['; 0: either, the default), and up to candidates starts are tried
+ * (default 1). A start is given up for the next when a syntax error (not
+ * a cap, depth or memory error) comes before any value inside it
+ * completed: the next start is searched from the byte in error on (it may
+ * be that byte). The values handed out stand; when no start is whole, the
+ * error is the first start's (MZ_JS_CUT when the last one was still open
+ * at mz_js_finish). */
+void mz_js_start(mz_jsonstream *p, int root, int candidates);
 
 /* Parse buf[0..len) from where the last call stopped. Returns MZ_JS_MORE
  * (all taken), MZ_JS_VALUE (a value completed: *out is it; the first
@@ -105,8 +128,8 @@ void mz_js_free(mz_jsonstream *p);
 int mz_js_feed(mz_jsonstream *p, const char *buf, size_t len, size_t *used, mz_js_value *out);
 
 /* End of input: MZ_JS_END when the top-level value was complete, else the
- * sticky error, MZ_JS_CUT (err_at = bytes fed) or MZ_JS_NOJSON. Values
- * handed out before stand. */
+ * sticky error, MZ_JS_CUT (err_at = bytes fed), the first given-up
+ * start's error, or MZ_JS_NOJSON. Values handed out before stand. */
 int mz_js_finish(mz_jsonstream *p);
 
 /* A short static description of a status. */

@@ -19,6 +19,7 @@
  */
 #include <lauxlib.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "decode.h"
 #include "jsonstream.h"
@@ -78,7 +79,11 @@ static void push_event(lua_State *L, ljs *u, const mz_js_value *v) {
 static int push_error(lua_State *L, const mz_jsonstream *p, int status) {
   if (status == MZ_JS_CUT)
     return mz_l_failf(L, MZ_E_PROTOCOL, "JSON cut at byte %I: the text ended inside the value", (LUAI_UACINT)p->err_at);
-  if (status == MZ_JS_NOJSON) return mz_l_fail(L, "no JSON in the text (no { or [)", MZ_E_PROTOCOL);
+  if (status == MZ_JS_NOJSON)
+    return mz_l_failf(L, MZ_E_PROTOCOL, "no JSON in the text (no %s)",
+                      p->root == '{'   ? "{"
+                      : p->root == '[' ? "["
+                                       : "{ or [");
   return mz_l_failf(L, MZ_E_PROTOCOL, "invalid JSON at byte %I: %s", (LUAI_UACINT)(p->err_at + 1),
                     mz_js_strerror(status));
 }
@@ -130,19 +135,29 @@ static int js_closed(lua_State *L) {
 }
 
 int mz_l_json_stream(lua_State *L) {
-  static const char *const keys[] = {"depth", "max_bytes", NULL};
+  static const char *const keys[] = {"depth", "max_bytes", "root", "candidates", NULL};
   static const mz_l_option depth = {"mirza.json.stream", "depth", "an integer from 0 to 1000", 0, MZ_JS_MAX_NEST, 1};
   static const mz_l_option max = {"mirza.json.stream", "max_bytes", "a positive integer (bytes)", 1, 1e15, 1};
+  static const mz_l_option tries = {"mirza.json.stream", "candidates", "an integer from 1 to 1000", 1, 1000, 1};
   static const luaL_Reg meta[] = {{"__gc", js_close}, {"__close", js_close}, {"__tostring", js_tostring}, {NULL, NULL}};
   static const luaL_Reg methods[] = {
       {"feed", js_feed}, {"finish", js_finish}, {"close", js_close}, {"closed", js_closed}, {NULL, NULL}};
-  int d = 0;
+  int d = 0, root = 0, n = 1;
   size_t cap = 0;
   if (!lua_isnoneornil(L, 1)) {
     luaL_checktype(L, 1, LUA_TTABLE);
     mz_l_check_keys(L, 1, keys, "mirza.json.stream");
     d = (int)mz_l_opt_field(L, 1, &depth, 0);
     cap = (size_t)mz_l_opt_field(L, 1, &max, 0);
+    n = (int)mz_l_opt_field(L, 1, &tries, 1);
+    if (lua_getfield(L, 1, "root") != LUA_TNIL) {
+      const char *r = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : "";
+      if (strcmp(r, "object") && strcmp(r, "array"))
+        return luaL_error(L, "mirza.json.stream: 'root' must be \"object\" or \"array\" (got %s)",
+                          luaL_tolstring(L, -1, NULL));
+      root = r[0] == 'o' ? '{' : '[';
+    }
+    lua_pop(L, 1);
   }
   mz_l_newclass(L, JSONSTREAM_MT, meta, methods);
   ljs *u = lua_newuserdatauv(L, sizeof *u, 0); /* created closed */
@@ -150,6 +165,7 @@ int mz_l_json_stream(lua_State *L) {
   u->tree = NULL;
   luaL_setmetatable(L, JSONSTREAM_MT);
   if (mz_js_init(&u->p, d, cap)) return luaL_error(L, "not enough memory");
+  mz_js_start(&u->p, root, n);
   u->open = 1;
   return 1;
 }

@@ -67,20 +67,42 @@ local OPTIONAL = { dialect = "string", base_url = "string", model = "string", mo
   -- path; a turn's `schema = false` turns it off), and the tries `say` makes to get an answer that fits it
   schema = "table|string", attempts = "number" }
 
--- Environment variables: name -> option, type.
+-- Environment variables: name -> option, type ("port", "count" and
+-- "temperature" are numbers, checked: see NUMBERS).
 M.ENV = {
   MIRZA_BASE_URL = { "base_url", "string" }, MIRZA_MODEL = { "model", "string" },
   MIRZA_MODEL_ID = { "model_id", "string" }, MIRZA_API_KEY = { "api_key", "string" },
-  MIRZA_HOST = { "host", "string" }, MIRZA_PORT = { "port", "number" }, MIRZA_PRESET = { "preset", "string" },
+  MIRZA_HOST = { "host", "string" }, MIRZA_PORT = { "port", "port" }, MIRZA_PRESET = { "preset", "string" },
   MIRZA_SESSION_ID = { "session_id", "string" }, MIRZA_DIALECT = { "dialect", "string" },
-  MIRZA_CONTEXT_WINDOW = { "context_window", "number" }, MIRZA_MAX_TOKENS = { "max_tokens", "number" },
-  MIRZA_TEMPERATURE = { "temperature", "number" }, MIRZA_AUTOSTART = { "autostart", "boolean" },
+  MIRZA_CONTEXT_WINDOW = { "context_window", "count" }, MIRZA_MAX_TOKENS = { "max_tokens", "count" },
+  MIRZA_TEMPERATURE = { "temperature", "temperature" }, MIRZA_AUTOSTART = { "autostart", "boolean" },
   MIRZA_DAEMON = { "daemon", "boolean" }, MIRZA_THINK_TAGS = { "think_tags", "tags" },
   MIRZA_RECORD = { "record", "string" }, MIRZA_VERBOSE = { "verbose", "boolean" },
 }
 
-local function coerce(v, ty)
-  if ty == "number" then return tonumber(v) end
+-- The numbers a variable may hold: a test of the number, and what to say
+-- when it fails.
+local NUMBERS = {
+  port = { function(n) return math.type(n) == "integer" and n >= 1 and n <= 65535 end,
+    "a port number (1-65535) expected" },
+  count = { function(n) return math.type(n) == "integer" and n >= 1 end, "a whole number >= 1 expected" },
+  temperature = { function(n) return n >= 0 and n < math.huge end, "a number >= 0 expected (0.7; 0 for greedy)" },
+}
+
+-- The number in variable `name`, or an error naming it, its value and what
+-- it takes: a typo must not silently drop the setting.
+local function number(name, v, ty)
+  local check = NUMBERS[ty]
+  local n = tonumber(v)
+  if ty ~= "temperature" and math.type(n) == "float" then n = math.tointeger(n) or n end -- "1e3", "8080.0"
+  if n == nil or n ~= n or not check[1](n) then
+    error(("mirza: %s=%s: %s"):format(name, v, check[2]), 0)
+  end
+  return n
+end
+
+local function coerce(v, ty, name)
+  if NUMBERS[ty] then return number(name, v, ty) end
   if ty == "boolean" then return v == "1" or v == "true" or v == "yes" or v == "on" end
   if ty == "tags" then
     if v == "auto" or v == "open" then return v end
@@ -207,7 +229,7 @@ function M.config(opts, env)
   merge(cfg, given)
   for name, spec in pairs(M.ENV) do
     local v = env(name)
-    if v and v ~= "" then cfg[spec[1]], given[spec[1]] = coerce(v, spec[2]), true end
+    if v and v ~= "" then cfg[spec[1]], given[spec[1]] = coerce(v, spec[2], name), true end
   end
   local hold = cfg.hold
   if hold ~= false and not (type(hold) == "number" and hold >= 0 and hold <= 60) then -- NaN fails too

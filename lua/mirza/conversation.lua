@@ -20,7 +20,9 @@
 --- `mirza chat` keeps its conversations in a per-user directory
 --- (`dir()`: $XDG_STATE_HOME/mirza/conversations, else
 --- ~/.local/state/mirza/conversations, created 0700), one NAME.json each,
---- and the name of the last one saved in its `last` file.
+--- and the name of the last one saved in its `last` file. A chat claims
+--- its name when it starts (`claim`, `claim_new`): two chats started in
+--- the same second get two names, not one file saved over by both.
 local M = {}
 
 ---The format's version, written as `mirza_conversation`; files of a newer
@@ -199,18 +201,110 @@ local function exists(path)
   return f ~= nil
 end
 
+local function is_dir(path)
+  return select(3, require("mirza.core").stat(path)) == "directory"
+end
+
+-- The claim of conversation `name`: a directory beside its file.
+local function claim_path(dir, name)
+  return ("%s/.%s.claim"):format(dir, name)
+end
+
+local function taken(dir, name)
+  return exists(M.path(dir, name)) or is_dir(claim_path(dir, name))
+end
+
 ---A name for a new conversation in `dir`: the local time
----("2026-12-04-035039"), with "-2", "-3", ... when taken.
+---("2026-12-04-035039"), with "-2", "-3", ... when taken (saved, or
+---claimed by a chat that has not saved yet). Nothing is claimed: see
+---`claim_new`.
 ---@param dir string
 ---@return string
 function M.new_name(dir)
   local base = os.date("%Y-%m-%d-%H%M%S")
   local name, n = base, 1
-  while exists(M.path(dir, name)) do
+  while taken(dir, name) do
     n = n + 1
     name = ("%s-%d"):format(base, n)
   end
   return name
+end
+
+---@class mirza.ConversationClaim
+---@field dir string
+---@field name string
+---@field path string the claim (a directory, `DIR/.NAME.claim`)
+local Claim = {}
+Claim.__index = Claim
+
+---Give the name up (idempotent): once its file is saved (the file keeps
+---it from then on), or when nothing was saved under it.
+function Claim:release()
+  if not self.path then return end
+  os.remove(self.path .. "/owner")
+  os.remove(self.path)
+  self.path = nil
+end
+Claim.__close = Claim.release
+Claim.__gc = Claim.release
+
+---Claim conversation `name` in `dir` for this process, before anything is
+---saved under it: no other chat takes the name while the claim is held
+---(`claim:release()` gives it up; after the first save the file holds
+---it). Exclusive without O_EXCL: a directory holding a file is renamed
+---into place as `DIR/.NAME.claim`, and a rename onto a directory that is
+---not empty fails, so of two claims made at once one wins.
+---@param dir string
+---@param name string a valid name (`valid_name`)
+---@return mirza.ConversationClaim|nil claim
+---@return string? message
+---@return string? code "taken" (saved, or claimed: see the message) | "io"
+function M.claim(dir, name)
+  local target = claim_path(dir, name)
+  local function busy()
+    if exists(M.path(dir, name)) then
+      return nil, ("a conversation named %s exists: --continue %s resumes it"):format(name, name), "taken"
+    end
+    return nil, ("another mirza chat is starting conversation %s (or one that was killed left %s: remove it)")
+      :format(name, target), "taken"
+  end
+  if taken(dir, name) then return busy() end
+  local tmp = ("%s/.claim.%08x%04x.tmp"):format(dir, math.random(0, 0x7fffffff), math.random(0, 0xffff))
+  local made, err = require("mirza.core").mkdir_p(tmp, tonumber("700", 8))
+  if not made then return nil, ("cannot claim %s: %s"):format(name, err), "io" end
+  local f, ferr = io.open(tmp .. "/owner", "w") -- not empty: a rename onto it fails
+  if f then
+    f:write(os.date("!%Y-%m-%dT%H:%M:%SZ"), "\n")
+    f:close()
+  end
+  local moved, rerr
+  if f then moved, rerr = os.rename(tmp, target) end
+  if not moved then
+    os.remove(tmp .. "/owner")
+    os.remove(tmp)
+    if f and is_dir(target) then return busy() end
+    return nil, ("cannot claim %s: %s"):format(name, tostring(ferr or rerr)), "io"
+  end
+  local c = setmetatable({ dir = dir, name = name, path = target }, Claim)
+  if exists(M.path(dir, name)) then -- saved (and released) by another chat since the check
+    c:release()
+    return busy()
+  end
+  return c
+end
+
+---Claim a new conversation's name in `dir` (`new_name`'s, the next free
+---one when another chat claims it first).
+---@param dir string
+---@return mirza.ConversationClaim|nil claim its `name` is the conversation's
+---@return string? message
+---@return string? code "io"
+function M.claim_new(dir)
+  for _ = 1, 1000 do
+    local c, err, code = M.claim(dir, M.new_name(dir))
+    if c or code ~= "taken" then return c, err, code end
+  end
+  return nil, ("no free conversation name in %s"):format(dir), "io"
 end
 
 ---Note `name` as the last conversation saved in `dir`.

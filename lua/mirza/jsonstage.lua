@@ -10,7 +10,14 @@
 ---
 --- Text before the first `{` or `[` is skipped (a preamble; put the stage
 --- after thinktags so `<think>` is already split off), text after the
---- top-level value is ignored. At the stream's terminal event (`done`,
+--- top-level value is ignored. With `opts.root` ("object" or "array": the
+--- schema's root type, `mirza.schema.root`) only that bracket starts the
+--- value: `See [1] for the list: {...}` starts at the `{`. A start whose
+--- text is not JSON before any value inside it completed (prose:
+--- `{braces}`, `[see below]`) is given up for the next bracket at or after
+--- the byte that broke it, up to 8 starts (`opts.candidates`), as
+--- `mirza.schema.decode` does: the json events are those of the value the
+--- decoded answer is. At the stream's terminal event (`done`,
 --- `error` or `cut`) the parser is finished: when the JSON was cut, invalid
 --- or absent, that event is passed on as it is with `json_error` set to the
 --- message (the `json` events already given stand); a whole value leaves
@@ -26,6 +33,8 @@ local json = require("mirza.core").json
 ---@class mirza.JSONStageOptions
 ---@field depth? integer which values to hand out: 0 (default) the whole value, 1 its members or elements, ...
 ---@field max_bytes? integer cap on one value at that depth (mirza.json.stream)
+---@field root? "object"|"array" the top-level value's type (default: either)
+---@field candidates? integer starts tried (default 8: mirza.schema.CANDIDATES)
 
 local TERMINAL = { done = true, error = true, cut = true }
 
@@ -34,7 +43,9 @@ local TERMINAL = { done = true, error = true, cut = true }
 ---@param opts? mirza.JSONStageOptions
 ---@return mirza.EventIter
 function M.stage(upstream, opts)
-  local p = json.stream { depth = opts and opts.depth or 0, max_bytes = opts and opts.max_bytes }
+  opts = opts or {}
+  local p = json.stream { depth = opts.depth or 0, max_bytes = opts.max_bytes, root = opts.root,
+    candidates = opts.candidates or require("mirza.schema").CANDIDATES }
   local failed -- the message of invalid JSON met mid-stream
   local ended = false -- the parser is finished and closed
   local queue, qh, qt = {}, 1, 0

@@ -11,8 +11,15 @@
 --- wrote them) and a message the model can act on ("/items/2/price:
 --- expected number, got string \"12\""). `decode(c, text)` is what a
 --- request with `schema =` does with the answer: skip any preamble up to
---- the first `{` or `[`, take that value (text after it is ignored: a
---- closing code fence, a remark), decode it with mirza.json, validate.
+--- the first bracket of the schema's root type (`{` for an object, `[`
+--- for an array, either when the schema does not say: `root(c)`), take
+--- that value (text after it is ignored: a closing code fence, a remark),
+--- decode it with mirza.json, validate. A start that is not JSON before
+--- any value inside it completes (prose: "{braces}", "[see below]") is
+--- given up for the next bracket at or after the byte that broke it, up
+--- to CANDIDATES starts: the rule of mirza.json.stream's `candidates`,
+--- whose parser finds them, so the streamed `json` events and the decoded
+--- answer agree.
 ---
 --- What "first" means: the keywords of one schema are checked in a fixed
 --- order (type, enum/const, the keywords of the value's type, then the
@@ -695,8 +702,74 @@ local function begins(text)
   return #text > 40 and s .. "..." or s
 end
 
+---How many starts `decode` tries (the first, then the next ones after a
+---start that is not JSON).
+M.CANDIDATES = 8
+
+-- The root type a node pins down: "object", "array", or nil (either, or
+-- neither: a string schema). Follows $ref and allOf; anyOf/oneOf when
+-- every alternative agrees.
+local function root_of(n, seen)
+  if n.bool ~= nil or seen[n] then return nil end
+  seen[n] = true
+  local set = n.types and n.types.set
+  if set and set.object ~= set.array then return set.object and "object" or "array" end
+  if set then return nil end
+  local r = n.ref and root_of(n.ref, seen)
+  if r then return r end
+  for _, sub in ipairs(n.all or EMPTY) do
+    r = root_of(sub, seen)
+    if r then return r end
+  end
+  for _, list in ipairs { n.any or EMPTY, n.one or EMPTY } do
+    local agreed
+    for i, sub in ipairs(list) do
+      local k = root_of(sub, seen)
+      if not k or (i > 1 and k ~= agreed) then
+        agreed = nil
+        break
+      end
+      agreed = k
+    end
+    if agreed then return agreed end
+  end
+end
+
+---The type of the value a schema's answer is: "object" or "array" when
+---the schema says so (its `type`, through `$ref`, `allOf`, and `anyOf` /
+---`oneOf` when all their alternatives agree), else nil. The answer's JSON
+---starts at the first `{` (object) or `[` (array), either when nil.
+---@param c mirza.Schema|table|string
+---@return "object"|"array"|nil
+function M.root(c)
+  if getmetatable(c) ~= Compiled then
+    local msg
+    c, msg = M.compile(c)
+    if not c then error(msg, 2) end
+  end
+  return root_of(c.root, {})
+end
+
+local START = { object = "{", array = "%[" }
+
+-- The value of the first start from i on that is JSON, as the strict
+-- parser (mirza.json.stream) finds it with the rule of the json events;
+-- else nil, its message, and whether the text ended inside a start.
+local function later(text, i, root)
+  local p <close> = json.stream { root = root, candidates = M.CANDIDATES }
+  local evs, msg = p:feed(i > 1 and text:sub(i) or text)
+  if evs and evs[1] then return evs[1].value end
+  if evs then
+    local _
+    _, msg = p:finish()
+  end
+  return nil, msg, msg:find("^JSON cut") ~= nil
+end
+
 ---Take the JSON value out of an answer and check it: text before the
----first `{` or `[` is skipped, text after that value ends is ignored.
+---first bracket of the schema's root type (`root`) is skipped, text after
+---that value ends is ignored; a start that is not JSON gives way to the
+---next (see the module comment).
 ---@param c mirza.Schema|table|string
 ---@param text string the answer
 ---@return any|nil value the decoded value (null is mirza.json.null)
@@ -711,17 +784,27 @@ function M.decode(c, text)
     if not c then error(msg, 2) end
   end
   text = text or ""
-  local i = text:find("[%[{]")
-  if not i then return nil, "the answer holds no JSON (it begins: " .. show(begins(text)) .. ")", "schema", text end
+  local root = root_of(c.root, {})
+  local i = text:find(START[root] or "[%[{]")
+  if not i then
+    return nil, ("the answer holds no JSON%s (it begins: %s)"):format(root and " " .. root or "", show(begins(text))),
+        "schema", text
+  end
   -- the common answer ends with its value: one decode, no scan
   local last, v = text:find("[%]}]%s*$", i), nil
   if last then v = json.decode(text:sub(i, last)) end
   if v == nil then
     local j = value_end(text, i)
-    if not j then return nil, "the JSON in the answer is cut (it ends before its value closes)", "schema", text end
     local msg
-    v, msg = json.decode(text:sub(i, j))
-    if v == nil then return nil, "the answer is not valid JSON: " .. msg, "schema", text end
+    if j then v, msg = json.decode(text:sub(i, j)) end
+    if v == nil then
+      local why, cut
+      v, why, cut = later(text, i, root)
+      if v == nil then
+        if cut then return nil, "the JSON in the answer is cut (it ends before its value closes)", "schema", text end
+        return nil, "the answer is not valid JSON: " .. (msg or why), "schema", text
+      end
+    end
   end
   local ok, vmsg, ptr = M.validate(c, v)
   if not ok then return nil, vmsg, "schema", text, ptr end

@@ -78,11 +78,14 @@ end
 ---The incremental JSON stage for a request's `json` / `on_json` options,
 ---as a stage spec (mirza.pipeline), or nil when neither is given. The
 ---stage is mirza.jsonstage's (issue 18 contract 2); `on_json` is called
----for each json event, which also goes on down the stream.
+---for each json event, which also goes on down the stream. With the
+---request's schema, the JSON starts where `schema.decode` takes it: at
+---the first bracket of the schema's root type (`schema.root`).
 ---@param json? table `{depth = N}` (default depth 1)
 ---@param on_json? fun(ev: table)
+---@param c? mirza.Schema|false the request's compiled schema
 ---@return mirza.StageSpec|nil
-function M.json_stage(json, on_json)
+function M.json_stage(json, on_json, c)
   if json == nil and on_json == nil then return nil end
   if json ~= nil and type(json) ~= "table" then error("mirza: json must be a table {depth = N}", 3) end
   if on_json ~= nil and type(on_json) ~= "function" then error("mirza: on_json must be a function", 3) end
@@ -96,7 +99,7 @@ function M.json_stage(json, on_json)
       if ev and ev.type == "json" then on_json(ev) end
       return ev
     end
-  end, opts = { depth = depth } }
+  end, opts = { depth = depth, root = c and schema.root(c) or nil } }
 end
 
 ---A stage that keeps the answer's text and, at the `done` event, decodes
@@ -205,7 +208,7 @@ function M.collect(open, opts)
   if c == nil then return nil, msg, code end
   local tries = M.attempts(so.attempts, 3) -- here, mirza.collect, the script
   local stages = {}
-  stages[#stages + 1] = M.json_stage(so.json, so.on_json)
+  stages[#stages + 1] = M.json_stage(so.json, so.on_json, c)
   if not c then -- no schema: only the json events
     return result_of(run_once(open, req, stages))
   end

@@ -75,6 +75,10 @@ static void run_free(run *r) {
   memset(r, 0, sizeof *r);
 }
 
+/* mz_js_start's root and candidates for the runs below (test_starts sets
+ * them; every other test runs with the defaults). */
+static int start_root, start_candidates = 1;
+
 /* Feed doc[0..len) in the pieces that `cuts` (ncuts ascending offsets)
  * make, then finish. Each piece is copied to its own buffer, so a value
  * pointing into an earlier piece would be caught by ASan/valgrind. */
@@ -83,6 +87,7 @@ static void feed_pieces(const char *doc, size_t len, int depth, size_t max, cons
   size_t from = 0;
   memset(r, 0, sizeof *r);
   assert_int_equal(mz_js_init(&p, depth, max), 0);
+  mz_js_start(&p, start_root, start_candidates);
   for (size_t k = 0; k <= ncuts; k++) {
     size_t to = k < ncuts ? cuts[k] : len, off = 0, used;
     char *piece = dup_n(doc + from, to - from);
@@ -485,6 +490,58 @@ static void test_value_cap(void **state) {
   }
 }
 
+/* ---- where the value starts: the root's bracket, the next start ---- */
+
+/* A prose bracket before the answer: only the root's bracket starts it,
+ * and a start that is not JSON before any value inside it completed gives
+ * way to the next one, from the byte in error on, up to `candidates`;
+ * when none is whole, the error is the first start's (or the cut of the
+ * last). The same whatever the pieces. `want` lists "pointer=bytes;". */
+static void test_starts(void **state) {
+  static const struct {
+    const char *doc;
+    int root, candidates, depth, status;
+    size_t at;
+    const char *want;
+  } CASES[] = {
+      {"See [1] for the list: {\"a\":1}", '{', 1, 1, MZ_JS_END, 0, "/a=1;"},
+      {"See [1] for the list: {\"a\":1}", 0, 8, 1, MZ_JS_END, 0, "/0=1;"}, /* either: [1] is JSON */
+      {"See [1] for the list: {\"a\":1}", '{', 8, 0, MZ_JS_END, 0, "={\"a\":1};"},
+      {"Use {braces} here: {\"a\":1}", '{', 8, 1, MZ_JS_END, 0, "/a=1;"},
+      {"Use {braces} here: {\"a\":1}", '{', 1, 1, MZ_JS_SYNTAX, 5, ""}, /* one start only */
+      {"Note {x} first: [1,2]", '[', 8, 1, MZ_JS_END, 0, "/0=1;/1=2;"},
+      {"[see below] [1, 2]", '[', 8, 1, MZ_JS_END, 0, "/0=1;/1=2;"},
+      {"[see below] [1, 2]", 0, 8, 0, MZ_JS_END, 0, "=[1, 2];"},
+      {"{\"a\":1,oops} {\"a\":2}", '{', 8, 1, MZ_JS_SYNTAX, 7, "/a=1;"}, /* a member completed: kept */
+      {"{\"a\":1,oops} {\"a\":2}", '{', 8, 0, MZ_JS_SYNTAX, 7, ""},
+      {"{x} {y} {z}", '{', 2, 0, MZ_JS_SYNTAX, 1, ""},        /* two starts, both prose: the first's error */
+      {"{x} tail", '{', 8, 0, MZ_JS_SYNTAX, 1, ""},           /* ... and at finish */
+      {"{x} {\"a\":[1,", '{', 8, 0, MZ_JS_CUT, 12, ""},       /* the last start cut */
+      {"{{\"a\":1}", '{', 8, 0, MZ_JS_END, 0, "={\"a\":1};"}, /* the byte in error starts the next */
+      {"{[{\"a\":1}", '{', 8, 1, MZ_JS_END, 0, "/a=1;"},      /* ... only when it is the root's */
+      {"{\"a\" x {\"b\":[1]}", '{', 8, 0, MZ_JS_END, 0, "={\"b\":[1]};"},
+      {"{\"t\":\"\x01\"} [2]", 0, 8, 1, MZ_JS_END, 0, "/0=2;"}, /* a control byte gives way too */
+  };
+  (void)state;
+  for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) {
+    char got[256] = "";
+    size_t len = strlen(CASES[i].doc), n = 0;
+    run r;
+    start_root = CASES[i].root;
+    start_candidates = CASES[i].candidates;
+    feed_whole(CASES[i].doc, len, CASES[i].depth, 0, &r);
+    for (size_t k = 0; k < r.n; k++) n += (size_t)snprintf(got + n, sizeof got - n, "%s=%s;", r.v[k].path, r.v[k].text);
+    if (r.status != CASES[i].status || (r.status != MZ_JS_END && r.err_at != CASES[i].at) || strcmp(got, CASES[i].want))
+      fail_msg("%s (root %c, %d starts): status %d at %zu, values %s", CASES[i].doc,
+               CASES[i].root ? CASES[i].root : '-', CASES[i].candidates, r.status, r.err_at, got);
+    for (size_t k = 0; k < r.n; k++) assert_memory_equal(r.v[k].text, CASES[i].doc + r.v[k].offset, r.v[k].len);
+    check_splits(CASES[i].doc, len, CASES[i].depth, 0, &r);
+    run_free(&r);
+  }
+  start_root = 0;
+  start_candidates = 1;
+}
+
 /* ---- the feed contract ---- */
 
 /* A number is handed out by the byte after it, which that call does not
@@ -530,10 +587,15 @@ static void test_feed_contract(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_valid_documents),   cmocka_unit_test(test_long_string_and_numbers),
-      cmocka_unit_test(test_deep_nesting),      cmocka_unit_test(test_deeper_than_limit),
-      cmocka_unit_test(test_invalid_documents), cmocka_unit_test(test_value_cap),
-      cmocka_unit_test(test_feed_contract),     cmocka_unit_test(test_recorded_frames),
+      cmocka_unit_test(test_valid_documents),
+      cmocka_unit_test(test_long_string_and_numbers),
+      cmocka_unit_test(test_deep_nesting),
+      cmocka_unit_test(test_deeper_than_limit),
+      cmocka_unit_test(test_invalid_documents),
+      cmocka_unit_test(test_value_cap),
+      cmocka_unit_test(test_feed_contract),
+      cmocka_unit_test(test_recorded_frames),
+      cmocka_unit_test(test_starts),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

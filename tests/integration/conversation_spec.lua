@@ -325,6 +325,64 @@ describe("mirza chat --continue", function()
     assert.matches("chat: no conversation named nope in .*/mirza/conversations, nor a file nope%.json here", r.err)
   end)
 
+  -- Two chats started at once (real child processes), each holding its
+  -- input until both have named their conversation: {rc, err1, err2}.
+  local function two_chats(state, args)
+    local d = tmpdir(".two")
+    local sh = { "set -m" }
+    for k = 1, 2 do
+      local fifo = ("%s/in%d"):format(d, k)
+      sh[#sh + 1] = ("mkfifo %s"):format(H.q(fifo))
+      sh[#sh + 1] = ("XDG_STATE_HOME=%s MIRZA_CONFIG=/dev/null %s %s/scripts/chat.lua --sim --port %d --fifo %s %s"
+        .. " >/dev/null 2>%s/err%d & p%d=$!"):format(H.q(state), H.q(H.mirza_bin), H.q(H.source), sim.port,
+          H.q(fifo), args or "", H.q(d), k, k)
+    end
+    -- both have claimed a name (their first line) before either gets a turn to save
+    local said = "grep -q 'conversation\\|chat: a conv\\|chat: another' %s/err%d 2>/dev/null"
+    sh[#sh + 1] = ("for i in $(seq 200); do " .. said .. " && " .. said .. " && break; sleep 0.05; done")
+      :format(H.q(d), 1, H.q(d), 2)
+    for k = 1, 2 do
+      sh[#sh + 1] = ("kill -0 $p%d 2>/dev/null && printf 'Bonjour %d\\n/quit\\n' > %s/in%d"):format(k, k, H.q(d), k)
+    end
+    sh[#sh + 1] = "wait $p1; r1=$?; wait $p2; r2=$?; exit $((r1 * 16 + r2))"
+    local script = d .. "/run.sh"
+    write(script, table.concat(sh, "\n") .. "\n")
+    local _, _, rc = os.execute("timeout 60 sh " .. H.q(script))
+    return rc, H.read_file(d .. "/err1") or "", H.read_file(d .. "/err2") or ""
+  end
+
+  it("two chats started in the same second save two conversations, each claiming its name at start", function()
+    local state = tmpdir(".state")
+    local names
+    for _ = 1, 5 do -- in the same second (the default name's): else start again
+      local rc, e1, e2 = two_chats(state)
+      assert.equal(0, rc, e1 .. e2)
+      names = { e1:match("conversation ([%d%-]+)%)"), e2:match("conversation ([%d%-]+)%)") }
+      assert.truthy(names[1] and names[2], e1 .. e2)
+      if names[1]:sub(1, 17) == names[2]:sub(1, 17) then break end
+      names = nil
+    end
+    assert.truthy(names, "never two chats in one second")
+    assert.are_not.equal(names[1], names[2])
+    for k = 1, 2 do
+      local c = saved(state, names[k])
+      assert.equal(2, #c.messages)
+      assert.equal("Bonjour " .. k, c.messages[1].content)
+    end
+    -- the claims are given up once saved: the conversations and `last` only
+    for _, f in ipairs(listing(state .. "/mirza/conversations")) do
+      assert.truthy(f == "last" or f:find("%.json$"), f)
+    end
+    -- the same --name twice at once: one has it, the other is told, exit 2, and nothing is lost
+    local rc, e1, e2 = two_chats(state, "--name same")
+    local ok1 = e1:find("conversation same)", 1, true) ~= nil
+    assert.are_not.equal(ok1, e2:find("conversation same)", 1, true) ~= nil, e1 .. e2)
+    assert.equal(ok1 and 2 or 32, rc, e1 .. e2)
+    assert.truthy((ok1 and e2 or e1):find("chat: another mirza chat is starting conversation same", 1, true)
+      or (ok1 and e2 or e1):find("chat: a conversation named same exists", 1, true), e1 .. e2)
+    assert.equal(2, #saved(state, "same").messages)
+  end)
+
   it("--no-save keeps nothing", function()
     local state = tmpdir(".state")
     local r = chat(state, { "Bonjour", "/quit" }, "--no-save")

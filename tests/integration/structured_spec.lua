@@ -321,6 +321,21 @@ describe("mirza-sim honouring response_format", function()
     assert.is_nil(r.json_error)
   end)
 
+  it("collect: a bracket in the preamble is prose, for the value and the json events alike", function()
+    for _, case in ipairs {
+      { PERSON, 'See [1] for the list: {"name": "Ada", "age": 36}', { "/name", "/age" } },
+      { { type = "array", items = PERSON }, 'Use {braces} as in {x}: [{"name": "Ada", "age": 36}]', { "/0" } },
+    } do
+      local got = {}
+      local r = assert(mirza.collect { url = sim.url, schema = case[1],
+        on_json = function(ev) got[#got + 1] = ev.path end, body = H.chat_body("x", sim_text(case[2])) })
+      local person = r.value[1] or r.value
+      assert.are.same({ "Ada", 36 }, { person.name, person.age })
+      assert.are.same(case[3], got)
+      assert.is_nil(r.json_error)
+    end
+  end)
+
   it("turn: json events come while the answer streams, before its last delta", function()
     local e = new_engine()
     finally(function() e:close() end)

@@ -161,6 +161,33 @@ describe("mirza.engine configuration", function()
     assert.equal(17, #(function() local n = {} for k in pairs(engine.ENV) do n[#n + 1] = k end return n end)())
   end)
 
+  it("a malformed MIRZA_* number raises naming the variable, its value and what it takes", function()
+    for _, case in ipairs {
+      { "MIRZA_PORT", "abc", "a port number (1-65535) expected" }, { "MIRZA_PORT", "0", "a port number" },
+      { "MIRZA_PORT", "70000", "a port number" }, { "MIRZA_PORT", "80.5", "a port number" },
+      { "MIRZA_TEMPERATURE", "hot", "a number >= 0 expected" }, { "MIRZA_TEMPERATURE", "-1", "a number >= 0" },
+      { "MIRZA_TEMPERATURE", "nan", "a number >= 0" }, { "MIRZA_TEMPERATURE", "1e999", "a number >= 0" },
+      { "MIRZA_MAX_TOKENS", "1k", "a whole number >= 1 expected" }, { "MIRZA_MAX_TOKENS", "0", "a whole number" },
+      { "MIRZA_CONTEXT_WINDOW", "16k", "a whole number >= 1 expected" },
+    } do
+      local name, value, says = case[1], case[2], case[3]
+      local ok, err = pcall(engine.config, { config_file = false }, env_of { [name] = value })
+      assert.is_false(ok, name .. "=" .. value .. " was taken")
+      assert.truthy(tostring(err):find(("mirza: %s=%s: %s"):format(name, value, says), 1, true), err)
+    end
+    -- every numeric variable is checked: none is left to a silent tonumber
+    for name, spec in pairs(engine.ENV) do
+      if type(engine.defaults[spec[1]]) == "number" then
+        assert.is_false(pcall(engine.config, { config_file = false }, env_of { [name] = "x" }), name)
+      end
+    end
+    -- well-formed numbers pass, as integers where the option is one
+    local cfg = engine.config({ config_file = false }, env_of { MIRZA_PORT = " 9300 ", MIRZA_MAX_TOKENS = "1e3",
+      MIRZA_TEMPERATURE = "0", MIRZA_CONTEXT_WINDOW = "4096" })
+    assert.same({ 9300, 1000, 0, 4096 }, { cfg.port, cfg.max_tokens, cfg.temperature, cfg.context_window })
+    assert.equal("integer", math.type(cfg.max_tokens))
+  end)
+
   it("empty variables are ignored", function()
     local cfg = engine.config({ config_file = false, max_tokens = 5 }, env_of { MIRZA_MAX_TOKENS = "" })
     assert.equal(5, cfg.max_tokens)

@@ -130,6 +130,44 @@ describe("mirza.json.stream", function()
     end
   end)
 
+  it("root = starts at that bracket only; candidates = gives a start that is not JSON up for the next", function()
+    local function each_split(text, o, want, want_ok)
+      for _, pieces in ipairs(splits(text)) do
+        local p <close> = json.stream(o)
+        local got = {}
+        for _, piece in ipairs(pieces) do
+          for _, ev in ipairs(assert(p:feed(piece))) do got[#got + 1] = ev.path .. "=" .. json.encode(ev.value) end
+        end
+        assert.same(want, got)
+        assert.equal(want_ok, (p:finish()))
+      end
+    end
+    local pre = 'See [1] for the list: {"a": 1}'
+    each_split(pre, { depth = 1 }, { "/0=1" }, true) -- either bracket: [1] was the answer
+    each_split(pre, { depth = 1, root = "object" }, { "/a=1" }, true)
+    each_split('Note {x} first: [1, 2]', { depth = 1, root = "array", candidates = 8 }, { "/0=1", "/1=2" }, true)
+    each_split('Use {braces} here: {"a": 1}', { depth = 1, root = "object", candidates = 8 }, { "/a=1" }, true)
+    each_split('[see below] [[1], 2]', { depth = 1, root = "array", candidates = 8 }, { "/0=[1]", "/1=2" }, true)
+    -- one start (the default): the prose start is the error
+    local p <close> = json.stream { root = "object" }
+    local evs, msg = p:feed('Use {braces} here: {"a": 1}')
+    assert.is_nil(evs)
+    assert.equal("invalid JSON at byte 6: unexpected byte", msg)
+    -- no start is whole: the first one's error, or the cut of the last
+    local q <close> = json.stream { root = "object", candidates = 8 }
+    assert.same({}, q:feed("{x} and {y} and nothing"))
+    assert.same({ nil, "invalid JSON at byte 2: unexpected byte", "protocol" }, { q:finish() })
+    local r <close> = json.stream { root = "object", candidates = 8 }
+    assert.same({}, r:feed('{x} {"a": [1,'))
+    assert.same({ nil, "JSON cut at byte 13: the text ended inside the value", "protocol" }, { r:finish() })
+    local none <close> = json.stream { root = "array" }
+    assert.same({}, none:feed('{"a": 1}'))
+    assert.same({ nil, "no JSON in the text (no [)", "protocol" }, { none:finish() })
+    assert.has_error(function() json.stream { root = "list" } end,
+      "mirza.json.stream: 'root' must be \"object\" or \"array\" (got list)")
+    assert.has_error(function() json.stream { candidates = 0 } end)
+  end)
+
   it("caps one value at max_bytes", function()
     local p <close> = json.stream { depth = 1, max_bytes = 8 }
     assert.equal(1, #p:feed('[1, "abc'))
@@ -250,6 +288,30 @@ describe("mirza.jsonstage", function()
     assert.equal("invalid JSON at byte 21: unexpected byte", out[#out].json_error)
     local prose = through({ { type = "text", text = "I cannot answer that." }, { type = "cut" } })
     assert.equal("no JSON in the text (no { or [)", prose[#prose].json_error)
+  end)
+
+  it("with root, a bracket in the preamble is prose: the json events are the answer's", function()
+    local function paths(evs, opts)
+      local out = through(evs, opts)
+      local got = {}
+      for _, ev in ipairs(out) do
+        if ev.type == "json" then got[#got + 1] = ev.path .. "=" .. json.encode(ev.value) end
+      end
+      return got, out[#out]
+    end
+    local obj = { { type = "text", text = "See [1] for" }, { type = "text", text = ' the list: {"a": 1, "b": {}}' },
+      { type = "done" } }
+    local got, final = paths(copy(obj), { depth = 1, root = "object" })
+    assert.same({ "/a=1", "/b={}" }, got)
+    assert.is_nil(final.json_error)
+    local arr = { { type = "text", text = "Use {braces" }, { type = "text", text = '} and {x}: [{"a": 1}, 2]' },
+      { type = "done" } }
+    got, final = paths(copy(arr), { depth = 1, root = "array" })
+    assert.same({ '/0={"a":1}', "/1=2" }, got)
+    assert.is_nil(final.json_error)
+    -- without a root, a prose { that is not JSON gives way too (8 starts by default)
+    got = paths(copy(arr), { depth = 1 })
+    assert.same({ '/0={"a":1}', "/1=2" }, got)
   end)
 
   it("ends quietly when the stream ends without a final event", function()

@@ -241,6 +241,62 @@ describe("mirza.schema.decode", function()
     assert.truthy(msg:find("not valid JSON", 1, true), msg)
   end)
 
+  it("starts at the first bracket of the schema's root type: a bracket in the preamble is prose", function()
+    -- an object root: a [ before it is prose (it was taken for the answer, /0 = 1)
+    local v, msg = schema.decode(c, 'See [1] for the list: {"name": "Ada"}')
+    assert.are.same({ name = "Ada" }, v, msg)
+    -- an array root: a { before it is prose
+    local list = assert(schema.compile { type = "array", items = { type = "integer" } })
+    v, msg = schema.decode(list, 'Note {x} and {"y": 1} first: [1, 2]')
+    assert.are.same({ 1, 2 }, v, msg)
+    -- the root's own bracket in prose: that start is not JSON, the next one is taken
+    v, msg = schema.decode(c, 'Use {braces} like {this} for: {"name": "Ada"}')
+    assert.are.same({ name = "Ada" }, v, msg)
+    v, msg = schema.decode(list, 'See [citation needed] then [3]')
+    assert.are.same({ 3 }, v, msg)
+    v, msg = schema.decode(c, 'Use {name for: {"name": "Ada"}') -- a start never closed
+    assert.are.same({ name = "Ada" }, v, msg)
+    -- a root through $ref, allOf, or alternatives that agree
+    for _, s in ipairs { { ["$ref"] = "#/$defs/p", ["$defs"] = { p = { type = "object" } } },
+      { allOf = { { type = "object" } } },
+      { anyOf = { { type = "object" }, { type = "object", required = { "b" } } } } } do
+      assert.are.equal("object", schema.root(s))
+      assert.are.same({ b = 1 }, (schema.decode(s, '[1] {"b": 1}')))
+    end
+    assert.are.equal("array", schema.root(list))
+    -- nothing says the root: either bracket, so [1] is the answer
+    for _, s in ipairs { {}, { type = { "object", "array" } },
+      { anyOf = { { type = "object" }, { type = "array" } } } } do
+      assert.is_nil(schema.root(s))
+      assert.are.same({ 1 }, (schema.decode(s, 'See [1] for the list: {"a": 1}')))
+    end
+    -- no bracket of the root's type: no JSON, said with the type
+    v, msg = schema.decode(list, 'Here: {"a": 1}')
+    assert.is_nil(v)
+    assert.truthy(msg:find("holds no JSON array", 1, true), msg)
+  end)
+
+  it("tries the next start only while the first is not JSON before a value inside it completes", function()
+    -- a member completed, then broken: the answer is broken (not the text after it)
+    local v, msg = schema.decode(c, '{"name": "Ada", oops} {"name": "Bob"}')
+    assert.is_nil(v)
+    assert.truthy(msg:find("not valid JSON", 1, true), msg)
+    -- a cut answer after a prose start is said to be cut
+    v, msg = schema.decode(c, 'Use {x}: {"name": "Ada", "tags": ["a"')
+    assert.is_nil(v)
+    assert.truthy(msg:find("cut", 1, true), msg)
+    -- at most CANDIDATES starts
+    local prose = string.rep("{x} ", schema.CANDIDATES - 1)
+    assert.are.same({ name = "Ada" }, (schema.decode(c, prose .. '{"name": "Ada"}')))
+    v, msg = schema.decode(c, prose .. '{x} {"name": "Ada"}')
+    assert.is_nil(v)
+    assert.truthy(msg:find("not valid JSON", 1, true), msg)
+    -- a valid first value that breaks the schema is the answer's violation, not a cue to look further
+    v, msg = schema.decode(c, '{"tags": []} {"name": "Ada"}')
+    assert.is_nil(v)
+    assert.truthy(msg:find("missing required member", 1, true), msg)
+  end)
+
   it("a value that breaks the schema gives the violation and its pointer", function()
     local v, msg, code, raw, ptr = schema.decode(c, '{"name": "Ada", "tags": ["a", 2]}')
     assert.are.same({ nil, "schema", '{"name": "Ada", "tags": ["a", 2]}', "/tags/1" }, { v, code, raw, ptr })
