@@ -96,15 +96,22 @@ local function check_answer(item, r)
   r.ok, r.answered, r.code, r.message, r.pointer = false, true, code or "schema", msg, pointer
 end
 
--- Read one attempt's stream through the repetition guard into a result
--- (mirza.result), tool-call fragments merged.
+-- Read one attempt's stream through the think-tag splitter (reasoning
+-- sent as `<think>…</think>` in the content goes to `think`, as an
+-- engine's turn splits it: the answer checked against a schema is the
+-- answer alone) and the repetition guard into a result (mirza.result),
+-- tool-call fragments merged.
 local function read_stream(s, opts)
   local stages = {}
+  if opts.think_tags ~= false then
+    stages[1] = { name = "think_tags", fn = require("mirza.thinktags").stage,
+      opts = { mode = opts.think_tags == nil and true or opts.think_tags } }
+  end
   if opts.repetition ~= false then
     local ropts = copy(opts.repetition)
     ropts.channels = ropts.channels or { think = true, text = true }
     ropts.on_cut = function() s:close() end -- the daemon stops generating at once
-    stages[1] = { name = "repetition", fn = require("mirza.repetition").stage, opts = ropts }
+    stages[#stages + 1] = { name = "repetition", fn = require("mirza.repetition").stage, opts = ropts }
   end
   local source = function()
     if s:closed() then return nil end

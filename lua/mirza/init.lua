@@ -90,7 +90,8 @@ end
 ---the raw answer (a string) for "schema"
 function M.collect(opts)
   opts = held(opts)
-  if type(opts) == "table" and (opts.schema or opts.attempts or opts.json or opts.on_json) then
+  if type(opts) == "table"
+    and (opts.schema or opts.attempts or opts.json or opts.on_json or opts.think_tags ~= nil) then
     local r, msg, code, partial = require("mirza.structured").collect(open, opts) -- no tail call: errors at the caller
     return r, msg, code, partial
   end

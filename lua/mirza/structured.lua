@@ -11,6 +11,11 @@
 --- answered with a user message naming the violation (`retry_message`)
 --- and the model asked again, up to N requests in all.
 ---
+--- In `mirza.collect`, reasoning sent as `<think>…</think>` in the content
+--- is split out (mirza.thinktags: into `think`) before the json events and
+--- the schema check, as an engine's turn does; `think_tags = false` keeps
+--- it in the text ("open": the answer starts inside a think).
+---
 --- Streaming field by field: `json = {depth = N}` (events in the stream)
 --- or `on_json = fn(ev)` (a callback; depth 1 unless `json` says) puts the
 --- incremental parser's stage (mirza.jsonstage) after the think split, so
@@ -24,12 +29,13 @@ local util = require "mirza.util"
 local M = {}
 
 ---The keys a request takes for structured answers (besides mirza.open's).
-M.KEYS = { schema = true, attempts = true, json = true, on_json = true }
+M.KEYS = { schema = true, attempts = true, json = true, on_json = true, think_tags = true }
 ---@class mirza.StructuredOptions
 ---@field schema? table|string|false a JSON Schema (a table, or a .json file's path); false: none
 ---@field attempts? integer requests in all while the answer does not fit (default 1)
 ---@field json? {depth?: integer} json events for the values completed at that depth (default 1)
 ---@field on_json? fun(ev: table) called with each json event
+---@field think_tags? boolean|"open" collect: `<think>…</think>` split out of the content first (default true)
 
 ---The user message that tells the model what was wrong with its answer.
 ---@param msg string the violation (schema.decode's message)
@@ -208,6 +214,10 @@ function M.collect(open, opts)
   if c == nil then return nil, msg, code end
   local tries = M.attempts(so.attempts, 3) -- here, mirza.collect, the script
   local stages = {}
+  if so.think_tags ~= false then -- the answer alone is JSON: reasoning inline in the content split off first
+    stages[1] = { name = "think_tags", fn = require("mirza.thinktags").stage,
+      opts = { mode = so.think_tags == nil and true or so.think_tags } }
+  end
   stages[#stages + 1] = M.json_stage(so.json, so.on_json, c)
   if not c then -- no schema: only the json events
     return result_of(run_once(open, req, stages))

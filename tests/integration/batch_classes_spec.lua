@@ -147,6 +147,23 @@ describe("batch failures by class", function()
     for _, p in ipairs { input, out, batch.errors_path(out) } do os.remove(p) end
   end)
 
+  it("splits <think>...</think> out of the content before the schema check, as the engine does", function()
+    local line = json.encode { custom_id = "t", schema = { type = "object", required = { "a" },
+      properties = { a = { type = "integer" } } },
+      body = { model = "m", messages = { { role = "user", content = "q" } },
+        mirza_sim = { text = '<think>the user wants {"a": 1}.</think>\n\n{"a": 1}' } } }
+    local input, out = input_of { line }, H.tmpname(".jsonl")
+    local st = assert(batch.run { input = input, output = out, base_url = sim.base, quiet = true })
+    assert.equal(0, st.errors)
+    local ok = records(out)
+    local msg = ok.t.response.body.choices[1].message
+    assert.equal(1, ok.t.response.body.mirza.value.a)
+    assert.equal('{"a": 1}', msg.content)
+    assert.equal('the user wants {"a": 1}.', msg.reasoning_content)
+    os.remove(input)
+    os.remove(out)
+  end)
+
   it("makes no error file when nothing fails", function()
     local input, out = input_of { chat("a"), chat("b") }, H.tmpname(".jsonl")
     assert(batch.run { input = input, output = out, base_url = sim.base, quiet = true })

@@ -81,6 +81,22 @@ describe("mirza.collect with a schema", function()
     assert.is_nil(mirza.collect { url = sim.url, body = H.chat_body("x") }.value) -- none asked: none given
   end)
 
+  it("splits <think>...</think> out of the content before the check and the json events", function()
+    local text = '<think>I think {"name": "Bob"} is wrong.</think>\n\n' .. GOOD
+    local seen = {}
+    local r = assert(mirza.collect { url = sim.url, schema = PERSON, body = H.chat_body("who?", sim_text(text)),
+      on_json = function(ev) seen[#seen + 1] = ev.path end })
+    assert.same({ name = "Ada", age = 36 }, r.value)
+    assert.equal(GOOD, r.text)
+    assert.equal('I think {"name": "Bob"} is wrong.', r.think)
+    assert.same({ "/name", "/age" }, seen) -- the answer's, not the reasoning's
+    -- think_tags = false: the tags stay in the text, and the first object is the reasoning's
+    local r2, msg = mirza.collect { url = sim.url, schema = PERSON, think_tags = false,
+      body = H.chat_body("who?", sim_text(text)) }
+    assert.is_nil(r2)
+    assert.truthy(msg)
+  end)
+
   it("a path to a .json schema file works the same", function()
     local path = H.tmpname(".json")
     finally(function() os.remove(path) end)
