@@ -413,6 +413,8 @@ function mirza.json.object(t) end
 ---@class mirza.JSONStreamOptions
 ---@field depth? integer 0 (default): the whole top-level value, path ""; 1: each member or element of it ("/name", "/3"); and so on (0 to 1000)
 ---@field max_bytes? integer cap on one value at that depth (default 16 MiB); past it the stream is invalid
+---@field root? "object"|"array" the top-level value starts only with that bracket (default: either)
+---@field candidates? integer starts tried: one whose text is not JSON before any value inside it completed gives way to the next bracket, from the byte in error (default 1)
 
 ---A JSON value completed while the text streamed in.
 ---@class mirza.JSONEvent

@@ -334,7 +334,7 @@ local function structured_of(topts)
   local c, msg, code = structured.compile(topts.schema)
   if c == nil then return nil, msg, code end
   local st = { c = c, tries = structured.attempts(topts.attempts, 3), check = {}, bad = {}, attempt = 1, extra = {} }
-  st.extra[#st.extra + 1] = structured.json_stage(topts.json, topts.on_json)
+  st.extra[#st.extra + 1] = structured.json_stage(topts.json, topts.on_json, c)
   if c then st.extra[#st.extra + 1] = structured.check_stage(c, st.check) end
   return st
 end
