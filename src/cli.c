@@ -159,7 +159,11 @@ static const char env_text[] = "Environment:\n"
                                "  MIRZA_DAEMON, MIRZA_THINK_TAGS, MIRZA_VERBOSE\n"
                                "                        engine settings (over the config file and the code)\n"
                                "  MIRZA_DEMO_PORT       the demo job's simulator port (default 18766)\n"
-                               "  MIRZA_RECORD          record every request and turn into this directory\n";
+                               "  MIRZA_RECORD          record every request and turn into this directory\n"
+                               "  MIRZA_API_KEY, OPENAI_API_KEY\n"
+                               "                        the batch job's server key (after --api-key)\n"
+                               "  MIRZA_SDK_TEST=skip   the bench's openai SDK row and the SDK test not run\n"
+                               "  MIRZA_BENCH_EXIT      (bench) where a bench child writes its peak RSS\n";
 
 void mz_cli_help(FILE *out) {
   char dirs[MAX_DIRS][PATH_MAX];
