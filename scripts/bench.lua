@@ -179,7 +179,9 @@ end
 function runners.affinity(p)
   local batch = require "mirza.batch"
   local bases, pids = {}, {}
-  for i = 1, 2 do bases[i], pids[i] = start_sim(p.sim, "--dialect llama --parallel " .. p.parallel) end
+  for i = 1, 2 do
+    bases[i], pids[i] = start_sim(p.sim, "--dialect llama --parallel " .. p.parallel .. (p.sim_args or ""))
+  end
   local pre = {}
   for k = 1, p.preambles do
     local words, n = { ("Document %d."):format(k) }, 0
@@ -534,6 +536,15 @@ local function case_list(n, o)
   for _, on in ipairs { true, false } do -- 4 preambles of 2,000 tokens x 50 questions, two daemons
     add(("prefix affinity %s"):format(on and "on" or "off"), "affinity", { affinity = on, preambles = 4,
       preamble_tokens = 2000, questions = 50, parallel = 2 })
+  end
+  -- issue 32's shape, as measured on two real llama-servers of 2 slots: 4
+  -- preambles of ~1,000 tokens x 8 questions, shuffled, the sims' cache a
+  -- prompt per slot cached once its prefill is done (at 5,000 prompt
+  -- tokens/s: a cold preamble takes 0.2 s); the ideal is 87.5 %
+  for _, on in ipairs { true, false } do
+    add(("prefix affinity %s, 4x1000x8 per-slot cache"):format(on and "on" or "off"), "affinity",
+      { affinity = on, preambles = 4, preamble_tokens = 1000, questions = 8, parallel = 2,
+        sim_args = " --prompt-cache slots --prefill-rate 5000" })
   end
   for _, st in ipairs { false, true } do
     add(st and "core loop + json stage" or "core loop JSON answer", "json",

@@ -142,25 +142,29 @@ end
 -- next. With prefix affinity, the first whose prefix's endpoint has room
 -- (or that has no endpoint yet): the free slot takes an item whose prefix
 -- its daemon holds, where taking the next one in order would send that
--- one to a daemon without its prefix. An item passed over `lookahead`
+-- one to a daemon without its prefix. An item whose prefix is still being
+-- prefilled where it went (the first of its prefix, sent, no first token
+-- yet) is passed over: it follows once the prefix is cached there, never
+-- as a second cold copy beside the first. An item passed over `lookahead`
 -- times is taken next (none waits forever); when none fits, the next one
 -- in order (spread). Without keys or affinity: the first.
 local function pick_pending(ctx, win)
   local o = ctx.opts
   if o.affinity == false or (o.lookahead or 0) < 2 then return 1 end
-  local pool, fit, fresh, keyed = ctx.pool, nil, nil, false
+  local pool, fit, fresh, slot, keyed = ctx.pool, nil, nil, nil, false
   for i = 1, #win do
     local it = win[i]
     if (it.passed or 0) >= o.lookahead then return i end
     if it.key then
       keyed = true
-      local room = pool:room_for(it.key)
+      local room = pool:room_for(it.key) -- "wait": its prefix is being prefilled, it follows once done
       if room == "affine" then fit = i break end
       if room == "new" and not fresh then fresh = i end
+      if room == "slot" and not slot then slot = i end
     end
   end
   if not keyed then return 1 end
-  local pick = fit or fresh or 1
+  local pick = fit or fresh or slot or 1
   for i = 1, pick - 1 do win[i].passed = (win[i].passed or 0) + 1 end
   return pick
 end

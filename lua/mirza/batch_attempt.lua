@@ -101,7 +101,7 @@ end
 -- engine's turn splits it: the answer checked against a schema is the
 -- answer alone) and the repetition guard into a result (mirza.result),
 -- tool-call fragments merged.
-local function read_stream(s, opts)
+local function read_stream(s, opts, first)
   local stages = {}
   if opts.think_tags ~= false then
     stages[1] = { name = "think_tags", fn = require("mirza.thinktags").stage,
@@ -115,7 +115,12 @@ local function read_stream(s, opts)
   end
   local source = function()
     if s:closed() then return nil end
-    return s:next()
+    local ev = s:next()
+    if first and ev and (ev.type == "text" or ev.type == "think" or ev.type == "tool_call") then
+      first() -- the daemon's prefill is done
+      first = nil
+    end
+    return ev
   end
   local iter, _, _, closer = pipeline.compose(source, stages)
   local _ <close> = closer
@@ -177,11 +182,12 @@ end
 
 -- A non-streamed attempt (/v1/completions, /v1/embeddings): the server's
 -- body decoded (an embeddings answer recorded as its text, `r.raw`).
-local function plain_attempt(item, e, opts, body, r)
+local function plain_attempt(item, e, opts, body, r, first)
   local ro = request_opts(e, item.kind, opts, body)
   ro.plain = true
   local s <close> = mirza.open(ro)
   local ev = s:next() or { type = "error", code = "closed", message = "no answer" }
+  if first and ev.type == "response" then first() end
   r.final, r.duration_s = ev, mirza.now() - r.t0
   if ev.type ~= "response" then return failed(r, result.failure { final = ev }) end
   local v = json.decode(ev.body or "")
@@ -206,12 +212,14 @@ local function plain_attempt(item, e, opts, body, r)
 end
 
 ---One HTTP attempt of `item` on endpoint e: the result table (`ok`, or
----`code`, `message`, `status`...; `url` the URL requested).
+---`code`, `message`, `status`...; `url` the URL requested). `first()`, when
+---given, is called at the answer's first token (the daemon's prefill done).
 ---@param item table
 ---@param e table a pool endpoint
 ---@param opts table the run's options
+---@param first? fun()
 ---@return table r
-function A.attempt(item, e, opts)
+function A.attempt(item, e, opts, first)
   local r = { t0 = mirza.now(), endpoint = e.base, url = A.url(e, item.kind) }
   local body = request_body(item, opts)
   if body.model == nil then
@@ -219,22 +227,22 @@ function A.attempt(item, e, opts)
     if not body.model then return r end
   end
   r.model = body.model
-  if item.kind ~= "chat" then return plain_attempt(item, e, opts, body, r) end
+  if item.kind ~= "chat" then return plain_attempt(item, e, opts, body, r, first) end
   local ro = request_opts(e, "chat", opts, body)
   ro.merge, ro.hold = true, opts.hold or false -- only the text is kept: what arrived together is one event
   -- a small budget: a short answer, read to its end as it comes (its end not a tick late)
   local budget = math.tointeger(body.max_completion_tokens) or math.tointeger(body.max_tokens)
   ro.short = budget ~= nil and budget <= A.SHORT_TOKENS
   local s <close> = mirza.open(ro)
-  local acc = read_stream(s, opts)
+  local acc = read_stream(s, opts, first)
   local t1, fin = mirza.now(), acc.final or {}
-  local first = s:first_at() or acc.first -- as read, not as handed over (hold)
+  local first_at = s:first_at() or acc.first -- as read, not as handed over (hold)
   local got = result.partial(acc)
   r.text, r.think, r.calls, r.cut, r.final = got.text, got.think, got.tool_calls, acc.cut, acc.final
   r.duration_s = t1 - r.t0
-  r.ttft_ms = first and (first - r.t0) * 1000
+  r.ttft_ms = first_at and (first_at - r.t0) * 1000
   r.tokens = fin.usage and fin.usage.completion_tokens or acc.deltas
-  r.tok_s = first and t1 > first and r.tokens / (t1 - first) or nil
+  r.tok_s = first_at and t1 > first_at and r.tokens / (t1 - first_at) or nil
   r.prompt_tokens, r.cached_tokens = cache_of(fin.usage, fin.timings, fin.stats)
   if result.ok(acc) then
     r.ok = true

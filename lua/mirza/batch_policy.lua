@@ -94,12 +94,19 @@ local function try(job, ctx)
     avoid = copy(job.tried)
     for e in pairs(skip) do avoid[e] = true end
   end
-  local e = pool:acquire(nil, { avoid = avoid, key = ctx.opts.affinity ~= false and job.item.key or nil })
+  local key = ctx.opts.affinity ~= false and job.item.key or nil
+  local e = pool:acquire(nil, { avoid = avoid, key = key, follow = key ~= nil })
+  -- the daemon's prompt slots as the pool believes them: a prefix new to
+  -- e is a cold copy until its first token (its prefill done); the items
+  -- sharing it follow then, never as a second cold copy beside it
+  local ticket = key and pool:sent(key, e)
+  local function first() if ticket then pool:prefilled(e, ticket) end end
   -- the slot goes back even when the task is cancelled mid-attempt
   local slot <close> = setmetatable({}, { __close = function(self)
+    if ticket then pool:finished(e, ticket) end
     if not self.released then pool:abandon(e) end
   end })
-  local ok, r = pcall(attempt.attempt, job.item, e, ctx.opts)
+  local ok, r = pcall(attempt.attempt, job.item, e, ctx.opts, first)
   if not ok then r = { code = "error", message = tostring(r), t0 = mirza.now() } end
   slot.released = true
   pool:report(e, r, job.item.custom_id)

@@ -279,6 +279,10 @@ function Pool:_remember(key, e)
     self.keys_tail = old.prev
     if self.keys_tail then self.keys_tail.next = nil end
     self.keys[old.key], self.nkeys = nil, self.nkeys - 1
+    for oe, n in pairs(old.copies or {}) do -- its slots are no one's now
+      oe.claimed = oe.claimed - n
+      oe.holders[old] = nil
+    end
   end
 end
 
@@ -293,21 +297,165 @@ end
 ---Whether a request with prefix key `key` would be sent where that key
 ---went last if it asked now: "affine" (that endpoint is healthy and has
 ---room), "new" (no key, the key is not remembered, or affinity is off:
----any endpoint will do), or false (its endpoint is busy or failing: it
----would be spread). A batch picks, among its next items, one its free
----endpoint holds the prefix of.
+---any endpoint will do), "slot" (an endpoint has a slot no prefix claims:
+---a new copy of this one there), "wait" (its copies are busy or being
+---prefilled and no slot is free: `sent`; follow them) or false (its
+---endpoint is busy or failing: it would be spread). A batch picks, among
+---its next items, one whose prefix an idle copy holds, else a new prefix,
+---else a new copy of a known one.
 ---@param key? string
----@return "affine"|"new"|false
+---@return "affine"|"new"|"slot"|"wait"|false
 function Pool:room_for(key)
-  local e = self.affinity and key and self:affine_endpoint(key)
-  if not e then return "new" end
-  return e.fails == 0 and free(e, self.clock()) and "affine" or false
+  local node = self.affinity and key and self.keys[key]
+  if not node then return "new" end
+  local now, wait = self.clock(), false
+  local best = false
+  local slots = node.busy or node.copies or node.cold -- its requests reported (`sent`): the slots are known
+  for _, e in ipairs(slots and self.endpoints or {}) do
+    local st = Pool._slot_state(node, e, now)
+    if st == "affine" then return "affine" end
+    if st == "slot" then best = "slot" end
+    if st == "wait" then wait = true end
+  end
+  if best then return best end
+  if wait then return "wait" end
+  if slots then return false end -- none holds it, none is free
+  local e = node.e
+  return e and e.fails == 0 and free(e, now) and "affine" or false
+end
+
+-- ------------------------------------------------------------ prompt slots
+-- What the pool believes each daemon's prompt cache holds, as llama-server
+-- keeps it (a prompt per slot, cached once its prefill is done: two
+-- requests that start together with a new prefix both evaluate it): per
+-- key and endpoint, `copies` (slots holding the prefix), `busy` (its
+-- requests in flight there), `cold` (those sent without a copy free, not
+-- yet past their first token); per endpoint, `claimed` (slots holding or
+-- about to hold some prefix, at most its limit) and `holders` (the keys).
+-- Only a batch that reports its requests (`sent`, `prefilled`,
+-- `finished`) feeds it.
+
+-- A key's state on endpoint e for a new request: "affine" (a copy idle
+-- there), "slot" (no copy idle, but a slot no prefix claims: a new copy
+-- there, not a second cold one), "wait" (its copies busy or being
+-- prefilled and no free slot: follow them), or false (full, down, or
+-- another key's copy would be evicted).
+function Pool._slot_state(node, e, now)
+  if e.fails > 0 then return false end
+  local copies, busy, cold = (node.copies or {})[e] or 0, (node.busy or {})[e] or 0, (node.cold or {})[e] or 0
+  local room = free(e, now)
+  if copies > busy then return room and "affine" or "wait" end
+  if cold > 0 then return "wait" end
+  if room and (e.claimed or 0) < e.limit then return "slot" end
+  if busy > 0 then return "wait" end
+  return false
+end
+
+-- n more (or fewer) of key's `field` on e.
+local function bump(node, field, e, n)
+  local t = node[field]
+  if not t then
+    t = {}
+    node[field] = t
+  end
+  local v = (t[e] or 0) + n
+  t[e] = v > 0 and v or nil
+end
+
+-- Free a slot on e for a new copy: the least recently used idle copy of
+-- another key gives its slot (the daemon evicts that prompt).
+function Pool._evict(e)
+  local victim
+  for node in pairs(e.holders or {}) do
+    local copies, busy = (node.copies or {})[e] or 0, (node.busy or {})[e] or 0
+    if copies > busy and (not victim or (node.used or 0) < (victim.used or 0)) then victim = node end
+  end
+  if not victim then return end
+  bump(victim, "copies", e, -1)
+  e.claimed = e.claimed - 1
+  if not (victim.copies or {})[e] then e.holders[victim] = nil end
+end
+
+---A request with prefix key `key` was sent to e (acquired): the ticket to
+---pass to `prefilled` and `finished`. It reuses an idle copy of the
+---prefix, or claims a slot for a new one (cold until its first token;
+---evicting the least recently used idle copy of another key when every
+---slot is claimed).
+---@param key string
+---@param e mirza.Endpoint
+---@return table ticket
+function Pool:sent(key, e)
+  local node, ticket = self.affinity and self.keys[key], {}
+  if not node then return ticket end
+  ticket.node = node
+  local copies, busy = (node.copies or {})[e] or 0, (node.busy or {})[e] or 0
+  bump(node, "busy", e, 1)
+  node.used = self.clock()
+  if copies > busy then return ticket end
+  if (e.claimed or 0) >= e.limit then Pool._evict(e) end
+  e.claimed = (e.claimed or 0) + 1
+  e.holders = e.holders or {}
+  e.holders[node] = true
+  bump(node, "cold", e, 1)
+  ticket.cold = true
+  return ticket
+end
+
+---The request of a ticket got its first token: e has prefilled its prefix
+---(the slot it claimed holds it now); requests waiting for it may go.
+---@param e mirza.Endpoint
+---@param ticket table `sent`'s
+function Pool:prefilled(e, ticket)
+  if not ticket.cold then return end
+  ticket.cold = false
+  bump(ticket.node, "cold", e, -1)
+  bump(ticket.node, "copies", e, 1)
+  self.cond:broadcast()
+end
+
+---The request of a ticket ended (answered, failed, cancelled). A new copy
+---that never got its first token gives its slot claim back.
+---@param e mirza.Endpoint
+---@param ticket table `sent`'s
+function Pool:finished(e, ticket)
+  local node = ticket.node
+  if not node or ticket.done then return end
+  ticket.done = true
+  bump(node, "busy", e, -1)
+  node.used = self.clock()
+  if ticket.cold then
+    ticket.cold = false
+    bump(node, "cold", e, -1)
+    e.claimed = e.claimed - 1
+    if not (node.copies or {})[e] and not (node.cold or {})[e] then e.holders[node] = nil end
+  end
+  self.cond:broadcast()
+end
+
+-- With `follow`: the endpoint for a request of key `node` as its prompt
+-- slots stand (`_slot_state`): one with an idle copy, else one with a free
+-- slot (the least loaded; an unknown key too), else nil and true while its
+-- copies are busy or being prefilled somewhere (it follows them), else nil.
+function Pool:_follow(node, now, avoid)
+  local slot, wait
+  for _, e in ipairs(self.endpoints) do
+    if not (avoid and avoid[e]) then
+      local st = node and Pool._slot_state(node, e, now)
+      if not node and e.fails == 0 and free(e, now) and (e.claimed or 0) < e.limit then st = "slot" end
+      if st == "affine" then return e end
+      if st == "slot" and (not slot or e.inflight < slot.inflight) then slot = e end
+      if st == "wait" then wait = true end
+    end
+  end
+  if slot then return slot end
+  return nil, wait
 end
 
 ---@class mirza.AcquireOptions
 ---@field prefer? mirza.Endpoint taken whenever it is free (an engine's conversation)
 ---@field avoid? table<mirza.Endpoint, boolean> endpoints the request already failed on
 ---@field key? string the request's prefix key (`mirza.pool.prefix_key`)
+---@field follow? boolean with a key: wait for a cold copy's first token (`sent`, `prefilled`), not send another
 
 ---Take a slot on the best endpoint, waiting (suspending the task) while
 ---none is free or every endpoint rests. nil, "timeout" after `timeout`.
@@ -329,16 +477,21 @@ end
 ---@return string? message
 ---@return string? code
 function Pool:acquire(timeout, prefer, avoid, key)
+  local follow = false
   if type(prefer) == "table" and prefer.base == nil then -- an options table, not an endpoint
-    prefer, avoid, key = prefer.prefer, prefer.avoid, prefer.key
+    prefer, avoid, key, follow = prefer.prefer, prefer.avoid, prefer.key, prefer.follow
   end
   if not self.affinity then key = nil end
   local t_end = timeout and self.clock() + timeout
   while true do
     local now = self.clock()
-    local e, wake
-    local aff = key and self:affine_endpoint(key)
-    if prefer and free(prefer, now) then e = prefer
+    local e, wake, waiting
+    local node = key and self.keys[key]
+    local aff = node and node.e
+    if follow and key and not prefer then e, waiting = self:_follow(node, now, avoid) end
+    if e or waiting then
+      if e == aff then self.affine = self.affine + 1 end
+    elseif prefer and free(prefer, now) then e = prefer
     elseif aff and aff.fails == 0 and free(aff, now) and not (avoid and avoid[aff]) then
       e = aff
       self.affine = self.affine + 1

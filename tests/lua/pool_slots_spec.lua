@@ -1,0 +1,111 @@
+-- mirza.pool's prompt slots (issue 32 item 2), on a fake clock and
+-- without a request: what the pool believes each daemon's prompt cache
+-- holds, as llama-server keeps it (a prompt per slot, cached once its
+-- prefill is done). A prefix new to an endpoint goes there once; the items
+-- that share it wait for its first token and follow it, never as a second
+-- cold copy on the same server; a free slot elsewhere takes a new copy; a
+-- new prefix on a full endpoint evicts the least recently used idle copy.
+local pool = require "mirza.pool"
+
+local function fake(n, limit)
+  local clock, urls = { t = 100 }, {}
+  for i = 1, n do urls[i] = "http://127.0.0.1:" .. i end
+  return pool.new(urls, { limit = limit, clock = function() return clock.t end }), clock
+end
+
+-- Acquire for key with follow (at once: nil when it would wait), and
+-- report it sent: endpoint index and ticket.
+local function send(p, key)
+  local e = p:acquire(0, { key = key, follow = true })
+  if not e then return "-" end
+  return e.index, p:sent(key, e), e
+end
+
+describe("mirza.pool prompt slots", function()
+  it("never sends a second cold copy of a prefix to its endpoint; the others follow its first token", function()
+    local p = fake(2, 2)
+    local a, ta, ea = send(p, "A")
+    local b = send(p, "B")
+    local c = send(p, "C")
+    local d = send(p, "D")
+    assert.same({ 1, 2, 1, 2 }, { a, b, c, d }) -- new prefixes: one each, spread over the free slots
+    assert.is_true(ta.cold)
+    -- every slot claimed, A's copy prefilling: A waits (room "wait"), no endpoint is taken
+    assert.equal("wait", p:room_for("A"))
+    assert.equal("-", (send(p, "A")))
+    -- A's first token: its copy is cached, but busy: still wait
+    p:prefilled(ea, ta)
+    assert.is_false(ta.cold)
+    assert.equal("wait", p:room_for("A"))
+    -- A's request ends: its idle copy takes the next A (not cold)
+    p:finished(ea, ta)
+    p:release(ea, true)
+    assert.equal("affine", p:room_for("A"))
+    local a2, ta2 = send(p, "A")
+    assert.equal(1, a2)
+    assert.is_nil(ta2.cold)
+  end)
+
+  it("keeps a free slot of the same server for later while a prefix's first copy is still prefilling", function()
+    local p = fake(1, 2)
+    local _, t1, e = send(p, "A")
+    -- a second request now would evaluate the same prefix again beside the first
+    assert.equal("wait", p:room_for("A"))
+    assert.equal("-", (send(p, "A")))
+    p:prefilled(e, t1)
+    -- cached, its copy busy: the free slot takes a new copy now
+    assert.equal("slot", p:room_for("A"))
+    local i2, t2 = send(p, "A")
+    assert.equal(1, i2)
+    assert.is_true(t2.cold)
+  end)
+
+  it("puts a new copy of a busy prefix in a slot no prefix claims, on another endpoint too", function()
+    local p = fake(2, 2)
+    local _, t1, e1 = send(p, "A")
+    -- one prefix, four slots: while A's first copy is cold on 1, the other
+    -- endpoint's free slot takes a new copy (not a second cold one on 1)
+    assert.equal("slot", p:room_for("A"))
+    local i2, t2 = send(p, "A")
+    assert.equal(2, i2)
+    assert.is_true(t2.cold)
+    -- once 1's copy is prefilled and busy, 1's other slot takes a third
+    p:prefilled(e1, t1)
+    local i3, t3 = send(p, "A")
+    assert.equal(1, i3)
+    assert.is_true(t3.cold)
+    assert.equal(2, p.endpoints[1].claimed)
+  end)
+
+  it("evicts the least recently used idle copy when a new prefix comes to a full endpoint", function()
+    local p, clock = fake(1, 2)
+    local _, ta, e = send(p, "A")
+    p:prefilled(e, ta)
+    clock.t = 101
+    local _, tb = send(p, "B")
+    p:prefilled(e, tb)
+    p:finished(e, ta)
+    p:release(e, true)
+    clock.t = 102
+    p:finished(e, tb)
+    p:release(e, true)
+    assert.equal(2, e.claimed)
+    -- C: every slot claimed, both idle: A's (used least recently) gives its slot
+    local _, tc = send(p, "C")
+    assert.is_true(tc.cold)
+    assert.equal(2, e.claimed)
+    assert.equal("affine", p:room_for("B"))
+    assert.is_not.equal("affine", p:room_for("A"))
+  end)
+
+  it("gives a cold copy's slot back when its request ends before its first token", function()
+    local p = fake(1, 2)
+    local _, ta, e = send(p, "A")
+    assert.equal(1, e.claimed)
+    p:finished(e, ta)
+    p:release(e, false)
+    assert.equal(0, e.claimed)
+    p:finished(e, ta) -- once only
+    assert.equal(0, e.claimed)
+  end)
+end)
