@@ -302,6 +302,22 @@ describe("batch input as other tools write it", function()
     for _, p in ipairs { input, out, batch.errors_path(out) } do os.remove(p) end
   end)
 
+  it("reads a short item (small max_tokens) to its end as it comes, not a tick late", function()
+    -- 4 paced items of 4 tokens (10 ms a token), one at a time, at a 2 s
+    -- tick: each one's end read as it comes (well under a tick for all);
+    -- not opened as short answers, each end waits for the next look (8 s)
+    local lines = {}
+    for i = 1, 4 do lines[i] = chat("s" .. i, { answer_tokens = 4, tok_rate = 100 }) end
+    local input, out = input_of(lines), H.tmpname(".jsonl")
+    local t0 = mirza.now()
+    local st = assert(batch.run { input = input, output = out, base_url = sim.base, quiet = true, limit = 1,
+      tick = 2 })
+    local took = mirza.now() - t0
+    assert.equal(0, st.errors)
+    assert.is_true(took < 2, ("%.1f s for 4 short items at a 2 s tick"):format(took))
+    for _, p in ipairs { input, out } do os.remove(p) end
+  end)
+
   it("stops on a duplicate custom_id before anything is sent, naming both lines", function()
     local input = input_of { chat("a"), chat("b"), chat("a") }
     local out = H.tmpname(".jsonl")
