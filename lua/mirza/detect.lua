@@ -10,7 +10,10 @@
 --- The first one that tells the kind stops the search; the model comes from
 --- /health (MTPLX) or the first id of /v1/models (else /props). A refused
 --- connection means nothing answers (no further probe); any other answer,
---- even 401 or 404 everywhere, is a server of unknown kind, used as it is.
+--- even 401 or 404 everywhere, is a server of unknown kind, used as it is
+--- in the plain OpenAI dialect. A base URL without its version
+--- (`http://127.0.0.1:8080`, as llama-server prints it) is completed with
+--- /v1 when /v1/models answers there (`found.url`, `found.completed`).
 --- While /health answers 503 (llama-server loading its model) detection
 --- waits, within `wait` seconds, with the daemon module's progress line.
 local mirza = require "mirza"
@@ -19,10 +22,12 @@ local json = require("mirza.core").json
 local M = {}
 
 ---The request dialect each kind speaks (mirza.thinking, the engine's body):
----"llama" switches thinking in the chat template (llama-server, vLLM); the
----others take the top-level fields and ignore what they do not know.
-M.dialects = { mtplx = "mtplx", ["llama-server"] = "llama", vllm = "llama", ollama = "mtplx", openai = "mtplx",
-  unknown = "mtplx" }
+---"mtplx" (MTPLX's top-level fields and X-MTPLX headers), "llama" (thinking
+---switched in the chat template: llama-server, vLLM), "openai" (OpenAI's
+---fields only: Ollama, which checks `reasoning_effort`, and any other
+---server — a strict one refuses what it does not know).
+M.dialects = { mtplx = "mtplx", ["llama-server"] = "llama", vllm = "llama", ollama = "openai", openai = "openai",
+  unknown = "openai" }
 
 local PROBE_TIMEOUT = 1   -- connect timeout of one probe (seconds)
 local PROBE_DEADLINE = 3  -- whole-probe limit
@@ -33,10 +38,12 @@ local PROBE_DEADLINE = 3  -- whole-probe limit
 ---@field model string|nil the model id the server reports (MTPLX /health, else /v1/models, else /props)
 ---@field models string[]|nil every id of /v1/models
 ---@field version string|nil Ollama's and vLLM's version
----@field dialect "mtplx"|"llama"
----@field url string       the base URL probed ("http://host:port/v1")
+---@field dialect "mtplx"|"llama"|"openai"
+---@field url string       the base URL to use ("http://host:port/v1"): the one probed, or it with /v1 added
+---@field completed true|nil the base URL had no version and /v1 was added (/v1/models answered there)
 ---@field waited number|nil seconds waited while the server was loading
 ---@field denied integer|nil 401 or 403: /health and /v1/models refused us (a missing or wrong api_key)
+---@field loading true|nil /health answered 503 (loading) and was not waited for (`wait` = 0)
 
 -- One probe: the decoded JSON (or {} for a body that is not JSON), or nil,
 -- message, code, status.
@@ -46,6 +53,11 @@ local function get(url, o)
   if not body then return nil, msg, code, status end
   local v = json.decode(body)
   return type(v) == "table" and v or {}
+end
+
+-- A probe's answer and its HTTP status (nil when it answered 2xx).
+local function select_status(v, _, _, status)
+  return v, status
 end
 
 local function ids_of(list)
@@ -138,6 +150,7 @@ function M.detect(base, opts)
   if not h and not status then -- no HTTP answer at all (timeout, cut): no point in asking more
     return nil, ("%s does not answer: %s (check what listens there)"):format(shown, msg), code
   end
+  if status == 503 then found.loading = true end -- not waited for (`wait` = 0): what tells may not answer yet
   if h and mtplx_health(h) then
     found.kind, found.via = "mtplx", "/health"
     if type(h.model) == "string" then found.model = h.model end
@@ -150,9 +163,18 @@ function M.detect(base, opts)
       break
     end
   end
-  local models_status
+  local models_status, v1
+  if not base:find("/v%d+$") then -- "http://host:port": the OpenAI routes may be under /v1
+    v1 = get(base .. "/v1/models", o)
+    if v1 and type(v1.data) == "table" then
+      base, found.url, found.completed = base .. "/v1", base .. "/v1", true
+    else
+      v1 = nil
+    end
+  end
   if not found.model then
-    local list, _, _, st = get(base .. "/models", o)
+    local list, st = v1, nil
+    if not list then list, st = select_status(get(base .. "/models", o)) end
     found.models, models_status = ids_of(list), st
     if found.models and not found.kind then found.kind, found.via = "openai", "/v1/models" end
     found.model = found.models and found.models[1] or found.props_model
@@ -174,6 +196,7 @@ function M.describe(found)
   if found.model then bits[#bits + 1] = ("model '%s'"):format(found.model) end
   if found.version then bits[#bits + 1] = "version " .. found.version end
   if found.via then bits[#bits + 1] = "via " .. found.via end
+  if found.completed then bits[#bits + 1] = "/v1 added to the base URL" end
   local kind = found.kind == "unknown" and "a server of unknown kind" or found.kind == "openai"
       and "an OpenAI-compatible server" or found.kind
   return #bits > 0 and ("%s (%s)"):format(kind, table.concat(bits, ", ")) or kind

@@ -11,10 +11,13 @@
 --- (`mirza.daemon`: adopted when healthy, else started). Without one, `load`
 --- first asks what answers (mirza.detect: MTPLX, llama-server, Ollama, vLLM,
 --- any /v1/models) and uses it as it is in its dialect, its model the one
---- it reports (`e.detected`); only when nothing answers is the default
---- preset started (autostart). `daemon = false` — the default for an
---- `https://` or non-loopback `base_url` — uses the endpoint as it is:
---- no spawn, no pid, health optional, API key sent, TLS verified.
+--- it reports (`e.detected`); only when nothing answers, and the engine
+--- runs on its defaults (no `base_url`), is the default preset started
+--- (autostart). `daemon = false` — the default for an `https://` or
+--- non-loopback `base_url`, and for a pool's endpoints — uses the endpoint
+--- as it is: no spawn, no pid, health optional, API key sent, TLS
+--- verified; it is probed once all the same, whatever model was named, and
+--- driven in the dialect of what answers (plain OpenAI when nothing tells).
 ---
 --- A turn is a pipeline over the stream's events: source (the C stream,
 --- with a dead daemon diagnosed) → think-tag splitter → stats tap →
@@ -145,9 +148,11 @@ function Engine:_with_warnings(fn, ...)
   return table.unpack(res, 2, res.n)
 end
 
--- Headers every request carries: the session, client controls (harmless
--- everywhere, needed by MTPLX <= 2.5.2 to honour sampling/thinking).
+-- Headers every request carries in the MTPLX dialect: the session, client
+-- controls (needed by MTPLX <= 2.5.2 to honour sampling/thinking). None in
+-- the others: a server that is not MTPLX has no use for them.
 function Engine:headers()
+  if self.cfg.dialect ~= "mtplx" then return {} end
   return {
     ["X-MTPLX-Session-Id"] = self.cfg.session_id,
     ["X-MTPLX-Allow-Client-Controls"] = "1",
@@ -164,42 +169,81 @@ function Engine:model()
   return cfg.model_id or (self.daemon and self.daemon.model_id) or self.served_model or cfg.model
 end
 
--- What answers at the base URL (mirza.detect), waiting while it loads
--- within the daemon settings' deadline, with their progress.
-function Engine:_probe(remote)
+-- What answers at `base` (mirza.detect), waiting while it loads within
+-- the daemon settings' deadline (`wait` = 0: not at all), with their
+-- progress; an endpoint used as is with a remote call's timeouts.
+function Engine:_probe(base, remote, wait)
   local d = type(self.cfg.daemon) == "table" and self.cfg.daemon or {}
-  return self:_with_warnings(require("mirza.detect").detect, self.base_url, { api_key = self.cfg.api_key,
-    wait = d.deadline, poll_interval = d.poll_interval, progress = d.progress,
+  return self:_with_warnings(require("mirza.detect").detect, base, { api_key = self.cfg.api_key,
+    wait = wait or d.deadline, poll_interval = d.poll_interval, progress = d.progress,
     timeout = remote and self.cfg.connect_timeout or nil, deadline = remote and 10 or nil })
 end
 
--- Use what was found as it is: its model (unless one was given), its
--- dialect (unless given); a preset's default model does not apply. A
--- server that turns every probe away (401/403) is an error saying so.
+-- Use what was found as it is: its model (unless one was given; a pool's
+-- endpoint that tells none keeps the last one's), its dialect (unless
+-- given), its base URL (/v1 added); a preset's default model does not
+-- apply. A server that turns every probe away (401/403) is an error
+-- saying so.
 function Engine:_use(found)
   local cfg = self.cfg
   if found.denied then
     return nil, ("%s answers %d to every request: %s (MIRZA_API_KEY)"):format(self.base_url, found.denied,
       cfg.api_key and "check api_key, the server does not take it" or "give api_key the server's key"), "http"
   end
-  self.detected = found
+  self.detected, self._unprobed = found, nil
   if cfg._default_model then cfg.model, cfg._default_model = nil, nil end
-  if not cfg.model_id and not cfg.model then self.served_model = found.model end
+  if not cfg.model_id and not cfg.model then self.served_model = found.model or self.served_model end
   if not cfg._given_dialect then cfg.dialect = found.dialect end
+  if found.url ~= self.base_url then self:_set_base(found.url) end
+  return true
+end
+
+-- An endpoint used as is: probed once (a base URL's answer is kept in
+-- `_found`, under the URL given and the one used), then driven as what
+-- answered. A probe that found nothing usable — no answer, or a server
+-- still loading (asked again at its next use) — leaves plain OpenAI (or
+-- the dialect given): never MTPLX's fields to a server that did not say it
+-- was MTPLX. At load a server refusing every probe (401/403) is an error;
+-- at a turn (a pool's endpoint used for the first time) the request says.
+-- `wait`: seconds a loading server is waited for (nil: the daemon settings').
+function Engine:_as_is(base, wait)
+  self._found = self._found or {}
+  local f = self._found[base]
+  if f and f == self._used and not f.again then return true end
+  if not f or f.again then
+    local found, msg, code = self:_probe(base, true, wait)
+    if found and found.loading then found, msg, code = nil, base .. "/health answers 503 (loading)", "loading" end
+    f = found or { failed = msg, again = code == "refused" or code == "loading" or nil }
+    self._found[base] = f
+    if found then self._found[found.url] = f end
+  end
+  self._used = f
+  if not f.failed then return self:_use(f) end
+  self.detected, self._unprobed = nil, f.failed
+  if not self.cfg._given_dialect then self.cfg.dialect = "openai" end
   return true
 end
 
 -- No preset asked for: use what answers, unsupervised; when nothing does,
--- start the default preset (autostart) or say what to do.
+-- start the default preset (autostart) — only on the engine's defaults:
+-- a `base_url` the user gave is never started on — or say what to do.
 function Engine:_detect_or_start()
-  local found, msg, code = self:_probe(false)
+  local base = self.base_url
+  local found, msg, code = self:_probe(base, false)
   if found then
     self.daemon = nil -- nothing started, nothing to stop on close
+    self._found = { [base] = found, [found.url] = found }
+    self._used = found
     return self:_use(found)
   end
   if code ~= "refused" then return nil, msg, code end
-  local todo = ("nothing answers at %s: start your daemon, or set preset = \"mtplx\" (or \"llama-server\", "
-    .. "\"ollama\", \"vllm\"; MIRZA_PRESET) to let mirza start one"):format(self.base_url)
+  local start = "or set preset = \"mtplx\" (or \"llama-server\", \"ollama\", \"vllm\"; MIRZA_PRESET) "
+      .. "to let mirza start one"
+  if self.cfg.base_url then
+    return nil, ("nothing answers at %s: start your daemon there, correct base_url (MIRZA_BASE_URL), %s")
+        :format(base, start), "refused"
+  end
+  local todo = ("nothing answers at %s: start your daemon, %s"):format(base, start)
   if not self.cfg.autostart then return nil, todo, "refused" end
   local ok, err, ecode = self.daemon:start()
   if not ok and ecode == "spawn" then return nil, ("%s (%s)"):format(todo, err), ecode end
@@ -207,16 +251,12 @@ function Engine:_detect_or_start()
 end
 
 -- Reach the endpoint: detect, adopt or start; an endpoint used as is is
--- probed only when its model is unknown (a server that tells nothing is
--- used all the same).
+-- probed once, whatever model was named (a server that tells nothing is
+-- used all the same, in plain OpenAI).
 function Engine:_connect()
   if self.daemon and self.cfg._detect then return self:_detect_or_start() end
   if self.daemon then return self.daemon:start() end
-  if not self.cfg.model_id and not self.cfg.model then
-    local found = self:_probe(true)
-    if found then return self:_use(found) end
-  end
-  return true
+  return self:_as_is(self.base_url)
 end
 
 ---One line saying what the engine talks to, e.g. `http://127.0.0.1:8080/v1:
@@ -228,6 +268,8 @@ function Engine:describe()
   if self.detected then
     what = require("mirza.detect").describe(self.detected) .. ", used as is"
     if model == self.detected.model then model = nil end
+  elseif self._unprobed then
+    what = ("nothing told what answers (%s), used as is"):format(self._unprobed)
   elseif self.daemon then
     local d = self.daemon
     what = ("%s daemon %s%s"):format(d.preset, d.adopted and "adopted" or d._proc and "started" or "not started",
@@ -282,7 +324,7 @@ function Engine:prefill_body(system_prompt)
     model = self:model(), stream = false, max_tokens = self.cfg.prefill_tokens, temperature = 0,
     messages = { { role = "system", content = system_prompt }, { role = "user", content = "bonjour" } },
   }
-  if self.cfg.dialect ~= "llama" then body.metadata = { session_id = self.cfg.session_id } end
+  if self.cfg.dialect == "mtplx" then body.metadata = { session_id = self.cfg.session_id } end
   return merge(merge(body, th.request_fields(self.thinking, self.cfg.dialect)), self.cfg.body_extra)
 end
 
@@ -330,9 +372,11 @@ function Engine:clear_cache(opts)
   opts = opts or {}
   if opts.history then require("mirza.prompt").clear(self.history) end
   local kind = self.detected and self.detected.kind
-  if self.cfg.dialect == "llama" or (kind and kind ~= "mtplx") then -- only MTPLX has the admin routes
+  local dialect = self.cfg.dialect
+  if dialect ~= "mtplx" or (kind and kind ~= "mtplx") then -- only MTPLX has the admin routes
     local what = kind == "openai" and "an OpenAI-compatible server" or kind == "unknown" and "this server" or kind
-    return nil, ("%s cannot clear a session's cache"):format(what or "llama-server"), "unsupported"
+    return nil, ("%s cannot clear a session's cache"):format(what or (dialect == "llama" and "llama-server")
+      or "an OpenAI-compatible server"), "unsupported"
   end
   local path = opts.all and "/admin/cache/clear"
       or ("/admin/sessions/%s/clear"):format(self.cfg.session_id:gsub("[^%w%-_.~]", function(c)
@@ -432,9 +476,9 @@ function Engine:body(messages, plan, opts, schema)
   }
   if cfg.dialect == "llama" then
     body.repeat_penalty = cfg.repetition_penalty
-  else
+  elseif cfg.dialect == "mtplx" then
     body.metadata = { session_id = cfg.session_id }
-  end
+  end -- "openai": OpenAI's fields only (anything else through body_extra)
   local parallel = opts.parallel_tool_calls
   if parallel == nil then parallel = cfg.parallel_tool_calls end
   require("mirza.tools").add_to_body(body, self:tools(opts),
@@ -475,13 +519,15 @@ local retry = require "mirza.retry"
 
 ---Start one turn (mirza.turn: the generic-for quadruple `iter, stream,
 ---nil, turn`). A turn still in flight on this engine is cancelled first
----(one turn at a time per session).
+---(one turn at a time per session). Always an iterator: a turn that
+---cannot start (the daemon down, a bad input) yields one `error` event
+---(`message`, `code`) and ends, with `iter, message, code, turn`.
 ---@param input string|table a prompt string, a message list, or a JSON message list
 ---@param opts? mirza.TurnOptions
----@return (fun(): table|nil)|nil iter
+---@return fun(): table|nil iter
 ---@return mirza.Stream|string stream_or_message
 ---@return string? code
----@return mirza.Turn? turn the closing value
+---@return mirza.Turn turn the closing value
 function Engine:turn(input, opts)
   local t = self._turn
   if t then
@@ -527,6 +573,7 @@ function Engine:_prepare(input, opts)
   if not user then return nil, err, "prompt" end
   local plan = thinking.plan(self.thinking, prompt.last_user_text(user), self.cfg.dialect,
     { max_tokens = self.cfg.max_tokens, max_tokens_thinking = self.cfg.max_tokens_thinking }, opts.budget)
+  plan.dialect = self.cfg.dialect -- its fields' (Engine:_replan)
   if opts.max_tokens then plan.max_tokens = opts.max_tokens end
   local messages, info, code = prompt.build(self.history, input,
     { context_window = self.cfg.context_window, reserve = plan.max_tokens or 0 })
@@ -570,19 +617,33 @@ function Engine:_turn_begin(t, input, opts, schema)
     self._endpoint = endpoint
     self:_set_base(endpoint.base)
   end
+  if not self.daemon then self:_as_is(self.base_url, 0) end -- a pool's endpoint: probed at its first use
   local merged = opts.merge -- deltas that arrived together as one event: the turn's option, else the engine's
   if merged == nil then merged = self.cfg.merge end
-  local req = { url = self.chat_url, body = self:body(messages, plan, opts, schema), headers = self:headers(),
-    api_key = self.cfg.api_key, stall_timeout = self.cfg.stall_timeout, timeout = self.cfg.connect_timeout,
+  local req = { api_key = self.cfg.api_key, stall_timeout = self.cfg.stall_timeout, timeout = self.cfg.connect_timeout,
     header_timeout = self.cfg.header_timeout,
     record = self.cfg.record, merge = merged == true, hold = merged == true and self.cfg.hold or nil }
   self._turn, self.live_tok_s = t, nil
+  local ht = self.cfg.header_timeout
   return { plan = plan, endpoint = endpoint, busy_wait = self.cfg.busy_wait or 0,
+    deadline = type(ht) == "number" and mirza.now() + ht or nil,
     ctx = { info = info, prompt = prompt }, progress = function(v) self.live_tok_s = v end,
-    open = function()
-      req.url = self.chat_url
+    open = function() -- to the current endpoint (another after a fail-over), in its dialect
+      self:_replan(plan)
+      req.url, req.headers = self.chat_url, self:headers()
+      req.body = self:body(messages, plan, opts, schema)
       return self:_with_warnings(mirza.open, req) -- a credential over plain http: said in the engine's log
     end }
+end
+
+-- The plan's thinking fields in the dialect of the endpoint the request
+-- goes to (a pool's endpoints may speak different ones).
+function Engine:_replan(plan)
+  local d = self.cfg.dialect
+  if plan.dialect == d then return end
+  plan.fields = policy.module(self, "mirza.thinking").request_fields({ budget = plan.budget,
+    efforts = self.thinking.efforts }, d)
+  plan.dialect = d
 end
 
 ---An engine over a pool: a failure of endpoint `ep` before anything
@@ -609,6 +670,7 @@ function Engine:_turn_failover(ep, ev, avoid, key)
   self:log("warning", ("%s: %s; trying %s"):format(self.base_url, ev.message or ev.code, nxt.base))
   self._endpoint = nxt
   self:_set_base(nxt.base)
+  self:_as_is(nxt.base, 0) -- its dialect (probed at its first use)
   return nxt, true
 end
 

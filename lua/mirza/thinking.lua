@@ -121,11 +121,22 @@ function dialects.llama(_, budget)
   return f
 end
 
+-- Plain OpenAI-compatible (OpenAI, Ollama, any other): OpenAI's own
+-- `reasoning_effort` (low/medium/high) when thinking, and nothing when
+-- not — a model without reasoning refuses the field, an older one refuses
+-- "none", and Ollama checks the value: off is the server's default.
+function dialects.openai(state, budget)
+  local effort = M.effort(budget)
+  if effort and (state.efforts or M.SAFE_EFFORTS)[effort] then return { reasoning_effort = effort } end
+  return {}
+end
+
 ---Request body fields for the thinking setting.
 ---"mtplx": `enable_thinking`, `reasoning_effort`; "llama":
----`chat_template_kwargs.enable_thinking`, `thinking_budget_tokens`.
+---`chat_template_kwargs.enable_thinking`, `thinking_budget_tokens`;
+---"openai": `reasoning_effort` when thinking, nothing when not.
 ---@param state mirza.ThinkingState
----@param dialect "mtplx"|"llama"
+---@param dialect "mtplx"|"llama"|"openai"
 ---@param budget? integer this turn's budget (default state.budget)
 ---@return table fields to merge into the request body
 function M.request_fields(state, dialect, budget)
@@ -173,7 +184,7 @@ end
 ---Everything a turn needs from the policy at once.
 ---@param state mirza.ThinkingState
 ---@param prompt_text string
----@param dialect "mtplx"|"llama"
+---@param dialect "mtplx"|"llama"|"openai"
 ---@param limits? {max_tokens?: integer, max_tokens_thinking?: integer}
 ---@param budget? integer this turn's budget, overriding the state and the decide hook
 ---@return {budget: integer, fields: table, max_tokens: integer|nil}

@@ -90,11 +90,13 @@ describe("no preset: what answers is detected and used as is", function()
     local e = new_engine(s.base)
     assert.is_true(e:load())
     assert.is_nil(e.daemon)
-    assert.same({ "openai", "served-y", "/v1/models", "mtplx" },
+    assert.same({ "openai", "served-y", "/v1/models", "openai" },
       { e.detected.kind, e.detected.model, e.detected.via, e.detected.dialect })
     local text, body = turn(e)
     assert.truthy(#text > 0)
     assert.equal("served-y", body.model)
+    assert.is_nil(body.enable_thinking) -- OpenAI's fields only
+    assert.is_nil(body.metadata)
     e:close()
     assert.is_true(alive(s.pid))
   end)
@@ -119,11 +121,12 @@ describe("no preset: what answers is detected and used as is", function()
     finally(function() o.stop() v.stop() end)
     local eo = new_engine(o.base)
     assert.is_true(eo:load())
-    assert.same({ kind = "ollama", version = "0.12.6", model = "qwen3:8b", via = "/api/version", dialect = "mtplx",
+    assert.same({ kind = "ollama", version = "0.12.6", model = "qwen3:8b", via = "/api/version", dialect = "openai",
       models = { "qwen3:8b" }, url = o.base .. "/v1" }, eo.detected)
     local text, body = turn(eo)
     assert.truthy(#text > 0)
     assert.equal("qwen3:8b", body.model)
+    assert.is_nil(body.enable_thinking) -- Ollama checks what it is given: OpenAI's fields only
     local ev = new_engine(v.base)
     assert.is_true(ev:load())
     assert.same({ "vllm", "0.11.0", "Qwen/Qwen3-8B", "/version", "llama" },
@@ -176,12 +179,19 @@ describe("no preset: what answers is detected and used as is", function()
 
   it("nothing answers, autostart off: 'nothing answers at URL' and what to do", function()
     local port = H.free_port()
-    local e = new_engine(("http://127.0.0.1:%d"):format(port), { autostart = false })
+    local e = engine.new { port = port, config_file = false, autostart = false, log = function() end }
     local ok, msg, code = e:load()
     assert.is_nil(ok)
     assert.equal("refused", code)
     assert.equal(("nothing answers at http://127.0.0.1:%d/v1: start your daemon, or set preset = \"mtplx\" (or "
       .. "\"llama-server\", \"ollama\", \"vllm\"; MIRZA_PRESET) to let mirza start one"):format(port), msg)
+    -- a base_url given: never started on, autostart or not (engine_edges_spec)
+    ok, msg, code = new_engine(("http://127.0.0.1:%d"):format(port), { autostart = false }):load()
+    assert.is_nil(ok)
+    assert.equal("refused", code)
+    assert.equal(("nothing answers at http://127.0.0.1:%d/v1: start your daemon there, correct base_url "
+      .. "(MIRZA_BASE_URL), or set preset = \"mtplx\" (or \"llama-server\", \"ollama\", \"vllm\"; MIRZA_PRESET) "
+      .. "to let mirza start one"):format(port), msg)
   end)
 end)
 

@@ -84,8 +84,14 @@ describe("mirza.thinking", function()
     end)
 
     it("rejects an unknown dialect", function()
-      assert.has_error(function() thinking.request_fields(thinking.state(), "openai") end,
-        'thinking.request_fields: unknown dialect "openai"')
+      assert.has_error(function() thinking.request_fields(thinking.state(), "gemini") end,
+        'thinking.request_fields: unknown dialect "gemini"')
+    end)
+
+    it("openai: OpenAI's reasoning_effort when thinking, nothing when not", function()
+      assert.same({}, thinking.request_fields(thinking.state(0), "openai"))
+      assert.same({ reasoning_effort = "low" }, thinking.request_fields(thinking.state(300), "openai"))
+      assert.same({ reasoning_effort = "high" }, thinking.request_fields(thinking.state(4096), "openai"))
     end)
   end)
 
