@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "host.h"
 #include "l_util.h"
 #include "mirza.h"
 #include "nofile.h"
@@ -37,8 +38,13 @@ void mz_l_signal(void) {
 
 int mz_l_was_interrupted(void) { return interrupt_seen; }
 
+/* The host's handler (MZ_HOST_ON_INTERRUPT) has its word first: the
+ * `mirza` host ends the process there on a second signal, so a pcall in
+ * the script cannot catch that one. */
 int mz_l_raise_interrupt(lua_State *L) {
   interrupt_pending = 0;
+  if (lua_getfield(L, LUA_REGISTRYINDEX, MZ_HOST_ON_INTERRUPT) == LUA_TFUNCTION) lua_call(L, 0, 0);
+  else lua_pop(L, 1);
   return luaL_error(L, "interrupted");
 }
 

@@ -10,7 +10,9 @@
  * frees the handle. A process not closed yet is anchored in the registry,
  * so dropping its handle does not stop it at the next collection. The host closes the Lua state on a normal end, an
  * uncaught error and SIGINT/SIGTERM, so every spawned daemon is stopped in
- * all three cases; SIGKILL of mirza is covered by PDEATHSIG (supervisor.c).
+ * all three cases; on a second signal it leaves without closing the state,
+ * after mz_l_stop_started; SIGKILL of mirza is covered by PDEATHSIG
+ * (supervisor.c).
  *
  * Expected failures (cannot exec, pid file not writable) return
  * `nil, message, code`; bad arguments raise.
@@ -22,6 +24,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
+#include "host.h"
 #include "l_core.h"
 #include "l_util.h"
 #include "mirza.h"
@@ -162,6 +165,26 @@ static int p_close(lua_State *L) {
     u->p = NULL;
   }
   return 0;
+}
+
+/* host.h: every live process gets SIGTERM (pass 0), then each is closed
+ * (pass 1: its grace, SIGKILL, pid file), as lua_close would. */
+void mz_l_stop_started(lua_State *L) {
+  push_live(L); /* [live] */
+  for (int pass = 0; pass < 2; pass++) {
+    lua_pushnil(L);
+    while (lua_next(L, -2)) { /* [live, proc, true] */
+      lproc *u = luaL_testudata(L, -2, MZ_PROC_MT);
+      lua_pop(L, 1);
+      if (!u || !u->p) continue;
+      if (pass == 0 && !u->keep_alive) mz_proc_term(u->p);
+      if (pass == 0) continue;
+      lua_pushcfunction(L, p_close); /* clearing its entry: allowed during lua_next */
+      lua_pushvalue(L, -2);
+      lua_call(L, 1, 0);
+    }
+  }
+  lua_pop(L, 1);
 }
 
 static int p_closed(lua_State *L) {

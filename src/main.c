@@ -3,11 +3,18 @@
  * under lua_pcall with a traceback handler; `arg` is built like lua's;
  * SIGINT/SIGTERM raise "interrupted" at the next Lua instruction or wake a
  * wait in progress; they do not restart an interrupted system call, so a
- * script blocked elsewhere (io.read at a prompt) is stopped too. The state
- * is closed (closing every stream, which cancels its transfer, and
- * stopping started daemons), one line "interrupted" goes to stderr, and the
- * exit code is 130 (SIGINT) or 143 (SIGTERM). A second signal changes
- * nothing (the cleanup runs to its end); a third kills at once.
+ * script blocked elsewhere (io.read at a prompt) is stopped too. The error
+ * is raised once, where the script is (a pcall may catch it: its <close>
+ * variables and handlers clean up). When it ends the script, the state is
+ * closed (closing every stream, which cancels its transfer, and stopping
+ * started daemons), one line "interrupted" goes to stderr, and the exit
+ * code is 130 (SIGINT) or 143 (SIGTERM). A second signal while the script
+ * still runs ends the process at the next Lua instruction or wait, even
+ * inside pcall: started daemons stopped (mz_l_stop_started), output
+ * flushed, "interrupted", exit 130/143, the state left unclosed (the
+ * streams' sockets close with the process). During the closing of the
+ * state it changes nothing (that cleanup runs to its end); a third signal
+ * kills at once.
  *
  *   mirza [options] [script [args]]
  */
@@ -27,6 +34,7 @@
 
 static lua_State *globalL; /* for the signal handler only, as in lua.c */
 static volatile sig_atomic_t signal_number, signal_count;
+static int said_interrupted; /* the line "interrupted" is printed once */
 
 static const char usage_text[] = "usage: mirza [options] [script|job [args]]\n"
                                  "Run a Lua 5.4 script with the mirza library (require \"mirza\") built in;\n"
@@ -45,11 +53,40 @@ static const char usage_text[] = "usage: mirza [options] [script|job [args]]\n"
                                  "Exit status: 0 on success, 1 on an uncaught error (traceback on stderr),\n"
                                  "130 when interrupted by SIGINT, 143 by SIGTERM.\n";
 
+static void say_interrupted(void) {
+  if (!said_interrupted++) fputs("interrupted\n", stderr);
+  fflush(stderr);
+}
+
+/* The second signal: stop the daemons the script started, flush what it
+ * wrote, and leave without unwinding (no pcall can catch it, no handler
+ * of the script runs). */
+static _Noreturn void end_now(lua_State *L) {
+  say_interrupted();
+  mz_l_stop_started(L);
+  fflush(NULL);
+  _exit(128 + signal_number);
+}
+
+static void stop_hook(lua_State *L, lua_Debug *ar);
+
+/* MZ_HOST_ON_INTERRUPT: called before each "interrupted" the library
+ * raises. The first signal's error is raised once: a wait that raises it
+ * takes the hook away, else a pcall around the wait would catch the error
+ * and the hook raise it again right after. The count is read again after
+ * the hook is gone: a second signal in between set its hook before. */
+static int on_interrupt(lua_State *L) {
+  if (signal_count >= 2) end_now(L);
+  if (globalL && lua_gethook(globalL) == stop_hook) lua_sethook(globalL, NULL, 0, 0);
+  if (signal_count >= 2) end_now(L);
+  return 0;
+}
+
 /* Hook set by the signal handler: raise at the next Lua instruction. */
 static void stop_hook(lua_State *L, lua_Debug *ar) {
   (void)ar;
   lua_sethook(L, NULL, 0, 0);
-  mz_l_raise_interrupt(L);
+  mz_l_raise_interrupt(L); /* through on_interrupt */
 }
 
 static void on_signal(int sig) {
@@ -89,10 +126,8 @@ static int docall(lua_State *L, int narg, int nres) {
 static int report(lua_State *L, int status) {
   if (status != LUA_OK) {
     const char *msg = lua_tostring(L, -1);
-    if (signal_number) { /* whatever the error says (EINTR, "interrupted"): */
-      static int said;   /* a second signal during the cleanup raises again: one line all the same */
-      if (!said++) fputs("interrupted\n", stderr);
-    } else fprintf(stderr, "mirza: %s\n", msg ? msg : "(error object is not a string)");
+    if (signal_number) say_interrupted(); /* whatever the error says (EINTR, "interrupted") */
+    else fprintf(stderr, "mirza: %s\n", msg ? msg : "(error object is not a string)");
     fflush(stderr);
     lua_pop(L, 1);
   }
@@ -213,6 +248,8 @@ static int pmain(lua_State *L) {
   int argc = (int)lua_tointeger(L, 1);
   char **argv = lua_touserdata(L, 2);
   opts *o = lua_touserdata(L, 3);
+  lua_pushcfunction(L, on_interrupt);
+  lua_setfield(L, LUA_REGISTRYINDEX, MZ_HOST_ON_INTERRUPT);
   luaL_openlibs(L);
   mz_host_preload(L, o->dev_dir);
   create_arg_table(L, argv, argc, o->script ? o->script : argc);

@@ -320,6 +320,14 @@ static int proc_wait(mz_proc *p, int ms) {
   return 1;
 }
 
+/* SIGTERM to the group of a child not reaped yet (so the pid is still
+ * ours), without waiting: the first step of mz_proc_stop. The host ending
+ * on a second signal sends it to every daemon before stopping each, so
+ * their graces run side by side rather than one after another. */
+void mz_proc_term(mz_proc *p) {
+  if (!p->stopped && !mz_proc_poll(p, NULL)) signal_group(p->pid, SIGTERM);
+}
+
 /* The group sweep at the end is once per handle: a group id, like a pid,
  * is only reserved while a member lives, so signalling it again much later
  * could hit an unrelated group that got the recycled number. The sweep

@@ -46,6 +46,11 @@ int mz_proc_poll(mz_proc *p, int *status);
  * 1 if SIGKILL was needed, 0 otherwise. */
 int mz_proc_stop(mz_proc *p, int grace_ms);
 
+/* SIGTERM to the group, no wait (mz_proc_stop's first step; nothing once
+ * the child is reaped or stopped): to stop several children side by side,
+ * each gets this first, then mz_proc_stop. */
+void mz_proc_term(mz_proc *p);
+
 /* Release the handle. If the child still runs it is left running (the
  * caller decided: keep_alive) and is not reaped by us any more. */
 void mz_proc_free(mz_proc *p);
