@@ -77,8 +77,8 @@ B.defaults = {
   progress = "auto",      -- true, false, or "auto" (a line every progress_every s; live on a terminal)
   progress_every = 10,
   repetition = nil,       -- mirza.repetition options; false: no guard
-  think_tags = true,      -- reasoning sent as <think>…</think> in the content: split out (mirza.thinktags mode;
-                          -- "open": the answer starts inside one; false: kept in the text)
+  think_tags = true,      -- an item with a schema: reasoning sent as <think>…</think> in the content split out
+                          -- before the check (mirza.thinktags mode; "open": the answer starts inside one; false: kept)
   schema = nil,           -- a JSON Schema (table) or a path: the answer of every chat/completions line without its own
   attempts = 1,           -- answers a chat item with a schema may give (a violation is told to the model)
   affinity = true,        -- items sharing a prefix go where it went last (mirza.pool prefix affinity)
