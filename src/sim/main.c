@@ -64,6 +64,9 @@ static const struct option long_opts[] = {{"host", 1, 0, 'H'},
                                           {"embedding-dims", 1, 0, 0x107},
                                           {"no-embeddings", 0, 0, 0x108},
                                           {"coalesce-writes", 0, 0, 0x109},
+                                          {"prompt-cache", 1, 0, 0x10a},
+                                          {"slot-prompt-similarity", 1, 0, 0x10b},
+                                          {"prefill-rate", 1, 0, 0x10c},
                                           {0, 0, 0, 0}};
 
 static void usage(FILE *out) {
@@ -77,7 +80,24 @@ static void usage(FILE *out) {
         "  --model-id ID           model id reported everywhere (default mirza-sim)\n"
         "  --context-window N      context window in tokens (default 32768)\n"
         "  --api-key KEY           require 'Authorization: Bearer KEY' on every route\n"
-        "  --parallel N            concurrent generations; others queue (default 1)\n"
+        "  --parallel N            concurrent generations (slots); others queue\n"
+        "                          (default 1)\n"
+        "  --prompt-cache slots|endpoint  the prompt cache (default slots): slots is\n"
+        "                          llama-server's, each slot holding one prompt; a\n"
+        "                          request takes the idle slot sharing the longest\n"
+        "                          prefix with it (else the least recently used, or\n"
+        "                          the body's id_slot in the llama dialect), reuses\n"
+        "                          that prefix, and its prompt is the slot's once its\n"
+        "                          prefill is done (two requests starting together\n"
+        "                          with a new preamble both miss); endpoint: every\n"
+        "                          prompt is cached for the whole endpoint as soon as\n"
+        "                          it arrives (an ideal cache, no server's)\n"
+        "  --slot-prompt-similarity F  a slot is chosen for its prompt when it shares\n"
+        "                          more than F of the request (0..1; 0: least recently\n"
+        "                          used only; default 0.1)\n"
+        "  --prefill-rate R        prompt tokens evaluated per second: prefill takes\n"
+        "                          --ttft-ms plus the tokens not found cached / R;\n"
+        "                          0 = cached or not, no cost (default 0)\n"
         "  --tok-rate R            tokens per second; 0 = as fast as possible\n"
         "                          (default 50)\n"
         "  --ttft-ms N             delay before the first token (default 200)\n"
@@ -159,7 +179,7 @@ static void usage(FILE *out) {
         "against its schema (see mirza-sim(1), STRUCTURED ANSWERS).\n"
         "Per-request body overrides: \"mirza_sim\":{\"text\",\"reasoning\",\"answer_tokens\",\n"
         "  \"reasoning_tokens\",\"tok_rate\",\"ttft_ms\",\"fault\",\"tool_calls\",\n"
-        "  \"frames_per_chunk\",\"coalesce_writes\"}\n",
+        "  \"frames_per_chunk\",\"coalesce_writes\",\"prefill_rate\"}; llama dialect: \"id_slot\"\n",
         out);
 }
 
@@ -178,6 +198,14 @@ static long num(const char *name, const char *v, long lo, long hi) {
   return n;
 }
 
+/* A number from 0 to hi. */
+static double real(const char *name, const char *v, double hi) {
+  char *end;
+  double x = strtod(v, &end);
+  if (end == v || *end || !(x >= 0 && x <= hi)) die("invalid value for --%s", name);
+  return x;
+}
+
 static void parse_args(server *s, int argc, char **argv) {
   sim_config *c = &s->cfg;
   *c = (sim_config){.host = "127.0.0.1",
@@ -192,6 +220,7 @@ static void parse_args(server *s, int argc, char **argv) {
                     .answer_tokens = 32,
                     .verbosity = 1,
                     .parallel = 1,
+                    .slot_similarity = 0.1,
                     .keepalive_ms = 5000,
                     .retry_after = 1,
                     .embedding_dims = 16};
@@ -212,12 +241,14 @@ static void parse_args(server *s, int argc, char **argv) {
     case 'c': c->context_window = num(nm, optarg, 1, BIG); break;
     case 'k': c->api_key = optarg; break;
     case 'j': c->parallel = num(nm, optarg, 1, 4096); break;
-    case 'r': {
-      char *end;
-      c->tok_rate = strtod(optarg, &end);
-      if (end == optarg || *end || !(c->tok_rate >= 0 && c->tok_rate < 1e12)) die("invalid value for --%s", nm);
+    case 'r': c->tok_rate = real(nm, optarg, 1e12); break;
+    case 0x10a:
+      if (strcmp(optarg, "slots") && strcmp(optarg, "endpoint"))
+        die("--prompt-cache must be slots or endpoint, not '%s'", optarg);
+      c->prompt_cache = optarg[0] == 'e' ? CACHE_ENDPOINT : CACHE_SLOTS;
       break;
-    }
+    case 0x10b: c->slot_similarity = real(nm, optarg, 1); break;
+    case 0x10c: c->prefill_rate = real(nm, optarg, 1e12); break;
     case 't': c->ttft_ms = num(nm, optarg, 0, BIG); break;
     case 'b': c->heartbeat_ms = num(nm, optarg, 0, BIG); break;
     case 'g': c->progress_every = num(nm, optarg, 0, BIG); break;

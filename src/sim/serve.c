@@ -439,6 +439,13 @@ static void configure_chat(job *j, const http_request *r, const cJSON *body) {
   const cJSON *rate = cJSON_GetObjectItemCaseSensitive(ctl, "tok_rate");
   j->rate = cJSON_IsNumber(rate) && rate->valuedouble >= 0 ? rate->valuedouble : cfg->tok_rate;
   j->ttft_ms = json_long(ctl, "ttft_ms", cfg->ttft_ms);
+  const cJSON *pr = cJSON_GetObjectItemCaseSensitive(ctl, "prefill_rate");
+  j->prefill_rate = cJSON_IsNumber(pr) && pr->valuedouble >= 0 ? pr->valuedouble : cfg->prefill_rate;
+  /* llama-server's id_slot: that slot (modulo its count), waited for while
+   * busy; -1 or none: the one get_available_slot picks. MTPLX has none. */
+  const cJSON *ids = cJSON_GetObjectItemCaseSensitive(body, "id_slot");
+  bool pinned = is_llama(j->srv) && cJSON_IsNumber(ids) && ids->valuedouble >= 0 && ids->valuedouble < 1e9;
+  j->id_slot = pinned ? (int)ids->valuedouble : -1;
   j->frames_per_chunk = json_long(ctl, "frames_per_chunk", cfg->frames_per_chunk);
   const cJSON *co = cJSON_GetObjectItemCaseSensitive(ctl, "coalesce_writes");
   j->coalesce_writes = cJSON_IsBool(co) ? cJSON_IsTrue(co) : cfg->coalesce_writes;

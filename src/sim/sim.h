@@ -11,6 +11,7 @@
  *   http.c    request parsing, plain and chunked responses, socket waits
  *   state.c   sessions, the slots and their prompt caches, the scheduler, the
  *             in-flight request registry
+ *   slots.c   which slot a request takes, the endpoint-wide prompt store
  *   gen.c     deterministic words, sentences and the token sequences
  *   fault.c   parsing of fault specs
  *   serve.c   routes and chat request validation
@@ -41,8 +42,10 @@
 #define SIM_COALESCE_BYTES (256u << 10) /* --coalesce-writes: bytes per write */
 #define SIM_SLICE_MS 50                 /* longest blind sleep: cancel/disconnect latency */
 #define SIM_MAX_ROUTES 16               /* --route and --no-route, each */
+#define SIM_STORE_MAX 256               /* --prompt-cache endpoint: prompts kept */
 
 enum sim_dialect { DIALECT_MTPLX, DIALECT_LLAMA };
+enum sim_prompt_cache { CACHE_SLOTS, CACHE_ENDPOINT }; /* --prompt-cache */
 
 typedef struct sim_config {
   const char *host;
@@ -62,6 +65,9 @@ typedef struct sim_config {
   uint64_t seed;
   int verbosity; /* 0 quiet, 1 default, 2 verbose */
   long parallel;
+  enum sim_prompt_cache prompt_cache; /* slots (llama-server's) or endpoint */
+  double slot_similarity;             /* --slot-prompt-similarity (0.1) */
+  double prefill_rate;                /* --prefill-rate: prompt tokens/s; 0 = free */
   long keepalive_ms;
   long health_pid;         /* pid reported by /health; 0 = our own */
   long fail_first;         /* the first N chat requests answer 429 */
@@ -233,16 +239,26 @@ typedef struct session {
 
 typedef struct waiter {
   struct waiter *next;
+  int pin; /* the slot named by id_slot; -1: any */
 } waiter;
 
-/* One of the --parallel generation slots and the prompt it last served
- * (its KV cache, as llama-server keeps one per slot). */
+/* One of the --parallel generation slots and the prompt it holds (its KV
+ * cache, as llama-server keeps one per slot): while a request prefills,
+ * the prefix it shares with the slot's previous prompt; from its first
+ * token on, its whole prompt. */
 typedef struct slot {
   char *prompt;
   size_t prompt_len;
   bool busy;
-  double last_used;
+  double last_used; /* when it was last released (llama-server's t_last_used) */
 } slot;
+
+/* A prompt of the endpoint-wide store (--prompt-cache endpoint). */
+typedef struct cached_prompt {
+  char *p;
+  size_t n;
+  double used;
+} cached_prompt;
 
 typedef struct server {
   sim_config cfg;
@@ -256,6 +272,9 @@ typedef struct server {
   long busy_slots;
   slot *slots; /* cfg.parallel of them */
   waiter *queue_head, *queue_tail;
+  long pinned_waiting;  /* queued requests that named their slot */
+  cached_prompt *store; /* --prompt-cache endpoint: SIM_STORE_MAX of them */
+  int store_n;
   session *sessions;
   inflight *inflight;
   atomic_long chat_count;
@@ -272,10 +291,21 @@ void inflight_add(server *s, inflight *f);
 void inflight_remove(server *s, inflight *f);
 bool inflight_cancel(server *s, const char *id);
 typedef int (*sched_tick)(void *arg);
-int sched_acquire(server *s, sched_tick tick, void *arg, const char *prompt, size_t n, int *slot_index,
+int sched_acquire(server *s, sched_tick tick, void *arg, const char *prompt, size_t n, int pin, int *slot_index,
                   long *cached_bytes);
+void sched_prefilled(server *s, int slot_index, const char *prompt, size_t n);
 void sched_release(server *s, int slot_index);
 long slots_clear(server *s);
+
+/* ---- slots.c -------------------------------------------------------- */
+size_t sim_common_prefix(const char *a, size_t an, const char *b, size_t bn);
+/* The idle slot a request of prompt takes (llama-server's
+ * get_available_slot); -1 when every slot is busy. */
+int slot_pick(const slot *slots, int n, const char *prompt, size_t len, double similarity);
+/* The stored prompt sharing the longest prefix with prompt (-1: none
+ * shares any) and that prefix; the least recently used entry. */
+int store_best(const cached_prompt *store, int n, const char *prompt, size_t len, size_t *common);
+int store_victim(const cached_prompt *store, int n);
 
 /* ---- serve.c -------------------------------------------------------- */
 void serve_connection(server *s, int fd);
@@ -321,7 +351,9 @@ typedef struct job {
   size_t split_n;
   char *prompt; /* the messages as JSON (what the caches compare) */
   size_t prompt_len;
-  int slot_index; /* the slot held (when slot) */
+  int slot_index;      /* the slot held (when slot) */
+  int id_slot;         /* the slot the body named (llama's id_slot); -1: any */
+  double prefill_rate; /* prompt tokens evaluated per second; 0: no cost */
   bool slot, gone, cancelled, role_sent, oversized_done;
   bool fired_error, fired_cut, fired_stall, fired_malformed, fired_crash;
   bool fired_bad_utf8, fired_nul;

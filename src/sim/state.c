@@ -4,12 +4,18 @@
  * generation slots (--parallel) with a FIFO queue, and the registry of
  * in-flight requests that /v1/mtplx/cancel/{id} searches.
  *
- * Each slot keeps the last prompt it served, as llama-server's slots keep
- * their KV cache: a request is given the free slot whose prompt shares the
- * longest prefix with its own (the least recently used free slot when none
- * shares more than a tenth), and that prefix is what it finds cached. So a
- * client that sends requests sharing a preamble to the same server reuses
- * it, and one that spreads them over more preambles than slots evicts it.
+ * The prompt cache (--prompt-cache slots, the default) is llama-server's:
+ * each slot holds one prompt; a request takes the idle slot chosen by
+ * slot_pick (slots.c: the longest shared prefix over a tenth of the
+ * request, else the least recently released) or the one its body names
+ * (id_slot, waiting for it while it is busy), finds cached the prefix it
+ * shares with that slot's prompt, and its own prompt becomes the slot's
+ * only once its prefill is done (sched_prefilled, at its first token): two
+ * requests that start together with the same new preamble both evaluate
+ * it, and a client that sends a preamble's items to the same server after
+ * the first is answered reuses it. --prompt-cache endpoint: every prompt is
+ * cached for the whole endpoint from the moment it arrives (an upper
+ * bound, no server's behaviour).
  *
  * One mutex guards everything: contention is negligible next to the
  * simulated decode, and a single lock cannot deadlock.
@@ -28,35 +34,18 @@ void state_init(server *s) {
   pthread_cond_init(&s->cv, &ca);
   pthread_condattr_destroy(&ca);
   s->slots = calloc((size_t)s->cfg.parallel, sizeof *s->slots);
-  if (!s->slots) abort();
+  s->store = calloc(SIM_STORE_MAX, sizeof *s->store);
+  if (!s->slots || !s->store) abort();
 }
 
-static size_t common_prefix(const char *a, size_t an, const char *b, size_t bn) {
-  size_t n = 0;
-  while (n < an && n < bn && a[n] == b[n]) n++;
-  return n;
+static void set_prompt(char **dst, size_t *dst_len, const char *p, size_t n) {
+  free(*dst);
+  *dst = sim_strndup(p, n);
+  *dst_len = n;
 }
 
-/* The free slot for a prompt (under the lock), as llama-server's
- * get_available_slot: the longest shared prefix if it is more than a tenth
- * of the prompt (--slot-prompt-similarity 0.1), else the least recently
- * used; *common: the prefix shared with the chosen slot's prompt. */
-static int slot_pick(server *s, const char *prompt, size_t n, size_t *common) {
-  int best = -1, lru = -1;
-  size_t best_n = 0, lru_n = 0;
-  for (int i = 0; i < (int)s->cfg.parallel; i++) {
-    slot *sl = &s->slots[i];
-    if (sl->busy) continue;
-    size_t c = common_prefix(prompt, n, sl->prompt ? sl->prompt : "", sl->prompt_len);
-    if (c * 10 > n && c > best_n) best = i, best_n = c;
-    if (lru < 0 || sl->last_used < s->slots[lru].last_used) lru = i, lru_n = c;
-  }
-  *common = best >= 0 ? best_n : lru_n;
-  return best >= 0 ? best : lru;
-}
-
-/* Forget every slot's prompt (MTPLX's /admin/cache/clear); returns how
- * many held one. */
+/* Forget every slot's prompt and the endpoint's store (MTPLX's
+ * /admin/cache/clear); returns how many slots held one. */
 long slots_clear(server *s) {
   long n = 0;
   pthread_mutex_lock(&s->mu);
@@ -66,6 +55,8 @@ long slots_clear(server *s) {
     s->slots[i].prompt = NULL;
     s->slots[i].prompt_len = 0;
   }
+  for (int i = 0; i < s->store_n; i++) free(s->store[i].p);
+  s->store_n = 0;
   pthread_mutex_unlock(&s->mu);
   return n;
 }
@@ -176,18 +167,51 @@ static void queue_remove(server *s, waiter *w) {
   if (s->queue_tail == w) s->queue_tail = prev;
 }
 
-/* Wait for a generation slot, first come first served. Every SIM_SLICE_MS
+/* --prompt-cache endpoint, as a request arrives (under the lock): the
+ * longest prefix any earlier prompt shares with it; then it is stored. */
+static size_t store_arrive(server *s, const char *prompt, size_t n) {
+  size_t common = 0;
+  int i = store_best(s->store, s->store_n, prompt, n, &common);
+  if (i < 0 || common < n || s->store[i].n != n) { /* not there yet: a new entry */
+    i = s->store_n < SIM_STORE_MAX ? s->store_n++ : store_victim(s->store, s->store_n);
+    set_prompt(&s->store[i].p, &s->store[i].n, prompt, n);
+  }
+  s->store[i].used = sim_now();
+  return common;
+}
+
+/* The slot the waiter w may take now (under the lock), or -1: w must be
+ * the first waiter in line that can go (the queue is first come, first
+ * served, but one waiting for a busy slot it named lets the next go, as
+ * llama-server defers such a task). */
+static int slot_for(server *s, waiter *w, const char *prompt, size_t n) {
+  if (s->busy_slots >= s->cfg.parallel) return -1;
+  if (!s->pinned_waiting && s->queue_head != w) return -1;
+  for (waiter *q = s->queue_head; q && q != w; q = q->next)
+    if (q->pin < 0 || !s->slots[q->pin].busy) return -1; /* an earlier one can go */
+  if (w->pin >= 0) return s->slots[w->pin].busy ? -1 : w->pin;
+  double sim = s->cfg.prompt_cache == CACHE_SLOTS ? s->cfg.slot_similarity : 0;
+  return slot_pick(s->slots, (int)s->cfg.parallel, prompt, n, sim);
+}
+
+/* Wait for a generation slot, first come first served (pin >= 0: that
+ * slot, modulo --parallel, as llama-server's id_slot). Every SIM_SLICE_MS
  * the lock is dropped and tick(arg) runs (heartbeats, disconnect checks); a
  * nonzero tick abandons the wait and is returned. 0 = slot held: its index,
- * and the bytes of prompt its cache held; the slot now caches prompt. */
-int sched_acquire(server *s, sched_tick tick, void *arg, const char *prompt, size_t n, int *slot_index,
+ * and the bytes of prompt found cached. The slot keeps only that prefix
+ * until sched_prefilled. */
+int sched_acquire(server *s, sched_tick tick, void *arg, const char *prompt, size_t n, int pin, int *slot_index,
                   long *cached_bytes) {
-  waiter w = {0}; /* queued on our stack: removed before every return below */
+  if (!prompt) prompt = "", n = 0;
+  waiter w = {.pin = pin >= 0 ? (int)(pin % s->cfg.parallel) : -1}; /* on our stack: unlinked before returning */
   pthread_mutex_lock(&s->mu);
+  size_t stored = s->cfg.prompt_cache == CACHE_ENDPOINT ? store_arrive(s, prompt, n) : 0;
   if (s->queue_tail) s->queue_tail->next = &w;
   else s->queue_head = &w; // cppcheck-suppress autoVariables ; unlinked by queue_remove before return
   s->queue_tail = &w;      // cppcheck-suppress autoVariables ; unlinked by queue_remove before return
-  while (!(s->queue_head == &w && s->busy_slots < s->cfg.parallel)) {
+  s->pinned_waiting += w.pin >= 0;
+  int i;
+  while ((i = slot_for(s, &w, prompt, n)) < 0) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     ts.tv_nsec += SIM_SLICE_MS * 1000000L;
@@ -198,32 +222,40 @@ int sched_acquire(server *s, sched_tick tick, void *arg, const char *prompt, siz
     pthread_mutex_lock(&s->mu);
     if (rc) {
       queue_remove(s, &w);
+      s->pinned_waiting -= w.pin >= 0;
       pthread_cond_broadcast(&s->cv);
       pthread_mutex_unlock(&s->mu);
       return rc;
     }
   }
   queue_remove(s, &w);
+  s->pinned_waiting -= w.pin >= 0;
   s->busy_slots++;
-  size_t common = 0;
-  int i = slot_pick(s, prompt ? prompt : "", prompt ? n : 0, &common);
   slot *sl = &s->slots[i];
+  size_t common = sim_common_prefix(prompt, n, sl->prompt, sl->prompt_len);
   sl->busy = true;
-  sl->last_used = sim_now();
-  free(sl->prompt);
-  sl->prompt = sim_strndup(prompt ? prompt : "", prompt ? n : 0);
-  sl->prompt_len = prompt ? n : 0;
+  sl->prompt_len = common; /* llama-server keeps the shared prefix, evaluates the rest */
   *slot_index = i;
-  *cached_bytes = (long)common;
+  *cached_bytes = (long)(s->cfg.prompt_cache == CACHE_ENDPOINT ? stored : common);
   pthread_cond_broadcast(&s->cv); /* the next in line may fit too */
   pthread_mutex_unlock(&s->mu);
   return 0;
+}
+
+/* The prefill of the request holding slot_index is done (its first token
+ * is due): the slot now holds its whole prompt. */
+void sched_prefilled(server *s, int slot_index, const char *prompt, size_t n) {
+  pthread_mutex_lock(&s->mu);
+  slot *sl = &s->slots[slot_index];
+  set_prompt(&sl->prompt, &sl->prompt_len, prompt ? prompt : "", prompt ? n : 0);
+  pthread_mutex_unlock(&s->mu);
 }
 
 void sched_release(server *s, int slot_index) {
   pthread_mutex_lock(&s->mu);
   s->busy_slots--;
   s->slots[slot_index].busy = false;
+  s->slots[slot_index].last_used = sim_now();
   pthread_cond_broadcast(&s->cv);
   pthread_mutex_unlock(&s->mu);
 }

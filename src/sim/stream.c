@@ -385,10 +385,12 @@ static const char *generate(job *j) {
 
 /* ---- the request ---------------------------------------------------------- */
 
-/* Queue for a slot, then "prefill" for ttft_ms. 0 = ready to decode. */
+/* Queue for a slot, then "prefill": ttft_ms, plus the prompt tokens not
+ * found cached at prefill_rate. Then the slot caches the whole prompt.
+ * 0 = ready to decode. */
 static int acquire_and_prefill(job *j) {
   long common = 0;
-  int rc = sched_acquire(j->srv, queue_tick, j, j->prompt, j->prompt_len, &j->slot_index, &common);
+  int rc = sched_acquire(j->srv, queue_tick, j, j->prompt, j->prompt_len, j->id_slot, &j->slot_index, &common);
   if (rc) return rc;
   j->slot = true;
   if (!j->has_session) /* the slot's cache; an MTPLX session keeps its own */
@@ -397,7 +399,10 @@ static int acquire_and_prefill(job *j) {
     return -1;
   j->t_slot = sim_now();
   j->t_first = j->t_slot + (double)(j->ttft_ms > 0 ? j->ttft_ms : 0) / 1000.0;
-  return wait_phase(j, j->t_first, "prefill");
+  if (j->prefill_rate > 0) j->t_first += (double)(j->prompt_tokens - j->cached_tokens) / j->prefill_rate;
+  rc = wait_phase(j, j->t_first, "prefill");
+  if (rc == 0) sched_prefilled(j->srv, j->slot_index, j->prompt, j->prompt_len);
+  return rc;
 }
 
 int job_run(job *j) {

@@ -1,10 +1,12 @@
--- mirza-sim's per-slot prefix cache (issue 18, contract 3): each of the
--- --parallel slots keeps the last prompt it served; a request gets the free
--- slot sharing the longest prefix with it (more than a tenth of it, as
+-- mirza-sim's per-slot prefix cache (issue 18, contract 3; issue 32: the
+-- default --prompt-cache slots): each of the --parallel slots keeps the
+-- last prompt it served (once its prefill was done); a request gets the
+-- free slot sharing the longest prefix with it (more than a tenth of it, as
 -- llama-server's --slot-prompt-similarity 0.1), else the least recently
--- used one, and reports that prefix (4 bytes a token) as cached tokens in
--- usage, llama's timings.cache_n and mtplx_stats. MTPLX session ids keep
--- their own cache, as before.
+-- released one, and reports that prefix (4 bytes a token) as cached tokens
+-- in usage, llama's timings.cache_n and mtplx_stats. MTPLX session ids keep
+-- their own cache, as before. Requests one at a time here; concurrent ones,
+-- id_slot, --prompt-cache endpoint and --prefill-rate: sim_slots_spec.
 local mirza = require "mirza"
 local H = require "tests.helper"
 local json = mirza.json
