@@ -363,17 +363,37 @@ local function bump(node, field, e, n)
 end
 
 -- Free a slot on e for a new copy: the least recently used idle copy of
--- another key gives its slot (the daemon evicts that prompt).
+-- another key gives its slot (the daemon evicts that prompt). The idle
+-- copies queue in e.idle in the order they became idle (`finished`), each
+-- with its key's `used` stamp then: an entry whose key was used since, or
+-- holds no idle copy any more, is stale and skipped. O(1) amortized: a
+-- batch of unique prefixes evicts at every item.
 function Pool._evict(e)
-  local victim
-  for node in pairs(e.holders or {}) do
+  local q = e.idle
+  while q and q.head <= q.tail do
+    local i = q.head
+    local node, stamp = q.node[i], q.stamp[i]
+    q.node[i], q.stamp[i], q.head = nil, nil, i + 1
     local copies, busy = (node.copies or {})[e] or 0, (node.busy or {})[e] or 0
-    if copies > busy and (not victim or (node.used or 0) < (victim.used or 0)) then victim = node end
+    if node.used == stamp and copies > busy then
+      bump(node, "copies", e, -1)
+      e.claimed = e.claimed - 1
+      if not (node.copies or {})[e] and not (node.cold or {})[e] then e.holders[node] = nil end
+      break
+    end
   end
-  if not victim then return end
-  bump(victim, "copies", e, -1)
-  e.claimed = e.claimed - 1
-  if not (victim.copies or {})[e] then e.holders[victim] = nil end
+  if q and q.head > q.tail then q.head, q.tail = 1, 0 end -- drained: from 1 again (array part)
+end
+
+-- key's copy on e is idle now: it may be evicted, least recently used first.
+local function idle(e, node)
+  local q = e.idle
+  if not q then
+    q = { head = 1, tail = 0, node = {}, stamp = {} }
+    e.idle = q
+  end
+  q.tail = q.tail + 1
+  q.node[q.tail], q.stamp[q.tail] = node, node.used
 end
 
 ---A request with prefix key `key` was sent to e (acquired): the ticket to
@@ -429,6 +449,7 @@ function Pool:finished(e, ticket)
     e.claimed = e.claimed - 1
     if not (node.copies or {})[e] and not (node.cold or {})[e] then e.holders[node] = nil end
   end
+  if ((node.copies or {})[e] or 0) > ((node.busy or {})[e] or 0) then idle(e, node) end
   self.cond:broadcast()
 end
 
