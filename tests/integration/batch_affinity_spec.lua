@@ -148,6 +148,29 @@ describe("batch and the prompt cache", function()
       assert.is_true(on_one >= 60, on_one .. " of 80 items on their preamble's usual daemon")
     end)
 
+  it("evaluates each preamble once on servers that cache a prompt per slot once prefilled (issue 32's shape)",
+    function()
+      -- two servers of 2 slots, 4 preambles x 8 questions, shuffled, a prefill
+      -- of 5,000 tokens/s: the first item of a preamble goes alone, the others
+      -- follow its first token on its slot (never a second cold copy beside it)
+      local more = { "--parallel", "2", "--prompt-cache", "slots", "--prefill-rate", "5000" }
+      local sims = { sim_with(more), sim_with(more) }
+      local input, output = write_input(lines(4, 8, true)), H.tmpname(".jsonl")
+      local st = assert(batch.run { input = input, output = output, endpoints = { sims[1].base, sims[2].base },
+        limit = 2, model = "m", quiet = true, progress = false })
+      for _, s in ipairs(sims) do s.stop() end
+      assert.same({ 32, 0 }, { st.done_now, st.errors })
+      local cold = {}
+      for id, r in pairs(records(output)) do
+        if r.mirza.cached_tokens < 400 then cold[#cold + 1] = id end -- its preamble (~500 tokens) evaluated
+      end
+      table.sort(cold)
+      assert.equal(4, #cold, "preambles evaluated: " .. table.concat(cold, " "))
+      assert.is_true(batch.cached_share(st) >= 0.85, ("%.2f"):format(batch.cached_share(st)))
+      os.remove(input)
+      os.remove(output)
+    end)
+
   it("takes --no-affinity and --schema on the command line", function()
     local sim = sim_with { "--parallel", "2" }
     local schema = H.tmpname(".json")
