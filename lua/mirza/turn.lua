@@ -7,7 +7,11 @@
 --- `s:events()` does for a raw stream. `e:cancel()` stops the turn in
 --- flight from anywhere (a sink callback, another coroutine): the stream is
 --- closed at once and the iterator's next event is
---- `{type = "cut", reason = "cancelled"}`, then the end.
+--- `{type = "cut", reason = "cancelled"}`, then the end. It is always an
+--- iterator: a turn that cannot start yields one `error` event (the
+--- message and code `say` returns) and ends. A 429, or a 503 with
+--- Retry-After, before anything arrived is waited out within the turn's
+--- deadline (`header_timeout` from its start), as a batch does.
 ---
 --- History: a turn that ends with `done` stores the user message and the
 --- answer (reasoning excluded, tool calls kept). A cancelled or broken-off
@@ -161,6 +165,33 @@ local function busy(t, ev)
   return not t.cancelled
 end
 
+-- Back-pressure before anything arrived — HTTP 429, or 503 with a
+-- Retry-After — is waited out, as a batch does (mirza.retry: the
+-- endpoint works, it asks for time): the server's Retry-After, else a
+-- backoff of 0.5 s doubling to 30 s (jittered), then the request again —
+-- while the wait ends within the turn's deadline (`header_timeout` from its
+-- start; false: none). A wait that would pass it fails the turn at once
+-- with the server's answer. Asleep in slices, so that a cancel stops it.
+local function overloaded(e, t, ev)
+  if ev.code ~= "http" or t.got_any then return false end
+  local ra = tonumber(ev.retry_after)
+  if not (ev.status == 429 or (ev.status == 503 and ra)) then return false end
+  if e.pool and not t.endpoint then return false end -- its slot was given back (fail-over found none)
+  t.overload_tries = (t.overload_tries or 0) + 1
+  local wait = ra and math.max(0, ra) + 0.05 * math.random() or retry.backoff(t.overload_tries, 0.5, 30, 0.5, 1)
+  local limit = t.spec.deadline
+  if limit and mirza.now() + wait > limit then return false end
+  e:log("notice", ("%s answered %d%s: asking again in %.1f s"):format(e.base_url, ev.status,
+    ra and (" (Retry-After: %g s)"):format(ra) or "", wait))
+  local until_ = mirza.now() + wait
+  while not t.cancelled do
+    local left = until_ - mirza.now()
+    if left <= 0 then break end
+    mirza.sleep(math.min(0.25, left))
+  end
+  return not t.cancelled
+end
+
 -- An engine over a pool: a failure of the endpoint before anything
 -- arrived goes to another one (`e:_turn_failover` says which).
 local function failover(e, t, ev)
@@ -170,7 +201,8 @@ local function failover(e, t, ev)
 end
 
 -- The source: the stream's events (a 409 from the engine's own previous
--- request waited out, a failed endpoint of a pool replaced), a dead daemon
+-- request waited out, a 429 or 503 with Retry-After waited out, a failed
+-- endpoint of a pool replaced), a dead daemon
 -- diagnosed ("exited" with the status and log tail), and one `cut` event
 -- after a cancel. Tool calls are gathered here too, as mirza.tools.stage
 -- would (into t.tool_acc; at `done`, a `tool_call_done` per call first):
@@ -196,7 +228,7 @@ local function source(e, t)
         if ty == "tool_call" or ty == "done" then return take(acc, ev, q) end
         return ev
       end
-      if not busy(t, ev) and (t.got_any or not failover(e, t, ev)) then
+      if not busy(t, ev) and (t.got_any or not (failover(e, t, ev) or overloaded(e, t, ev))) then
         ev = e:_turn_error(ev)
         t.got_any = true
         return ev
@@ -244,15 +276,33 @@ local function builtin_only(e, topts)
   return #e.stages == 0 and topts.stages == nil
 end
 
+-- A turn that could not start (the daemon down, a bad input or schema,
+-- no endpoint): an iterator all the same, yielding one `error` event with
+-- the message and code, then the end; the message and the code come
+-- second and third, the turn (finished: nothing to close) fourth, and
+-- `t.start_error` holds the event.
+local function failed(t, msg, code)
+  local ev = { type = "error", message = msg, code = code }
+  t.finished, t.start_error = true, ev
+  local sent = false
+  return function()
+    if sent then return nil end
+    sent = true
+    return ev
+  end, msg, code, t
+end
+
 ---Start one turn on engine `e` (`e:turn`, which first ends the turn in
----flight; see the module comment).
+---flight; see the module comment). Always an iterator: a turn that cannot
+---start yields one `error` event (`message`, `code`) and ends, the
+---message and the code then second and third.
 ---@param e mirza.Engine
 ---@param input string|table a prompt string, a message list, or a JSON message list
 ---@param opts? mirza.TurnOptions
----@return (fun(): table|nil)|nil iter
+---@return fun(): table|nil iter
 ---@return mirza.Stream|string stream_or_message
 ---@return string? code
----@return mirza.Turn? turn the closing value
+---@return mirza.Turn turn the closing value
 function M.start(e, input, opts)
   opts = check_turn_opts(opts)
   local t = setmetatable({ engine = e, input = input, cancelled = false, finished = false, avoid = {},
@@ -260,10 +310,10 @@ function M.start(e, input, opts)
   local sch = opts.schema
   if sch == nil then sch = e.cfg.schema end
   local c, cmsg, ccode = structured.compile(sch)
-  if c == nil then return nil, cmsg, ccode end
+  if c == nil then return failed(t, cmsg, ccode) end
   t.schema = c or nil
   local spec, msg, code = e:_turn_begin(t, input, opts, t.schema)
-  if not spec then return nil, msg, code end
+  if not spec then return failed(t, msg, code) end
   t.spec, t.plan, t.endpoint = spec, spec.plan, spec.endpoint
   t.acc = reducer.new { think = false } -- TTFT counts from here: request sent → first delta
   t.acc.on_progress = spec.progress
@@ -295,7 +345,7 @@ end
 -- message, code when it could not start.
 local function routed(e, input, topts, ropts)
   local it, s, code, t = e:turn(input, topts)
-  if not it then return nil, s, code end
+  if t.start_error then return nil, s, code end
   local result
   do
     local _ <close> = t
