@@ -260,7 +260,7 @@ local function stages_of(e, t, opts, plan)
     list[#list + 1] = { name = "repetition", fn = policy.policy_stage(e, "mirza.repetition"), opts = ropts }
   end
   -- structured answers (mirza.structured): the json events, then the check at `done` (into t.value)
-  list[#list + 1] = structured.json_stage(opts.json, opts.on_json)
+  list[#list + 1] = structured.json_stage(opts.json, opts.on_json, t.schema)
   if t.schema then list[#list + 1] = structured.check_stage(t.schema, t) end
   -- the script's own: one that raises gives way to its last working version, or is dropped (mirza.policy)
   for _, st in ipairs(e.stages) do list[#list + 1] = policy.stage(e, st) end

@@ -163,6 +163,11 @@ int route_embeddings(conn *c, const http_request *r) {
     bad = "'encoding_format' must be \"float\" or \"base64\"";
   sbuf text = {0}, out = {0}, data = {0};
   long total = 0, i = 0;
+  /* mirza_sim.embed_order = "reverse": the data listed last input first,
+   * as a server may list it (a client places each vector by its index) */
+  const cJSON *order = cJSON_GetObjectItemCaseSensitive(ctl, "embed_order");
+  bool reverse = cJSON_IsString(order) && strcmp(order->valuestring, "reverse") == 0;
+  size_t item_at = 0;
   float *v = bad ? NULL : malloc((size_t)dims * sizeof *v);
   const cJSON *it, *list = bad ? NULL : items;
   cJSON_ArrayForEach(it, list) {
@@ -173,6 +178,7 @@ int route_embeddings(conn *c, const http_request *r) {
     }
     total += tokens;
     vector_of(s->cfg.seed, text.p ? text.p : "", text.len, dims, v);
+    item_at = data.len;
     sbuf_adds(&data, i ? ",{" : "{");
     if (is_llama(s)) {
       sbuf_adds(&data, "\"embedding\":");
@@ -182,6 +188,14 @@ int route_embeddings(conn *c, const http_request *r) {
       sbuf_printf(&data, "\"object\":\"embedding\",\"index\":%ld,\"embedding\":", i);
       add_embedding(&data, v, dims, b64);
       sbuf_adds(&data, "}");
+    }
+    if (reverse && i > 0) { /* this item first: {item}, then what came before */
+      sbuf moved = {0};
+      sbuf_add(&moved, data.p + item_at + 1, data.len - item_at - 1);
+      sbuf_adds(&moved, ",");
+      sbuf_add(&moved, data.p, item_at);
+      sbuf_free(&data);
+      data = moved;
     }
     i++;
   }

@@ -69,6 +69,12 @@ describe("mirza.embed", function()
     assert.near(1, norm, 1e-5)
   end)
 
+  it("places each vector by its index when the server lists them out of order", function()
+    local v = assert(mirza.embed { url = sim.base, input = texts(5),
+      body_extra = { mirza_sim = { embed_order = "reverse" } } })
+    assert_alone(v, 5) -- the server listed 4, 3, 2, 1, 0
+  end)
+
   it("chunks over a pool of two sims, one late: inputs keep their order, the pool's slots all used", function()
     local p = pool.new({ slow.base, sim.base }, { limit = 2 })
     local v = assert(mirza.embed { pool = p, input = texts(40), batch = 3 })
