@@ -232,8 +232,8 @@ print("handler " .. tostring(mirza.on_warning()))
 ]]
     assert.equal(0, run.wait(30), run.output())
     local out = run.output()
-    local _, n = ("\n" .. out):gsub("\nlogged warning: a credential %(api_key or an Authorization%-like header%) goes in "
-      .. "clear over plain http to http://%[redacted%]@gpu%.example:9/[%w/]+, which is not this " -- the probe's
+    local _, n = ("\n" .. out):gsub("\nlogged warning: a credential %(api_key or an Authorization%-like header%) "
+      .. "goes in clear over plain http to http://%[redacted%]@gpu%.example:9/[%w/]+, which is not this " -- the probe's
       .. "machine", "")
     assert.equal(1, n, out)
     assert.is_nil(out:find("mirza: warning:", 1, true), out)
