@@ -198,6 +198,22 @@ function Engine:_use(found)
   return true
 end
 
+-- What an endpoint used as is answered, for the engines of this process
+-- (a thousand engines on one URL made together probe it once): kept
+-- PROBE_KEEP seconds, short enough that a daemon restarted as another
+-- server is probed again.
+local PROBE_KEEP = 2
+local probes = {}
+
+local function recent_probe(base, key)
+  local p = probes[base .. "\0" .. (key or "")]
+  if p and mirza.now() - p.at < PROBE_KEEP then return p.found end
+end
+
+local function remember_probe(base, key, found)
+  probes[base .. "\0" .. (key or "")] = { found = found, at = mirza.now() }
+end
+
 -- An endpoint used as is: probed once (a base URL's answer is kept in
 -- `_found`, under the URL given and the one used), then driven as what
 -- answered. A probe that found nothing usable — no answer, or a server
@@ -211,7 +227,11 @@ function Engine:_as_is(base, wait)
   local f = self._found[base]
   if f and f == self._used and not f.again then return true end
   if not f or f.again then
-    local found, msg, code = self:_probe(base, true, wait)
+    local found, msg, code = recent_probe(base, self.cfg.api_key)
+    if not found then
+      found, msg, code = self:_probe(base, true, wait)
+      if found and not found.loading then remember_probe(base, self.cfg.api_key, found) end
+    end
     if found and found.loading then found, msg, code = nil, base .. "/health answers 503 (loading)", "loading" end
     f = found or { failed = msg, again = code == "refused" or code == "loading" or nil }
     self._found[base] = f
