@@ -1035,18 +1035,24 @@ local function print_table(rows)
   end
 end
 
--- Issue 20's goals, each figure next to its target (the rows it needs
--- must have run: `--only` may leave some out).
-local function print_goals(rows)
-  local by = {}
+-- The rows by name, the goal lines so far and goal(what, value, shown,
+-- target, ok), which adds one when its row ran (value not nil).
+local function goal_table(rows)
+  local by, out = {}, {}
   for _, r in ipairs(rows) do by[r.name] = r end
-  local out = {}
   local function goal(what, value, shown, target, ok)
     if value then
       out[#out + 1] = ("%-52s %9s %9s  %s"):format(what, shown, target,
         target == "—" and "" or ok and "met" or "NOT MET")
     end
   end
+  return by, out, goal
+end
+
+-- Issue 20's goals, each figure next to its target (the rows it needs
+-- must have run: `--only` may leave some out).
+local function print_goals(rows)
+  local by, out, goal = goal_table(rows)
   local function us(name) return by[name] and by[name].us_per_token end
   local function over(a, b) return us(a) and us(b) and us(a) / us(b) end
   local x = by["core loop pre-rendered"] and by["core loop pre-rendered"].x_curl
@@ -1125,17 +1131,9 @@ local function print_goals(rows)
   end
 end
 
--- Issue 31's goals, each figure next to its target.
+-- Issue 31's goals, each figure next to its target, and issue 32's.
 local function print_goals_31(rows)
-  local by = {}
-  for _, r in ipairs(rows) do by[r.name] = r end
-  local out = {}
-  local function goal(what, value, shown, target, ok)
-    if value then
-      out[#out + 1] = ("%-52s %9s %9s  %s"):format(what, shown, target,
-        target == "—" and "" or ok and "met" or "NOT MET")
-    end
-  end
+  local by, out, goal = goal_table(rows)
   local a, b = by["short items @64"], by["short items @64 tick 0"]
   local x = a and b and a.wall_s and b.wall_s and a.wall_s / b.wall_s
   goal("1. default tick within 1.2x of tick 0's wall", x, ("%.2f"):format(x or 0), "≤ 1.2", x and x <= 1.2)
@@ -1160,12 +1158,22 @@ local function print_goals_31(rows)
   end
   local c = by["collect x1024 paced 50/s"]
   x = c and c.us_per_token
-  goal("3. 1,024 collects paced 50/s: µs per token", x, ("%.2f"):format(x or 0), "≤ 6", x and x <= 6)
+  goal("10. 1,024 collects paced 50/s: µs per token", x, ("%.2f"):format(x or 0), "≤ 6", x and x <= 6)
   x = c and c.rss_kb and c.rss_kb / 1024
-  goal("3. 1,024 collects paced 50/s: RSS MB", x, ("%.1f"):format(x or 0), "≤ 48", x and x <= 48)
+  goal("10. 1,024 collects paced 50/s: RSS MB", x, ("%.1f"):format(x or 0), "≤ 48", x and x <= 48)
   if #out > 0 then
     print(("\n%-52s %9s %9s"):format("goals (issue 31)", "figure", "target"))
     print(table.concat(out, "\n"))
+  end
+  local _, out32, goal32 = goal_table(rows)
+  local on, off = by["prefix affinity on, 4x1000x8 per-slot cache"], by["prefix affinity off, 4x1000x8 per-slot cache"]
+  x = on and on.share and on.share * 100
+  goal32("2. 4x1000x8 on per-slot caches: % from cache", x, ("%.0f"):format(x or 0), "≥ 85", x and x >= 85)
+  x = off and off.share and off.share * 100
+  goal32("2.   (the same, least loaded)", x, ("%.0f"):format(x or 0), "—", true)
+  if #out32 > 0 then
+    print(("\n%-52s %9s %9s"):format("goals (issue 32)", "figure", "target"))
+    print(table.concat(out32, "\n"))
   end
 end
 
