@@ -279,10 +279,7 @@ function Pool:_remember(key, e)
     self.keys_tail = old.prev
     if self.keys_tail then self.keys_tail.next = nil end
     self.keys[old.key], self.nkeys = nil, self.nkeys - 1
-    for oe, n in pairs(old.copies or {}) do -- its slots are no one's now
-      oe.claimed = oe.claimed - n
-      oe.holders[old] = nil
-    end
+    Pool._forget(old)
   end
 end
 
@@ -327,28 +324,18 @@ end
 -- ------------------------------------------------------------ prompt slots
 -- What the pool believes each daemon's prompt cache holds, as llama-server
 -- keeps it (a prompt per slot, cached once its prefill is done: two
--- requests that start together with a new prefix both evaluate it): per
--- key and endpoint, `copies` (slots holding the prefix), `busy` (its
--- requests in flight there), `cold` (those sent without a copy free, not
--- yet past their first token); per endpoint, `claimed` (slots holding or
--- about to hold some prefix, at most its limit) and `holders` (the keys).
--- Only a batch that reports its requests (`sent`, `prefilled`,
--- `finished`) feeds it.
+-- requests that start together with a new prefix both evaluate it; a busy
+-- slot is never shared): per key and endpoint, `copies` (slots holding
+-- the prefix), `busy` (its requests in flight there), `cold` (those sent
+-- without a copy idle, not yet past their first token); per endpoint,
+-- `claimed` (slots holding or about to hold some prefix, at most its
+-- limit), `idle_copies` (copies no request uses: evictable) and `idle` (a
+-- queue of keys in the order their copies became idle). Only a batch that
+-- reports its requests (`sent`, `prefilled`, `finished`) feeds it.
 
--- A key's state on endpoint e for a new request: "affine" (a copy idle
--- there), "slot" (no copy idle, but a slot no prefix claims: a new copy
--- there, not a second cold one), "wait" (its copies busy or being
--- prefilled and no free slot: follow them), or false (full, down, or
--- another key's copy would be evicted).
-function Pool._slot_state(node, e, now)
-  if e.fails > 0 then return false end
-  local copies, busy, cold = (node.copies or {})[e] or 0, (node.busy or {})[e] or 0, (node.cold or {})[e] or 0
-  local room = free(e, now)
-  if copies > busy then return room and "affine" or "wait" end
-  if cold > 0 then return "wait" end
-  if room and (e.claimed or 0) < e.limit then return "slot" end
-  if busy > 0 then return "wait" end
-  return false
+local function count(node, field, e)
+  local t = node[field]
+  return t and t[e] or 0
 end
 
 -- n more (or fewer) of key's `field` on e.
@@ -362,38 +349,100 @@ local function bump(node, field, e, n)
   t[e] = v > 0 and v or nil
 end
 
--- Free a slot on e for a new copy: the least recently used idle copy of
--- another key gives its slot (the daemon evicts that prompt). The idle
--- copies queue in e.idle in the order they became idle (`finished`), each
--- with its key's `used` stamp then: an entry whose key was used since, or
--- holds no idle copy any more, is stale and skipped. O(1) amortized: a
--- batch of unique prefixes evicts at every item.
-function Pool._evict(e)
-  local q = e.idle
-  while q and q.head <= q.tail do
-    local i = q.head
-    local node, stamp = q.node[i], q.stamp[i]
-    q.node[i], q.stamp[i], q.head = nil, nil, i + 1
-    local copies, busy = (node.copies or {})[e] or 0, (node.busy or {})[e] or 0
-    if node.used == stamp and copies > busy then
-      bump(node, "copies", e, -1)
-      e.claimed = e.claimed - 1
-      if not (node.copies or {})[e] and not (node.cold or {})[e] then e.holders[node] = nil end
-      break
-    end
-  end
-  if q and q.head > q.tail then q.head, q.tail = 1, 0 end -- drained: from 1 again (array part)
+-- Key's copies on e that no request uses.
+local function idle_of(node, e)
+  local n = count(node, "copies", e) - count(node, "busy", e)
+  return n > 0 and n or 0
 end
 
--- key's copy on e is idle now: it may be evicted, least recently used first.
-local function idle(e, node)
+-- Apply fn() to node's counts on e, keeping e.idle_copies right.
+local function change(node, e, fn)
+  local before = idle_of(node, e)
+  fn()
+  e.idle_copies = (e.idle_copies or 0) + idle_of(node, e) - before
+end
+
+-- A key's state on endpoint e for a new request: "affine" (a copy idle
+-- there), "slot" (no copy idle, but a slot no prefix claims, or one a
+-- copy of another key idle for a second gives up: a new copy there, not a
+-- second cold one), "wait" (its copies busy or being prefilled: follow them; they
+-- wake the waiters when they end), or false (full, resting, paused,
+-- failing: `acquire` then waits for the endpoint's time, not forever).
+function Pool._slot_state(node, e, now)
+  if e.fails > 0 or e.rest_until > now then return false end
+  local copies, busy, cold = count(node, "copies", e), count(node, "busy", e), count(node, "cold", e)
+  local room = e.inflight < current_limit(e)
+  if copies > busy then return room and "affine" or "wait" end
+  if cold > 0 then return "wait" end
+  if room and ((e.claimed or 0) < e.limit or Pool._stale_copy(e, now)) then return "slot" end
+  if busy > 0 then return "wait" end
+  return false
+end
+
+-- The idle queue of e: its entries (key, that key's `used` stamp then);
+-- only a key's newest entry is live (a later use re-stamps it). Compacted
+-- when it holds many more entries than live ones could be.
+local function idle_queue(e)
   local q = e.idle
   if not q then
     q = { head = 1, tail = 0, node = {}, stamp = {} }
     e.idle = q
   end
+  return q
+end
+
+local function live(q, i, e)
+  local node = q.node[i]
+  return not node.dead and node.used == q.stamp[i] and idle_of(node, e) > 0
+end
+
+-- key's copy on e is idle now: it may be evicted, least recently used first.
+local function push_idle(e, node)
+  local q = idle_queue(e)
   q.tail = q.tail + 1
   q.node[q.tail], q.stamp[q.tail] = node, node.used
+  if q.tail - q.head > 2 * e.limit + 64 then -- keep the live entries only, in order
+    local n, nodes, stamps = 0, {}, {}
+    for i = q.head, q.tail do
+      if live(q, i, e) then n, nodes[n + 1], stamps[n + 1] = n + 1, q.node[i], q.stamp[i] end
+    end
+    q.node, q.stamp, q.head, q.tail = nodes, stamps, 1, n
+  end
+end
+
+-- Whether e holds a copy idle for IDLE_EVICT seconds or more (its key
+-- likely done with: a busy key may take its slot rather than wait for
+-- its own copy), looking at the idle queue's oldest live entry.
+local IDLE_EVICT = 1
+function Pool._stale_copy(e, now)
+  if (e.idle_copies or 0) == 0 then return false end
+  local q = e.idle
+  while q and q.head <= q.tail do
+    local i = q.head
+    if live(q, i, e) then return now - q.stamp[i] >= IDLE_EVICT end
+    q.node[i], q.stamp[i], q.head = nil, nil, i + 1
+  end
+  return false
+end
+
+-- Free a slot on e for a new copy: the least recently used idle copy of
+-- another key gives its slot (the daemon evicts that prompt). Stale
+-- entries are skipped; a key with more idle copies stays at the head.
+-- O(1) amortized: a batch of unique prefixes evicts at every item.
+function Pool._evict(e)
+  local q = e.idle
+  while q and q.head <= q.tail do
+    local i = q.head
+    if live(q, i, e) then
+      local node = q.node[i]
+      change(node, e, function() bump(node, "copies", e, -1) end)
+      e.claimed = e.claimed - 1
+      if idle_of(node, e) == 0 then q.node[i], q.stamp[i], q.head = nil, nil, i + 1 end
+      break
+    end
+    q.node[i], q.stamp[i], q.head = nil, nil, i + 1
+  end
+  if q and q.head > q.tail then q.head, q.tail = 1, 0 end -- drained: from 1 again (array part)
 end
 
 ---A request with prefix key `key` was sent to e (acquired): the ticket to
@@ -408,14 +457,12 @@ function Pool:sent(key, e)
   local node, ticket = self.affinity and self.keys[key], {}
   if not node then return ticket end
   ticket.node = node
-  local copies, busy = (node.copies or {})[e] or 0, (node.busy or {})[e] or 0
-  bump(node, "busy", e, 1)
+  local reuse = idle_of(node, e) > 0
+  change(node, e, function() bump(node, "busy", e, 1) end)
   node.used = self.clock()
-  if copies > busy then return ticket end
+  if reuse then return ticket end
   if (e.claimed or 0) >= e.limit then Pool._evict(e) end
   e.claimed = (e.claimed or 0) + 1
-  e.holders = e.holders or {}
-  e.holders[node] = true
   bump(node, "cold", e, 1)
   ticket.cold = true
   return ticket
@@ -428,8 +475,11 @@ end
 function Pool:prefilled(e, ticket)
   if not ticket.cold then return end
   ticket.cold = false
-  bump(ticket.node, "cold", e, -1)
-  bump(ticket.node, "copies", e, 1)
+  local node = ticket.node
+  change(node, e, function()
+    bump(node, "cold", e, -1)
+    bump(node, "copies", e, 1)
+  end)
   self.cond:broadcast()
 end
 
@@ -441,16 +491,25 @@ function Pool:finished(e, ticket)
   local node = ticket.node
   if not node or ticket.done then return end
   ticket.done = true
-  bump(node, "busy", e, -1)
+  change(node, e, function() bump(node, "busy", e, -1) end)
   node.used = self.clock()
   if ticket.cold then
     ticket.cold = false
     bump(node, "cold", e, -1)
-    e.claimed = e.claimed - 1
-    if not (node.copies or {})[e] and not (node.cold or {})[e] then e.holders[node] = nil end
+    if not node.dead then e.claimed = e.claimed - 1 end
   end
-  if ((node.copies or {})[e] or 0) > ((node.busy or {})[e] or 0) then idle(e, node) end
+  if not node.dead and idle_of(node, e) > 0 then push_idle(e, node) end
   self.cond:broadcast()
+end
+
+-- A key the pool forgets (its LRU): its copies are no one's now.
+function Pool._forget(node)
+  node.dead = true
+  for e, n in pairs(node.copies or {}) do
+    change(node, e, function() node.copies[e] = nil end)
+    e.claimed = e.claimed - n
+  end
+  for e, n in pairs(node.cold or {}) do e.claimed = e.claimed - n end
 end
 
 -- With `follow`: the endpoint for a request of key `node` as its prompt
@@ -461,8 +520,11 @@ function Pool:_follow(node, now, avoid)
   local slot, wait
   for _, e in ipairs(self.endpoints) do
     if not (avoid and avoid[e]) then
-      local st = node and Pool._slot_state(node, e, now)
-      if not node and e.fails == 0 and free(e, now) and (e.claimed or 0) < e.limit then st = "slot" end
+      local st
+      if node then st = Pool._slot_state(node, e, now)
+      elseif e.fails == 0 and free(e, now) and ((e.claimed or 0) < e.limit or (e.idle_copies or 0) > 0) then
+        st = "slot"
+      end
       if st == "affine" then return e end
       if st == "slot" and (not slot or e.inflight < slot.inflight) then slot = e end
       if st == "wait" then wait = true end

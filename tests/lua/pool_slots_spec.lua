@@ -108,4 +108,38 @@ describe("mirza.pool prompt slots", function()
     p:finished(e, ta) -- once only
     assert.equal(0, e.claimed)
   end)
+  it("does not follow into a paused endpoint: a 429's pause ends in time, not when a request wakes it", function()
+    local p, clock = fake(1, 2)
+    local _, t, e = send(p, "A")
+    p:prefilled(e, t)
+    p:finished(e, t)
+    p:report(e, { code = "http", status = 429, retry_after = 1 }, "A")
+    -- an idle copy of A, the endpoint paused: nothing in flight would ever
+    -- wake a follower, so A must not wait for a copy ("wait") but for the pause
+    assert.is_false(p:room_for("A"))
+    clock.t = e.rest_until
+    assert.equal("affine", p:room_for("A"))
+  end)
+
+  it("lets a busy prefix take a slot another prefix left idle for a second (a sorted input)", function()
+    local p, clock = fake(1, 2)
+    local _, a1, e = send(p, "A")
+    p:prefilled(e, a1)
+    local _, a2 = send(p, "A")
+    p:prefilled(e, a2)
+    p:finished(e, a1)
+    p:release(e, true)
+    clock.t = clock.t + 0.1 -- A used again: its first queue entry is stale, the second stands for both copies
+    p:finished(e, a2)
+    p:release(e, true) -- A done with: two idle copies, every slot claimed
+    local _, b1 = send(p, "B") -- B evicts one of A's
+    p:prefilled(e, b1)
+    assert.equal("wait", p:room_for("B")) -- A's copy idle just now: B waits for its own
+    clock.t = clock.t + 1
+    assert.equal("slot", p:room_for("B")) -- idle a second: B takes it
+    local _, b2 = send(p, "B")
+    assert.is_true(b2.cold)
+    assert.equal(2, e.claimed)
+    assert.equal(0, e.idle_copies) -- both of A's copies evicted in turn
+  end)
 end)
