@@ -279,13 +279,14 @@ static int l_ready(lua_State *L) {
   mz_ctx *ctx = mz_l_ctx(L);
   long ms = mz_l_opt_ms(L, 1);
   long tick = mz_l_opt_ms(L, 3);
+  int listed = lua_toboolean(L, 4); /* before the list is pushed (at 4 when called with 3 arguments) */
   if (lua_isnoneornil(L, 2)) {
     lua_newtable(L);
   } else {
     luaL_checktype(L, 2, LUA_TTABLE);
     lua_pushvalue(L, 2);
   }
-  int out = lua_gettop(L), rc = 0, listed = lua_toboolean(L, 4);
+  int out = lua_gettop(L), rc = 0;
   double end = mz_l_end_of(ms);
   while (!listed &&
          (rc = mz_client_wait_ready_paced(ctx->client, mz_l_left_ms(end), tick > 0 ? tick : 0)) == MZ_NEXT_SIGNAL)

@@ -159,7 +159,7 @@ static int json_peek(lua_State *L) {
                     : cJSON_IsBool(t)   ? "boolean"
                                         : "null");
   const cJSON *v = cJSON_IsObject(t) ? cJSON_GetObjectItemCaseSensitive(t, name) : NULL;
-  if (cJSON_IsString(v)) lua_pushstring(L, v->valuestring);
+  if (cJSON_IsString(v)) lua_pushlstring(L, v->valuestring, mz_json_strlen(v)); /* "\u0000" kept */
   else if (cJSON_IsNumber(v)) push_number(L, v->valuedouble);
   else lua_pushnil(L);
   return 2;

@@ -441,8 +441,14 @@ function B.summary(st, output_name)
     local codes = {}
     for c, n in pairs(st.by_code or {}) do codes[#codes + 1] = ("%d %s"):format(n, c) end
     table.sort(codes)
-    line = line .. ("\nbatch: %d failed (%s), recorded in %s: run the same command again to redo them (only"
-      .. " they are sent)"):format(st.errors, table.concat(codes, ", "), st.errors_file or output_name or "OUTPUT")
+    if st.errors_file then
+      line = line .. ("\nbatch: %d failed (%s), recorded in %s: run the same command again to redo them (only"
+        .. " they are sent)"):format(st.errors, table.concat(codes, ", "), st.errors_file)
+    else -- among the answers (OUTPUT a stream, or errors = false): a rerun does not tell them apart
+      line = line .. ("\nbatch: %d failed (%s), recorded in %s with the answers: give --errors FILE to keep"
+        .. " failures apart, and a rerun redoes them"):format(st.errors, table.concat(codes, ", "),
+        output_name or "OUTPUT")
+    end
   end
   return line
 end

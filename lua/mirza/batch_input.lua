@@ -44,7 +44,8 @@ end
 -- The custom_id of a decoded line: a string as it is, a number as its
 -- string (1 -> "1"); nil and a message for anything else.
 local function read_id(v)
-  if v == nil or type(v) == "string" then return v end
+  if v == nil or v == json.null then return nil end -- null: none (pandas writes it)
+  if type(v) == "string" then return v end
   if type(v) == "number" then return math.tointeger(v) and ("%d"):format(math.tointeger(v)) or tostring(v) end
   return nil, "custom_id must be a string: write it in quotes"
 end
@@ -157,7 +158,7 @@ end
 ---`compile(schema) -> compiled | nil, message`.
 ---@return fun(schema: table|string): table|nil, string?
 function I.compiler()
-  local done = {}
+  local done = setmetatable({}, { __mode = "k" }) -- a line's own schema table: forgotten with the line
   return function(sch)
     local c = done[sch]
     if c then return c end
@@ -224,10 +225,15 @@ local function numbered(f)
   end
 end
 
--- Whether path can be read as INPUT: nil, or a message and a code.
+-- Whether path can be read as INPUT: nil, or a message and a code. It is
+-- read twice (the ids, then the items): a regular file only, not a pipe.
 local function check_path(path)
   local _, _, kind = core.stat(path)
   if kind == "directory" then return path .. " is a directory: give INPUT as a file of prompts", "input" end
+  if kind and kind ~= "file" then
+    return ("%s is not a regular file (a pipe, a device): INPUT is read twice, its ids first; save it to a"
+      .. " file first, e.g. gen > in.jsonl"):format(path), "input"
+  end
 end
 
 ---Scan an input file before anything is sent: each line's custom_id goes
@@ -282,6 +288,11 @@ end
 function I.scan_items(items, set)
   local done = 0
   for i, it in ipairs(items) do
+    local id = it.custom_id
+    if type(id) == "number" then it.custom_id = read_id(id) end -- recorded as the string a resume reads
+    if type(it.custom_id) ~= "string" then
+      error(("mirza.batch.run: items[%d] needs a custom_id (a string), got %s"):format(i, tostring(id)), 4)
+    end
     local v = set:get(it.custom_id)
     if v and v & LINE_BITS ~= 0 then
       return nil, ("items[%d]: duplicate custom_id %q (first at items[%d]): give each item its own custom_id")

@@ -93,24 +93,27 @@ local NOT_OUTPUT = "%s:%d is not a batch output record: OUTPUT must be a new fil
 ---@return boolean|string newline_or_message true: write a newline before the next record
 ---@return string? code
 function O.scan(path, each)
-  local f = io.open(path, "rb")
-  if not f then return 0, false end
+  local f, err = io.open(path, "rb")
+  if not f then
+    if core.stat(path) then return nil, ("cannot read %s to resume it: %s"):format(path, err), "io" end
+    return 0, false -- no such file yet
+  end
   local n, lineno, pos = 0, 0, 0
   while true do
     local line = f:read("L")
     if not line then break end
     if line:sub(-1) ~= "\n" then -- the last line, without its newline
       f:close()
-      local id = O.record_id(line)
-      if id then -- whole, only its newline missing
-        each(id)
+      local rec = json.decode(line) -- decoded, never the fast path: a torn record may end in "}" too
+      if is_record(rec) then -- whole, only its newline missing
+        each(rec.custom_id)
         return n + 1, true
       end
-      if json.decode(line) ~= nil or not torn_record(line, lineno) then
+      if rec ~= nil or not torn_record(line, lineno) then
         return nil, NOT_OUTPUT:format(path, lineno + 1), "output"
       end
-      local ok, err = cut_file(path, pos)
-      if not ok then return nil, ("cannot cut the torn last line of %s: %s"):format(path, err), "io" end
+      local ok, cerr = cut_file(path, pos)
+      if not ok then return nil, ("cannot cut the torn last line of %s: %s"):format(path, cerr), "io" end
       return n, false
     end
     lineno = lineno + 1
@@ -200,8 +203,11 @@ function O.open(o, done, before_open)
   -- the error file: beside a file OUTPUT; with a stream (standard output,
   -- a pipe, a terminal) the failures go along unless --errors names one
   if epath == nil and path ~= "-" and (okind == nil or okind == "file") then epath = O.errors_path(path) end
-  if epath == path then
-    return nil, ("--errors and OUTPUT are the same file (%s): give another"):format(path), "output"
+  local oid = path ~= "-" and select(4, core.stat(path)) or nil
+  local eid = epath and select(4, core.stat(epath)) or nil
+  if epath == path or (oid and eid and oid == eid) then -- by name, or another spelling of it, or a link
+    return nil, ("--errors and OUTPUT are the same file (%s): give another (nothing was changed)"):format(epath),
+      "output"
   end
   local sink = { name = path == "-" and "standard output" or path, errors_name = epath or nil, redo = 0 }
   local newline = false

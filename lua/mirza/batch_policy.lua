@@ -122,10 +122,11 @@ end
 -- and OpenAI answer 404 for a model they do not have: that is the line's).
 local function route_missing(r)
   if r.status ~= 404 then return true end
-  local text = tostring(r.message or "")
+  -- the server's own words only: the message starts with the URL, which may hold "model" (models.example.com)
   local err = type(r.error) == "table" and r.error or {}
-  if type(err.message) == "string" then text = text .. " " .. err.message end
-  if type(err.code) == "string" then text = text .. " " .. err.code end
+  local fin = type(r.final) == "table" and r.final or {}
+  local text = table.concat({ tostring(err.message or ""), tostring(err.code or ""), tostring(err.type or ""),
+    type(fin.body) == "string" and fin.body or "" }, " ")
   return not text:lower():find("model", 1, true)
 end
 
@@ -160,9 +161,8 @@ function P.step(job, ctx)
   local item, opts = job.item, ctx.opts
   if item.invalid then return { code = "input", message = item.invalid, attempts = 0 } end
   if not served_somewhere(ctx, item.kind) then -- known at once: no request (the answer that said so kept)
-    local r = ctx.unsupported_result[item.kind]
-    return { code = "unsupported", message = r.message, status = r.status, final = r.final, error = r.error,
-      attempts = 0, endpoint = r.endpoint }
+    local r = ctx.unsupported_result[item.kind] -- recorded without an HTTP answer of its own: response null
+    return { code = "unsupported", message = r.message, attempts = 0, endpoint = r.endpoint }
   end
   local r = try(job, ctx)
   if r.ok then return r end
@@ -187,7 +187,10 @@ function P.step(job, ctx)
     unsupported_on(ctx, item.kind)[r.e] = true
     r.code, r.message = "unsupported", unsupported_message(item, r)
     ctx.unsupported_result[item.kind] = r
-    if served_somewhere(ctx, item.kind) then return nil, mirza.now() end -- another endpoint may have it
+    if served_somewhere(ctx, item.kind) and job.n <= opts.max_retries then -- another endpoint may have it
+      -- at once the first time; then (that endpoint resting, the pool sending it here again) as a retry
+      return nil, mirza.now() + (job.n > 1 and P.backoff(job.n - 1, opts) or 0)
+    end
     return r
   end
   if give_up(ctx, r) then return nil end

@@ -92,7 +92,9 @@ describe("batch failures by class", function()
     for id, r in pairs(bad) do
       assert.truthy(id:match("^e"))
       assert.equal("unsupported", r.error.code)
-      assert.equal(501, r.response.status_code)
+      -- the lines sent got the 501; the others, once no endpoint served the route, none (response null)
+      if r.mirza.attempts == 1 then assert.equal(501, r.response.status_code)
+      else assert.equal(json.null, r.response) end
       -- the URL requested and what to do
       assert.truthy(r.error.message:find(llama.base .. "/v1/embeddings", 1, true), r.error.message)
       assert.truthy(r.error.message:find("give an --endpoint that does", 1, true), r.error.message)
