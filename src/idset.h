@@ -1,9 +1,9 @@
 /*
  * idset.h - a set of strings kept as 64-bit hashes, each with a 32-bit
  * value: what a batch run remembers of a million custom_ids (the
- * duplicates in its input, the records already in its output) in 12 bytes
- * an entry at half load instead of a Lua string and a table node (~76
- * bytes). Two different strings with the same 64-bit hash are taken for
+ * duplicates in its input, the records already in its output) in 12-byte
+ * slots, at most half full (24-48 bytes an id; a million: 25 MB), instead
+ * of a Lua string and a table node (~76 bytes). Two different strings with the same 64-bit hash are taken for
  * one: for n strings that happens with a probability of about n^2 / 2^65
  * (a million: 3e-8). Lua-free.
  */

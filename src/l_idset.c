@@ -1,6 +1,6 @@
 /*
  * l_idset.c - mirza.core.idset(): a set of strings with an integer each
- * (idset.c: 64-bit hashes, 12 bytes an entry at half load), for what a
+ * (idset.c: 64-bit hashes, 12 bytes a slot, at most half full: 24-48 an id), for what a
  * batch run remembers of every item without keeping its id as a Lua
  * string: the custom_ids of its input (duplicates) and of its output.
  *

@@ -254,7 +254,7 @@ function mirza.guard(thresholds) end
 
 ---@class mirza.IdSet
 ---A set of strings kept as 64-bit hashes, each with an integer (0 to
----2^32-1): 12 bytes a slot at half load, where a Lua table keyed by the
+---2^32-1): 12 bytes a slot, at most half full, where a Lua table keyed by the
 ---strings takes ~76 bytes an entry. Two strings with one hash are taken for
 ---one (for n strings a chance of about n^2 / 2^65: 3e-8 for a million).
 ---mirza.batch keeps every item's custom_id in one. `#set` counts them;

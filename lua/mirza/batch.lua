@@ -36,7 +36,7 @@
 --- left by a kill is cut off first), so a run killed at any point and started
 --- again loses and duplicates nothing; no custom_id ever has two records.
 --- The input and OUTPUT are read as streams: a run keeps each item's
---- custom_id (an id set, 12 bytes an item), never the bodies of the lines
+--- custom_id (an id set, 24-48 bytes an item), never the bodies of the lines
 --- it has not sent. Item failures are records, never fatal, and are
 --- judged by class (mirza.batch_policy, mirza.retry.class): a route the
 --- server does not have (404/405/501) is "unsupported" at once, another

@@ -3,7 +3,7 @@
 --- A line is a JSON request (OpenAI's Batch API shape, or `{"prompt"}` /
 --- `{"messages"}`) or a plain-text prompt. What a run keeps of a line it
 --- has not sent yet is its custom_id in an id set (mirza.core.idset: a
---- 64-bit hash and the line number, 12 bytes), never its parsed body: the
+--- 64-bit hash and the line number, 24-48 bytes), never its parsed body: the
 --- input is scanned once before anything is sent (the ids, the duplicates,
 --- the count), then read again line by line as slots free up. A UTF-8 BOM
 --- on the first line is skipped; a JSON line that is not an object is an

@@ -550,8 +550,12 @@ end
 ---least loaded (the key then goes with it). `avoid` (a set of
 ---endpoints the request already failed on) sends a retry elsewhere while
 ---another endpoint is healthy, waiting for its slot if need be; when none
----is, any endpoint (a probe) will do. The second argument may instead be
----an options table `{prefer =, avoid =, key =}`.
+---is, any endpoint (a probe) will do. With `follow` (a batch that
+---reports its requests: `sent`, `prefilled`, `finished`) the key goes by
+---the prompt slots instead: an idle copy of its prefix, else a free slot,
+---else it waits for its copies busy or being prefilled. The second
+---argument may instead be an options table `{prefer =, avoid =, key =,
+---follow =}`.
 ---@param timeout? number seconds
 ---@param prefer? mirza.Endpoint|mirza.AcquireOptions
 ---@param avoid? table<mirza.Endpoint, boolean>
