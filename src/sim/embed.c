@@ -167,7 +167,6 @@ int route_embeddings(conn *c, const http_request *r) {
    * as a server may list it (a client places each vector by its index) */
   const cJSON *order = cJSON_GetObjectItemCaseSensitive(ctl, "embed_order");
   bool reverse = cJSON_IsString(order) && strcmp(order->valuestring, "reverse") == 0;
-  size_t item_at = 0;
   float *v = bad ? NULL : malloc((size_t)dims * sizeof *v);
   const cJSON *it, *list = bad ? NULL : items;
   cJSON_ArrayForEach(it, list) {
@@ -178,7 +177,7 @@ int route_embeddings(conn *c, const http_request *r) {
     }
     total += tokens;
     vector_of(s->cfg.seed, text.p ? text.p : "", text.len, dims, v);
-    item_at = data.len;
+    size_t item_at = data.len;
     sbuf_adds(&data, i ? ",{" : "{");
     if (is_llama(s)) {
       sbuf_adds(&data, "\"embedding\":");
