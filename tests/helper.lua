@@ -47,6 +47,30 @@ function H.read_file(path)
   return s
 end
 
+--- The records of a batch run by custom_id, and how many each file holds:
+--- OUTPUT's answers and the failures in the error file beside it
+--- (mirza.batch.errors_path; a file that does not exist holds none), each
+--- checked to be in its place and never recorded twice.
+---@param output string
+---@return table<string, table> by
+---@return integer answers
+---@return integer failures
+function H.batch_records(output)
+  local json, by, n = require("mirza").json, {}, { [false] = 0, [true] = 0 }
+  for path, failed in pairs { [output] = false, [require("mirza.batch").errors_path(output)] = true } do
+    local f = io.open(path)
+    for line in f and f:lines() or function() end do
+      local r = assert(json.decode(line))
+      assert(not by[r.custom_id], tostring(r.custom_id) .. ": recorded twice")
+      assert(failed == (r.error ~= json.null), r.custom_id .. (failed and ": an answer in the error file"
+        or ": a failure in OUTPUT"))
+      by[r.custom_id], n[failed] = r, n[failed] + 1
+    end
+    if f then f:close() end
+  end
+  return by, n[false], n[true]
+end
+
 -- Write text to path (created or truncated), byte for byte.
 function H.write_file(path, text)
   local f = assert(io.open(path, "wb"))

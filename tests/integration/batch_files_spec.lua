@@ -31,24 +31,6 @@ local function by_id(text)
   return by
 end
 
--- The records of a run by custom_id: OUTPUT's answers and the failures in
--- the error file beside it, each checked to be in its place.
-local function run_records(output)
-  local by = {}
-  for path, failed in pairs { [output] = false, [batch.errors_path(output)] = true } do
-    local f = io.open(path)
-    local text = f and f:read("a") or ""
-    if f then f:close() end
-    for id, r in pairs(by_id(text)) do
-      assert.is_nil(by[id], id .. ": recorded twice")
-      assert.equal(failed, r.error ~= json.null, id .. (failed and ": an answer in the error file"
-        or ": a failure in OUTPUT"))
-      by[id] = r
-    end
-  end
-  return by
-end
-
 -- `mirza scripts/batch.lua ARGS...` run in directory dir (nil: here) to
 -- its end: exit code, stdout, stderr.
 local function cli_in(dir, ...)
@@ -242,7 +224,7 @@ describe("batch records", function()
       progress = false }
     for k, v in pairs(extra or {}) do opts[k] = v end
     local st = assert(batch.run(opts))
-    local by = run_records(output)
+    local by = H.batch_records(output)
     os.remove(input)
     os.remove(output)
     os.remove(batch.errors_path(output))
@@ -324,7 +306,7 @@ describe("batch records", function()
       "--quiet")
     assert.equal(1, rc, err)
     assert.is_true(mirza.now() - t0 < 4.5, "waited for the head past --header-timeout")
-    local by = run_records(output) -- the timeout in the error file, the answer in OUTPUT
+    local by = H.batch_records(output) -- the timeout in the error file, the answer in OUTPUT
     assert.equal("timeout", by.queued.error.code)
     assert.truthy(by.queued.error.message:find("no response head from .* after 0%.%d s %(header timeout"),
       by.queued.error.message)

@@ -43,17 +43,9 @@ local function records(path)
   return by, n
 end
 
--- The records of a run by custom_id, and their count: OUTPUT's answers and
--- the failures in the error file beside it, each checked to be in its place.
+-- The records of a run by custom_id and how many in all (both files: H.batch_records).
 local function all_records(output)
-  local by, n = records(output)
-  for id, r in pairs(by) do assert(r.error == json.null, id .. ": a failure in OUTPUT") end
-  local bad, nbad = records(batch.errors_path(output))
-  for id, r in pairs(bad) do
-    assert(r.error ~= json.null, id .. ": an answer in the error file")
-    assert(not by[id], id .. ": in OUTPUT and in the error file")
-    by[id] = r
-  end
+  local by, n, nbad = H.batch_records(output)
   return by, n + nbad
 end
 

@@ -29,20 +29,6 @@ describe("batch items with a schema", function()
     os.remove(schema_file)
   end)
 
-  -- The records of a file into `by` (custom_id -> record); each must be an
-  -- answer (error null) in OUTPUT, a failure in the error file.
-  local function read_into(by, path, failed)
-    local fh = io.open(path)
-    for l in fh and fh:lines() or function() end do
-      local r = assert(json.decode(l))
-      assert.is_nil(by[r.custom_id], r.custom_id .. ": recorded twice")
-      assert.equal(failed, r.error ~= json.null, r.custom_id .. (failed and ": an answer in the error file"
-        or ": a failure in OUTPUT"))
-      by[r.custom_id] = r
-    end
-    if fh then fh:close() end
-  end
-
   -- Run the lines (tables, encoded one a line); the records by custom_id
   -- (OUTPUT's and the error file's) and the stats.
   local function run(lines, extra)
@@ -54,9 +40,7 @@ describe("batch items with a schema", function()
       progress = false }
     for k, v in pairs(extra or {}) do opts[k] = v end
     local st, msg, code = batch.run(opts)
-    local by = {}
-    read_into(by, output, false)
-    read_into(by, batch.errors_path(output), true)
+    local by = H.batch_records(output)
     os.remove(input)
     os.remove(output)
     os.remove(batch.errors_path(output))

@@ -26,21 +26,6 @@ local function records(path)
   return by, n
 end
 
--- The records of a run by custom_id, and how many are in each file:
--- OUTPUT's answers and the failures in the error file beside it, each
--- checked to be in its place.
-local function all_records(output)
-  local by, n = records(output)
-  for id, r in pairs(by) do assert(r.error == json.null, id .. ": a failure in OUTPUT") end
-  local bad, nbad = records(batch.errors_path(output))
-  for id, r in pairs(bad) do
-    assert(r.error ~= json.null, id .. ": an answer in the error file")
-    assert(not by[id], id .. ": in OUTPUT and in the error file")
-    by[id] = r
-  end
-  return by, n, nbad
-end
-
 -- Remove a run's OUTPUT and its error file.
 local function remove_output(output)
   os.remove(output)
@@ -82,7 +67,7 @@ describe("mirza.batch", function()
       item("bad400", { fault = "http=400:nope" }),
     })
     local st = run { input = input, output = output, endpoints = { sim.base }, model = "dflt" }
-    local by, n, nbad = all_records(output)
+    local by, n, nbad = H.batch_records(output)
     assert.same({ 3, 2 }, { n, nbad }) -- the answers in OUTPUT, the input and HTTP errors in the error file
     assert.equal(5, st.total)
     assert.equal(2, st.errors)
@@ -217,7 +202,7 @@ describe("mirza.batch retries", function()
     local input, output = H.tmpname(".jsonl"), H.tmpname(".jsonl")
     write(input, { item("r", {}) })
     local st = run { input = input, output = output, endpoints = { sim.base }, retry_base = 0.01, max_retries = 2 }
-    local by, n = all_records(output)
+    local by, n = H.batch_records(output)
     assert.equal(0, n) -- the failure is in the error file
     local r = by.r
     assert.equal("http", r.error.code)

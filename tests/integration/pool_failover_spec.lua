@@ -27,17 +27,11 @@ local function run_one(first, good, opts)
     output = output, pool = p, model = "m", max_retries = 2, retry_base = 0.01, quiet = true, progress = false }
   for k, v in pairs(opts or {}) do o[k] = v end
   assert(batch.run(o))
-  local lines = {}
-  for path, failed in pairs { [output] = false, [batch.errors_path(output)] = true } do
-    for line in io.open(path) and io.lines(path) or function() end do -- an error file only when one failed
-      local r = assert(json.decode(line))
-      assert.equal(failed, r.error ~= json.null, failed and "an answer in the error file" or "a failure in OUTPUT")
-      lines[#lines + 1] = r
-    end
-    os.remove(path)
-  end
-  assert.equal(1, #lines)
-  return lines[1], p.endpoints[1]
+  local by, n, nbad = H.batch_records(output)
+  os.remove(output)
+  os.remove(batch.errors_path(output))
+  assert.equal(1, n + nbad)
+  return by.it, p.endpoints[1]
 end
 
 describe("a batch item failing on one endpoint of two", function()
