@@ -305,18 +305,12 @@ end
 function Pool:room_for(key)
   local node = self.affinity and key and self.keys[key]
   if not node then return "new" end
-  local now, wait = self.clock(), false
-  local best = false
-  local slots = node.busy or node.copies or node.cold -- its requests reported (`sent`): the slots are known
-  for _, e in ipairs(slots and self.endpoints or {}) do
-    local st = Pool._slot_state(node, e, now)
-    if st == "affine" then return "affine" end
-    if st == "slot" then best = "slot" end
-    if st == "wait" then wait = true end
+  local now = self.clock()
+  if node.busy or node.copies or node.cold then -- its requests reported (`sent`): the slots are known
+    local e, how = self:_follow(node, now)
+    if e then return how end
+    return how and "wait" or false -- nil: none holds it, none is free
   end
-  if best then return best end
-  if wait then return "wait" end
-  if slots then return false end -- none holds it, none is free
   local e = node.e
   return e and e.fails == 0 and free(e, now) and "affine" or false
 end
@@ -513,9 +507,10 @@ function Pool._forget(node)
 end
 
 -- With `follow`: the endpoint for a request of key `node` as its prompt
--- slots stand (`_slot_state`): one with an idle copy, else one with a free
--- slot (the least loaded; an unknown key too), else nil and true while its
--- copies are busy or being prefilled somewhere (it follows them), else nil.
+-- slots stand (`_slot_state`) and why: one with an idle copy ("affine"),
+-- else one with a free slot ("slot": the least loaded; an unknown key
+-- too), else nil and true while its copies are busy or being prefilled
+-- somewhere (it follows them), else nil. `room_for` says the same.
 function Pool:_follow(node, now, avoid)
   local slot, wait
   for _, e in ipairs(self.endpoints) do
@@ -525,12 +520,12 @@ function Pool:_follow(node, now, avoid)
       elseif e.fails == 0 and free(e, now) and ((e.claimed or 0) < e.limit or (e.idle_copies or 0) > 0) then
         st = "slot"
       end
-      if st == "affine" then return e end
+      if st == "affine" then return e, "affine" end
       if st == "slot" and (not slot or e.inflight < slot.inflight) then slot = e end
       if st == "wait" then wait = true end
     end
   end
-  if slot then return slot end
+  if slot then return slot, "slot" end
   return nil, wait
 end
 
