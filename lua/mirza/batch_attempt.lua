@@ -167,9 +167,9 @@ local function served_model(e, opts)
     mirza.redact_url(url), body and "no model listed" or msg), "model"
 end
 
--- The options of a request on endpoint e.
-local function request_opts(e, kind, opts, body)
-  return { url = A.url(e, kind), body = body, headers = opts.headers, api_key = opts.api_key,
+-- The options of the attempt r's request (its URL: r.url).
+local function request_opts(r, opts, body)
+  return { url = r.url, body = body, headers = opts.headers, api_key = opts.api_key,
     stall_timeout = opts.stall_timeout, deadline = opts.deadline, timeout = opts.connect_timeout,
     header_timeout = opts.header_timeout }
 end
@@ -183,8 +183,8 @@ end
 
 -- A non-streamed attempt (/v1/completions, /v1/embeddings): the server's
 -- body decoded (an embeddings answer recorded as its text, `r.raw`).
-local function plain_attempt(item, e, opts, body, r, first)
-  local ro = request_opts(e, item.kind, opts, body)
+local function plain_attempt(item, opts, body, r, first)
+  local ro = request_opts(r, opts, body)
   ro.plain = true
   local s <close> = mirza.open(ro)
   local ev = s:next() or { type = "error", code = "closed", message = "no answer" }
@@ -228,8 +228,8 @@ function A.attempt(item, e, opts, first)
     if not body.model then return r end
   end
   r.model = body.model
-  if item.kind ~= "chat" then return plain_attempt(item, e, opts, body, r, first) end
-  local ro = request_opts(e, "chat", opts, body)
+  if item.kind ~= "chat" then return plain_attempt(item, opts, body, r, first) end
+  local ro = request_opts(r, opts, body)
   ro.merge, ro.hold = true, opts.hold or false -- only the text is kept: what arrived together is one event
   -- a small budget: a short answer, read to its end as it comes (its end not a tick late)
   local budget = math.tointeger(body.max_completion_tokens) or math.tointeger(body.max_tokens)
