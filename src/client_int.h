@@ -2,8 +2,10 @@
  * client_int.h - the private side of client.h, shared by its units (the
  * role of curl's urldata.h / multihandle.h):
  *
- *   client.c      the libcurl multi driver: open/close, the waits, our own
- *                 deadlines, the public API
+ *   client.c      the libcurl multi driver: the client, the waits, our own
+ *                 deadlines
+ *   request.c     a request made a stream: headers, the easy handle's
+ *                 options, its socket; mz_stream_open and mz_stream_close
  *   queue.c       the per-stream event queue: arena, items, ready list,
  *                 terminal event, UTF-8 carry, pop (no curl, no sockets)
  *   response.c    what a response means: status, content type, SSE ->
@@ -11,8 +13,9 @@
  *   watch_*.c     the wait backend (watch.h), one file per system call
  *   url.c         URL redaction and the clear-text check (pure text)
  *
- * Nothing here is seen outside src/client*.c, queue.c, response.c and the
- * unit tests of the queue (tests/c/test_queue.c builds a stream by hand).
+ * Nothing here is seen outside src/client*.c, request.c, queue.c,
+ * response.c and the unit tests of the queue (tests/c/test_queue.c builds
+ * a stream by hand).
  */
 #ifndef MIRZA_CLIENT_INT_H
 #define MIRZA_CLIENT_INT_H
@@ -167,6 +170,11 @@ int mz_on_sse_event(void *ud, const mz_sse_event *e);
 /* The transfer is over (rc from libcurl): queue its terminal event. The
  * easy handle is still attached (the driver detaches it after). */
 void mz_on_complete(mz_stream *s, CURLcode rc);
+
+/* ---- request.c */
+
+/* The transfer out of the multi handle and freed (see request.c). */
+void mz_detach_easy(mz_stream *s);
 
 /* ---- client.c */
 
