@@ -1,6 +1,9 @@
 ---@meta
 --- LuaCATS descriptions of everything mirza implements in C (`mirza.core`,
---- re-exported by `require "mirza"`). Not loaded at run time.
+--- re-exported by `require "mirza"`). Not loaded at run time. The rest of
+--- the public API: _meta_lua.lua (`mirza.collect`, `request`, `watch`,
+--- `reload`, `daemon`, `spawn`; the engine's, batch's and tools' options;
+--- and where each module's own descriptions are), _meta_proc.lua (processes).
 
 ---@class mirza.RequestOptions
 ---@field url string                 full URL, e.g. "http://127.0.0.1:8766/v1/chat/completions"

@@ -363,7 +363,7 @@ end
 ---"down" (every endpoint down for `give_up_after` s), "model" (no --model,
 ---and an endpoint lists none), "auth" (the server wants a key: --api-key):
 ---the unfinished items stay for a rerun.
----@param opts table
+---@param opts mirza.BatchOptions (_meta_lua.lua)
 ---@return table|nil summary
 ---@return string? message
 ---@return string? code

@@ -357,7 +357,7 @@ end
 ---`api_key`, `headers`, `body_extra` (more body fields), the clocks of
 ---`mirza.request` (`timeout`, `header_timeout`, `stall_timeout`,
 ---`deadline`) and `record`.
----@param opts table
+---@param opts mirza.EmbedOptions
 ---@return mirza.Vectors|nil vecs `vecs[i][j]`: value j of input i's vector
 ---@return string? message
 ---@return string? code "unsupported", "protocol", or the request's ("refused", "http", "timeout", ...)

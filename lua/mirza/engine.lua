@@ -47,7 +47,7 @@ local merge = require("mirza.util").merge
 ---`history = path` it continues the conversation saved there (`e:save`,
 ---mirza.conversation): a file that cannot be read or is not a whole
 ---conversation gives nil, message, "io"|"history".
----@param opts? table see `Engine.defaults`
+---@param opts? mirza.EngineOptions (_meta_lua.lua; the defaults: `Engine.defaults`)
 ---@return mirza.Engine|nil engine
 ---@return string? message
 ---@return string? code "io"|"history"
@@ -124,6 +124,10 @@ end
 ---@field detected mirza.Detected|nil what load() found answering (no preset asked for, or an endpoint used as is
 ---without a model): `{kind = "llama-server", model = "qwen3", via = "/props", dialect = "llama", ...}`
 
+---Log through the engine's `log` option, else to stderr (notice and up).
+---URL credentials in the message are redacted first.
+---@param level "debug"|"info"|"notice"|"warning"|"error"
+---@param msg string
 function Engine:log(level, msg)
   if type(msg) == "string" then msg = require("mirza.record").redact_text(msg) end -- no URL credentials
   if self.cfg.log then return self.cfg.log(level, msg) end
@@ -148,9 +152,10 @@ function Engine:_with_warnings(fn, ...)
   return table.unpack(res, 2, res.n)
 end
 
--- Headers every request carries in the MTPLX dialect: the session, client
--- controls (needed by MTPLX <= 2.5.2 to honour sampling/thinking). None in
--- the others: a server that is not MTPLX has no use for them.
+---Headers every request carries in the MTPLX dialect: the session, client
+---controls (needed by MTPLX <= 2.5.2 to honour sampling/thinking). None in
+---the others: a server that is not MTPLX has no use for them.
+---@return table<string, string>
 function Engine:headers()
   if self.cfg.dialect ~= "mtplx" then return {} end
   return {
@@ -558,12 +563,12 @@ function Engine:turn(input, opts)
 end
 
 ---Run a turn to the end with output routing and the tool loop (mirza.turn).
----@param input string|table
----@param opts? table turn, route and tool loop options (see mirza.turn)
----@return table|nil stats
----@return table|string result_or_message
+---@param input string|table a prompt string, a message list, or a JSON message list
+---@param opts? mirza.SayOptions turn, route and tool loop options (see mirza.turn)
+---@return mirza.TurnStats|nil stats
+---@return mirza.SayResult|string result_or_message
 ---@return string? code
----@return table? result on failure: what was routed before it
+---@return mirza.SayResult? result on failure: what was routed before it
 function Engine:say(input, opts)
   return require("mirza.turn").say(self, input, opts)
 end

@@ -373,7 +373,7 @@ end
 ---a user message naming it and asks again (the failed answers and those
 ---prompts are not left in `messages`); when none fits: nil, message,
 ---"schema", the raw answer. `json` / `on_json` as for mirza.collect.
----@param opts table
+---@param opts mirza.ToolsRunOptions
 ---@return table|nil result `{text, think, finish_reason, usage, stats, rounds, messages}` (+ `value`, `attempts`)
 ---@return string? message
 ---@return string? code the stream's error code, or "rounds" past max_rounds
