@@ -137,7 +137,7 @@ function M.reload()
 end
 
 ---Supervise a daemon (start, adopt, health, stop): see lua/mirza/daemon.lua.
----@param opts table
+---@param opts mirza.DaemonOptions
 ---@return mirza.Daemon
 function M.daemon(opts)
   return require("mirza.daemon").new(opts)
