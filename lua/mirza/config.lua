@@ -155,6 +155,7 @@ function M.config_file(path)
   local chunk, err = load(text, "@" .. path, "t", {})
   if not chunk then error("mirza config: " .. err, 0) end
   local ok, t = pcall(chunk)
+  if not ok and require("mirza.pipeline").passes(t) and type(t) == "string" then error(t, 0) end -- Ctrl-C
   if not ok then
     local hint = tostring(t):find("global '", 1, true) and " (the config file runs sandboxed: no globals such as "
         .. "os, io or require; return plain values)" or ""

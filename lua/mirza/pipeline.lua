@@ -123,13 +123,34 @@ function M.compose(source, stages)
   return iter, nil, nil, closer
 end
 
+---Whether an error caught by a guard is no failure of the guarded code
+---and must go on up: a value that is not a string (a control-flow value
+---such as a task's own cancel) or an interrupt (Ctrl-C, SIGTERM:
+---"interrupted" under `mirza`, "interrupted!" under stock lua5.4, maybe
+---after a position). Every guard of the library (a stage's, a policy's,
+---a behaviour hook's, a reload's) lets such an error through.
+---@param err any
+---@return boolean
+function M.passes(err)
+  if type(err) ~= "string" then return true end
+  local line = err:match("^[^\n]*") -- a traceback may follow
+  return line == "interrupted" or line == "interrupted!" or line:find(":%d+: interrupted!?$") ~= nil
+end
+local passes = M.passes
+
 -- What the stage at fns[k] and the ones after it make of `up`: the first
--- that builds, guarded; `up` itself past the last (see M.guard).
+-- that builds, guarded; `up` itself past the last (see M.guard). An error
+-- raised upstream (while the stage pulls: `pulling` is still set) is not
+-- the stage's and goes on up, as an interrupt does: a cancel's closed
+-- stream, a broken stage before this one, never blame this one.
 local function guarded(up, fns, k, opts, on_error, on_end, closer)
   for i = k, #fns do
     local held, nh = {}, 0 -- pulled by this stage since it last passed an event on
+    local pulling = false
     local function tee()
+      pulling = true
       local ev = up()
+      pulling = false
       if ev ~= nil then
         nh = nh + 1
         held[nh] = ev
@@ -152,7 +173,7 @@ local function guarded(up, fns, k, opts, on_error, on_end, closer)
           end
           return ev
         end
-        if type(ev) ~= "string" then error(ev, 0) end -- a control-flow value (a task's own cancel)
+        if pulling or passes(ev) then error(ev, 0) end -- not the stage's failure
         -- a coroutine that raised keeps its to-be-closed variables open until closed
         if type(co) == "thread" then coroutine.close(co) end
         on_error(i, ev)
@@ -171,7 +192,7 @@ local function guarded(up, fns, k, opts, on_error, on_end, closer)
       end
     end
     if ok then it = "the stage returned no iterator" end
-    if type(it) ~= "string" then error(it, 0) end
+    if pulling or passes(it) then error(it, 0) end
     on_error(i, it)
   end
   return up
@@ -184,8 +205,10 @@ end
 ---last one, events pass through unchanged (the stage is dropped). The
 ---events the raising stage had pulled since it last passed one on are
 ---handed to the next version first, in order: an event is never lost,
----whatever the broken version emitted before stays emitted. A non-string
----error (a control-flow value such as a task's own cancel) propagates.
+---whatever the broken version emitted before stays emitted. An error
+---that `passes` (a control-flow value, an interrupt) and one raised
+---upstream while the stage pulls (not the stage's: a turn's cancel, a
+---stage before it) propagate, no version blamed.
 ---`on_end(i)`, when given, is called once the version i ended the stream
 ---without raising. The second result, like `pipeline.stage`'s, is closed
 ---by `compose`.

@@ -6,7 +6,9 @@
 --- `mirza.thinking` functions (`call`), the router of `mirza.route`
 --- (`router`), the stages of `mirza.repetition` and `mirza.thinktags`, and
 --- the script's own stages (`stage`). When a version raises (a string
---- error: a non-string one, such as a task's own cancel, propagates), its
+--- error: a non-string one, such as a task's own cancel, an interrupt
+--- (Ctrl-C) and an error raised upstream of a stage propagate:
+--- `pipeline.passes`), its
 --- error is reported once, as one line `file:line: message` through
 --- `e:log("error", ...)`, that version is kept out of use until its file
 --- changes (a fix is picked up by the next reload), and the turn goes on
@@ -94,7 +96,7 @@ function M.call(e, name, fname, ...)
       ran(e, name, v)
       return table.unpack(r, 2, r.n)
     end
-    if type(r[2]) ~= "string" then error(r[2], 0) end
+    if pipeline.passes(r[2]) then error(r[2], 0) end -- a control-flow value, an interrupt
     M.report(e, name, v, r[2], instead(name, vs[i + 1], base))
     if i == #vs then error(reload.message(r[2]), 0) end -- no version left
   end
@@ -253,7 +255,7 @@ end
 
 -- The router raised `err`: a sink's error propagates, a version's is reported.
 function GR:_failed(err)
-  if self.in_sink or type(err) ~= "string" then
+  if self.in_sink or pipeline.passes(err) then
     self.in_sink = false
     error(err, 0)
   end

@@ -101,11 +101,14 @@ end
 ---@param name string
 ---@param path string
 ---@return any|nil value what the chunk returned
----@return string? message compile or runtime error, with file and line
+---@return string? message compile or runtime error, with file and line (an interrupt raises)
 function M.load(name, path)
   local chunk, err = loadfile(path, "t")
   if not chunk then return nil, err end
   local ok, value = pcall(chunk, name, path)
+  if not ok and require("mirza.pipeline").passes(value) and type(value) == "string" then
+    error(value, 0) -- Ctrl-C while the file runs: no fault of the file's
+  end
   if not ok then return nil, M.message(value, path) end
   if value == nil then return nil, path .. ": module returned nothing" end
   return value

@@ -208,7 +208,7 @@ end
 -- would (into t.tool_acc; at `done`, a `tool_call_done` per call first):
 -- a delta costs no stage call of its own for them.
 local function source(e, t)
-  local cut_sent = false
+  local cut_sent, pipeline_passes = false, require("mirza.pipeline").passes
   local tools = require "mirza.tools"
   local acc, q, take, pop = t.tool_acc, tools.queue(), tools.take, tools.pop
   return function()
@@ -221,20 +221,23 @@ local function source(e, t)
       end
       local s = t.s
       if s:closed() then return nil end
-      local ev = s:next()
-      local ty = ev and ev.type
-      if ty ~= "error" then -- the common case, one comparison
+      -- protected: a cancel from another task closes the stream under the wait, which then raises
+      local ok, ev = pcall(s.next, s)
+      local ty = ok and ev and ev.type
+      if not ok then
+        if not t.cancelled or pipeline_passes(ev) then error(ev, 0) end -- else the cut, next round
+      elseif ty ~= "error" then -- the common case, one comparison
         t.got_any = true
         if ty == "tool_call" or ty == "done" then return take(acc, ev, q) end
         return ev
-      end
-      if not busy(t, ev) and (t.got_any or not (failover(e, t, ev) or overloaded(e, t, ev))) then
+      elseif not busy(t, ev) and (t.got_any or not (failover(e, t, ev) or overloaded(e, t, ev))) then
         ev = e:_turn_error(ev)
         t.got_any = true
         return ev
+      else
+        s:close()
+        t.s = t.spec.open()
       end
-      s:close()
-      t.s = t.spec.open()
     end
   end
 end

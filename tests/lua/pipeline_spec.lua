@@ -296,6 +296,34 @@ describe("mirza.pipeline", function()
       assert.equal(marker, err)
     end)
 
+    it("an interrupt (Ctrl-C) in a stage is no stage error: it propagates, as under stock lua5.4", function()
+      for _, msg in ipairs { "interrupted", "interrupted!", "stage.lua:3: interrupted!",
+        "interrupted\nstack traceback:\n\t[C]: in ?" } do
+        local g = pipeline.guard({ function(up) return function() up() error(msg, 0) end end, tag("v1") },
+          function() error("on_error must not be called") end)
+        local it = pipeline.compose(pipeline.from_list(list("a")), { g })
+        local ok, err = pcall(it)
+        assert.is_false(ok)
+        assert.equal(msg, err)
+      end
+      assert.is_false(pipeline.passes("stage.lua:3: not interrupted here"))
+      assert.is_false(pipeline.passes("interrupted by the model"))
+    end)
+
+    it("an error raised upstream while a stage pulls is not the stage's: it propagates, no version blamed",
+      function()
+      -- a turn cancelled from another task: its stream raises under the stage's pull
+      local function up() error("turn.lua:224: attempt to use a closed stream", 0) end
+      for _, v1 in ipairs { function(u) return function() return u() end end,
+        pipeline.stage(function(u, emit) for e in u do emit(e) end end) } do
+        local g = pipeline.guard({ v1, tag("v2") }, function() error("on_error must not be called") end)
+        local it = pipeline.compose(up, { g })
+        local ok, err = pcall(it)
+        assert.is_false(ok)
+        assert.equal("turn.lua:224: attempt to use a closed stream", err)
+      end
+    end)
+
     it("closing the pipeline closes the coroutines of the versions it started", function()
       local closed = 0
       local function closing(bad)
