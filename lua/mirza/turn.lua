@@ -55,13 +55,15 @@ M.TURN_KEYS = { budget = true, max_tokens = true, temperature = true, top_p = tr
   think_tags = true, body_extra = true, tools = true, tool_choice = true, parallel_tool_calls = true, merge = true,
   schema = true, json = true, on_json = true }
 ---@class mirza.TurnOptions
----@field budget? integer
----@field max_tokens? integer
----@field temperature? number
----@field top_p? number
----@field stages? table
----@field think_tags? boolean|string
----@field body_extra? table
+---@field budget? integer  this turn's reasoning budget in tokens (0: no thinking): the thinking fields and
+---max_tokens follow; default: the engine's (`e:set_thinking`)
+---@field max_tokens? integer  this turn's completion budget (default: the engine's `max_tokens`, with
+---thinking `max_tokens_thinking`)
+---@field temperature? number  default: the engine's
+---@field top_p? number  default: the engine's
+---@field stages? (mirza.StageSpec|mirza.StageFn)[]  pipeline stages after the engine's `e.stages` (mirza.pipeline)
+---@field think_tags? boolean|"auto"|"open"  `<think>…</think>` in the content split out (default: the engine's, "auto")
+---@field body_extra? table  fields merged into this turn's request body, over the engine's `body_extra`
 ---@field tools? table|string|false  tools (mirza.tools), a module name, or false: none this turn
 ---@field tool_choice? string|table
 ---@field parallel_tool_calls? boolean
