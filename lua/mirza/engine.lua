@@ -116,7 +116,9 @@ end
 ---@field base_url string where the next request goes (with a pool: the last turn's endpoint)
 ---@field history table the conversation (assistant turns without reasoning)
 ---@field thinking table the thinking state (mirza.thinking)
----@field last table|nil stats of the last turn
+---@field last mirza.TurnStats|nil stats of the last turn
+---@field stages (mirza.StageSpec|mirza.StageFn)[] the script's own stages: every turn runs them after the built-in ones
+---@field system_prompt string|nil the system prompt (`load`, `system_prompt`)
 ---@field loaded boolean
 ---@field served_model string|nil the id an unsupervised endpoint serves (from /v1/models)
 ---@field conversation_name string|nil the conversation's name: saved with it (`e:save`) and in the run log
