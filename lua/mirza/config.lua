@@ -215,7 +215,22 @@ local function resolve_endpoint(cfg)
   if cfg.daemon == true then cfg.daemon = nil end
 end
 
----Resolve the configuration (defaults < config file < opts < environment).
+---The API key as `mirza batch` and the engine take it: the first of
+---`given` (an option, the config file), `$MIRZA_API_KEY`, `$OPENAI_API_KEY`
+---that is not empty; nil when none is.
+---@param given? string
+---@param env? fun(name: string): string|nil default os.getenv
+---@return string|nil
+function M.api_key(given, env)
+  env = env or os.getenv
+  for _, v in ipairs { given or "", env("MIRZA_API_KEY") or "", env("OPENAI_API_KEY") or "" } do
+    if v ~= "" then return v end
+  end
+  return nil
+end
+
+---Resolve the configuration (defaults < config file < opts < environment;
+---`$OPENAI_API_KEY` is the key only when no other gives one: `api_key`).
 ---@param opts? table
 ---@param env? fun(name: string): string|nil default os.getenv
 ---@return table cfg
@@ -232,6 +247,7 @@ function M.config(opts, env)
     local v = env(name)
     if v and v ~= "" then cfg[spec[1]], given[spec[1]] = coerce(v, spec[2], name), true end
   end
+  cfg.api_key = M.api_key(cfg.api_key, env) -- $MIRZA_API_KEY is in already: it beats the code's
   local hold = cfg.hold
   if hold ~= false and not (type(hold) == "number" and hold >= 0 and hold <= 60) then -- NaN fails too
     error(("mirza.engine: 'hold' must be seconds from 0 to 60, or false, got %s"):format(tostring(hold)), 3)

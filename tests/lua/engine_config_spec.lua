@@ -161,6 +161,21 @@ describe("mirza.engine configuration", function()
     assert.equal(17, #(function() local n = {} for k in pairs(engine.ENV) do n[#n + 1] = k end return n end)())
   end)
 
+  it("OPENAI_API_KEY is the key when nothing else gives one, as for mirza batch (config.api_key)", function()
+    local config = require "mirza.config"
+    local function key(opts, env) return engine.config(opts, env_of(env)).api_key end
+    assert.equal("sk-o", key({ config_file = false }, { OPENAI_API_KEY = "sk-o" }))
+    assert.equal("code", key({ config_file = false, api_key = "code" }, { OPENAI_API_KEY = "sk-o" }))
+    assert.equal("m", key({ config_file = false, api_key = "code" }, { OPENAI_API_KEY = "sk-o", MIRZA_API_KEY = "m" }))
+    assert.equal("sk-o", key({ config_file = false, api_key = "" }, { OPENAI_API_KEY = "sk-o", MIRZA_API_KEY = "" }))
+    assert.is_nil(key({ config_file = false }, { OPENAI_API_KEY = "" }))
+    assert.equal("sk-o", key({ config_file = config_file("return { temperature = 0.5 }") }, { OPENAI_API_KEY = "sk-o" }))
+    -- batch's order, the same function: the option, MIRZA_API_KEY, OPENAI_API_KEY
+    assert.equal("opt", config.api_key("opt", env_of { MIRZA_API_KEY = "m", OPENAI_API_KEY = "o" }))
+    assert.equal("m", config.api_key(nil, env_of { MIRZA_API_KEY = "m", OPENAI_API_KEY = "o" }))
+    assert.equal("o", config.api_key("", env_of { MIRZA_API_KEY = "", OPENAI_API_KEY = "o" }))
+  end)
+
   it("a malformed MIRZA_* number raises naming the variable, its value and what it takes", function()
     for _, case in ipairs {
       { "MIRZA_PORT", "abc", "a port number (1-65535) expected" }, { "MIRZA_PORT", "0", "a port number" },
