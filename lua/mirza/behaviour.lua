@@ -9,7 +9,10 @@
 --- caught here: the error is reported (one line, file:line) and, for that turn,
 --- the previous version's hook or stage runs — or the built-in default
 --- (no stage, the text unchanged) when there is no previous version or it
---- fails too. `refresh()` notices a swapped version between turns.
+--- fails too. A hook or stage removed from the file is gone from the next
+--- turn: the previous version's stands in only for one that raises. An
+--- interrupt (Ctrl-C) is no hook's error: it goes on up (`pipeline.passes`).
+--- `refresh()` notices a swapped version between turns.
 local M = {}
 
 ---@class mirza.Behaviour
@@ -59,9 +62,14 @@ function B:system()
   return type(s) == "string" and s or nil
 end
 
--- The versions to try, newest first.
-function B:_versions()
-  return { self.cur, self.prev }
+-- The hooks `field` of the versions to try, newest first: none when the
+-- current version has none (a hook removed from the file is gone, not
+-- taken from the version before), else its own and the previous
+-- version's, when that one has it.
+function B:_hooks(field)
+  local cur, prev = self.cur[field], self.prev and self.prev[field]
+  if cur == nil then return {} end
+  return { cur, prev }
 end
 
 ---Run `on_turn(text, engine)`; a raising version falls back to the
@@ -70,13 +78,11 @@ end
 ---@param engine table
 ---@return string
 function B:on_turn(text, engine)
-  for _, v in ipairs(self:_versions()) do
-    local hook = v and v.on_turn
-    if hook then
-      local ok, out = pcall(hook, text, engine)
-      if ok and type(out) == "string" then return out end
-      self.report(ok and "on_turn must return a string" or require("mirza.reload").message(out))
-    end
+  for _, hook in ipairs(self:_hooks("on_turn")) do
+    local ok, out = pcall(hook, text, engine)
+    if ok and type(out) == "string" then return out end
+    if not ok and require("mirza.pipeline").passes(out) then error(out, 0) end -- Ctrl-C is no hook's error
+    self.report(ok and "on_turn must return a string" or require("mirza.reload").message(out))
   end
   return text
 end
@@ -90,11 +96,8 @@ end
 -- unchanged. Received text is never dropped.
 function B:stage_spec()
   return { name = "behaviour", fn = function(up, opts)
-    local fns, vs = {}, self:_versions()
-    for i = 1, 2 do
-      local v = vs[i]
-      if v and v.stage ~= nil then fns[#fns + 1] = v.stage end
-    end
+    local fns = self:_hooks("stage")
+    if #fns == 0 then return up end -- no stage in the current version
     return require("mirza.pipeline").guard(fns, function(_, msg) self.report(msg) end)(up, opts)
   end }
 end

@@ -69,6 +69,36 @@ describe("mirza.behaviour", function()
   end)
 end)
 
+describe("mirza.behaviour, a hook removed by an edit", function()
+  after_each(function() collectgarbage("collect") end)
+
+  it("is gone from the next turn: no stage, the text unchanged (the old version's do not run)", function()
+    local path = H.tmpname(".lua")
+    finally(function() os.remove(path) package.loaded.beh_spec3 = nil mirza.watcher().files.beh_spec3 = nil end)
+    write(path, V1)
+    local b = assert(behaviour.new("beh_spec3", path, function(m) error("reported: " .. m) end))
+    local function run()
+      local evs = pipeline.collect(pipeline.compose(pipeline.from_list { { type = "text", text = "a" },
+        { type = "done" } }, { b:stage_spec() }))
+      return evs[1].tag, b:on_turn("x", {})
+    end
+    assert.same({ "v1", "v1:x" }, { run() })
+    write(path, 'return { system = "S1" }\n-- stage and on_turn removed\n')
+    mirza.reload()
+    assert.is_true(b:refresh())
+    assert.same({ nil, "x" }, { run() })
+  end)
+
+  it("an interrupt in on_turn goes on up: no hook's error, no fallback", function()
+    local path = H.tmpname(".lua")
+    finally(function() os.remove(path) package.loaded.beh_spec4 = nil mirza.watcher().files.beh_spec4 = nil end)
+    write(path, 'return { on_turn = function() error("interrupted", 0) end }')
+    local b = assert(behaviour.new("beh_spec4", path, function(m) error("reported: " .. m) end))
+    local ok, err = pcall(b.on_turn, b, "x", {})
+    assert.same({ false, "interrupted" }, { ok, err })
+  end)
+end)
+
 describe("scripts/chat.lua", function()
   local function run_chat(lines, args, beh)
     local input, out, err = H.tmpname(".in"), H.tmpname(".out"), H.tmpname(".err")
@@ -120,7 +150,7 @@ describe("scripts/chat.lua", function()
   -- scripts/chat.lua with these arguments and nothing on stdin: {rc, out, err}.
   local function chat_args(args)
     local out, err = H.tmpname(".out"), H.tmpname(".err")
-    local cmd = ("timeout -k 2 20 %s %s/scripts/chat.lua %s </dev/null >%s 2>%s"):format(H.q(H.mirza_bin),
+    local cmd = ("%s %s %s/scripts/chat.lua %s </dev/null >%s 2>%s"):format(H.timeout_prefix(20), H.q(H.mirza_bin),
       H.q(H.source), args, H.q(out), H.q(err))
     local _, _, rc = os.execute(cmd)
     local r = { rc = rc, out = H.read_file(out), err = H.read_file(err) }
