@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "mirza.h"
+#include "os.h"
 
 #ifndef MIRZA_JOBS_FROM_BIN
 #define MIRZA_JOBS_FROM_BIN "../share/mirza/jobs"
@@ -41,12 +42,10 @@ static int join(char *out, size_t size, const char *dir, const char *name) {
 }
 
 /* The directory of the running executable (no trailing slash), or "". */
-static void exe_dir(char *out, size_t size) {
+static void exe_dir(char *out, size_t size, const char *argv0) {
   char buf[PATH_MAX];
-  ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
   out[0] = '\0';
-  if (n <= 0) return;
-  buf[n] = '\0';
+  if (mz_os_exe_path(buf, sizeof buf, argv0) < 0) return;
   char *slash = strrchr(buf, '/');
   if (slash) *slash = '\0';
   snprintf(out, size, "%s", buf);
@@ -62,10 +61,10 @@ static int same_dir(const char *a, const char *b) {
 
 /* Fill dirs[] with the jobs directories, most specific first; returns the
  * count. Each entry has room for PATH_MAX bytes. */
-static int jobs_dirs(char dirs[MAX_DIRS][PATH_MAX]) {
+static int jobs_dirs(char dirs[MAX_DIRS][PATH_MAX], const char *argv0) {
   char bin[PATH_MAX];
   int n = 0;
-  exe_dir(bin, sizeof bin);
+  exe_dir(bin, sizeof bin, argv0);
   if (!*bin) return 0;
 #if defined(MIRZA_BUILD_DIR) && defined(MIRZA_SOURCE_DIR)
   if (same_dir(bin, MIRZA_BUILD_DIR)) snprintf(dirs[n++], PATH_MAX, "%s/scripts", MIRZA_SOURCE_DIR);
@@ -79,10 +78,10 @@ static int jobs_dirs(char dirs[MAX_DIRS][PATH_MAX]) {
   return n;
 }
 
-const char *mz_cli_job(const char *name, char *buf, size_t size) {
+const char *mz_cli_job(const char *name, const char *argv0, char *buf, size_t size) {
   if (is_file(name) || strchr(name, '/') || !*name) return name;
   char dirs[MAX_DIRS][PATH_MAX];
-  int n = jobs_dirs(dirs);
+  int n = jobs_dirs(dirs, argv0);
   for (int i = 0; i < n; i++) {
     int len = snprintf(buf, size, "%s/%s.lua", dirs[i], name);
     if (len > 0 && (size_t)len < size && is_file(buf)) return buf;
@@ -165,9 +164,9 @@ static const char env_text[] = "Environment:\n"
                                "  MIRZA_SDK_TEST=skip   the bench's openai SDK row and the SDK test not run\n"
                                "  MIRZA_BENCH_EXIT      (bench) where a bench child writes its peak RSS\n";
 
-void mz_cli_help(FILE *out) {
+void mz_cli_help(FILE *out, const char *argv0) {
   char dirs[MAX_DIRS][PATH_MAX];
-  int n = jobs_dirs(dirs);
+  int n = jobs_dirs(dirs, argv0);
   fputs("Jobs (mirza NAME [args]):\n", out);
   for (int i = 0; i < n; i++) list_dir(out, dirs, i);
   fputs(env_text, out);

@@ -16,13 +16,16 @@
 #include <lauxlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 
 #include "host.h"
 #include "l_util.h"
 #include "mirza.h"
 #include "nofile.h"
+#include "os.h"
 #include "supervisor.h"
+#include "watch.h"
 
 #define CTX_KEY "mirza.ctx"
 
@@ -214,7 +217,7 @@ static int l_stat(lua_State *L) {
   const char *path = luaL_checkstring(L, 1);
   struct stat st;
   if (stat(path, &st) != 0) return mz_l_failf(L, MZ_E_IO, "%s: %s", path, strerror(errno));
-  lua_pushnumber(L, (lua_Number)st.st_mtim.tv_sec + (lua_Number)st.st_mtim.tv_nsec * 1e-9);
+  lua_pushnumber(L, (lua_Number)mz_os_mtime(&st));
   lua_pushinteger(L, (lua_Integer)st.st_size);
   lua_pushstring(L, file_kind(&st));
   lua_pushfstring(L, "%I:%I", (lua_Integer)st.st_dev, (lua_Integer)st.st_ino);
@@ -396,6 +399,23 @@ static int l_fd_limit(lua_State *L) {
   return 3;
 }
 
+/* mirza.platform: what this build does where systems differ (os.h,
+ * watch.h), as fields of a table: os (uname's name: "Linux", "Darwin"),
+ * facts ("linux", "darwin", "none"), parent_death ("pdeathsig",
+ * "watchdog"), wait ("epoll", "poll"). */
+static void push_platform(lua_State *L) {
+  struct utsname u;
+  lua_createtable(L, 0, 4);
+  lua_pushstring(L, uname(&u) == 0 ? u.sysname : "unknown");
+  lua_setfield(L, -2, "os");
+  lua_pushstring(L, mz_os_facts);
+  lua_setfield(L, -2, "facts");
+  lua_pushstring(L, mz_os_guard_kind);
+  lua_setfield(L, -2, "parent_death");
+  lua_pushstring(L, mz_watch_backend);
+  lua_setfield(L, -2, "wait");
+}
+
 static int l_streams(lua_State *L) {
   lua_pushinteger(L, (lua_Integer)mz_client_streams(mz_l_ctx(L)->client));
   return 1;
@@ -429,5 +449,7 @@ int luaopen_mirza_core(lua_State *L) {
   lua_setfield(L, -2, "json");
   lua_pushliteral(L, MIRZA_VERSION);
   lua_setfield(L, -2, "version");
+  push_platform(L);
+  lua_setfield(L, -2, "platform");
   return 1;
 }

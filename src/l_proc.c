@@ -11,8 +11,8 @@
  * so dropping its handle does not stop it at the next collection. The host closes the Lua state on a normal end, an
  * uncaught error and SIGINT/SIGTERM, so every spawned daemon is stopped in
  * all three cases; on a second signal it leaves without closing the state,
- * after mz_l_stop_started; SIGKILL of mirza is covered by PDEATHSIG
- * (supervisor.c).
+ * after mz_l_stop_started; SIGKILL of mirza is covered by the spawn's
+ * guard (os.h: PDEATHSIG, or a watchdog that waits the same grace).
  *
  * Expected failures (cannot exec, pid file not writable) return
  * `nil, message, code`; bad arguments raise.
@@ -279,7 +279,7 @@ static int l_spawn(lua_State *L) {
   lua_getfield(L, 1, "keep_alive");
   o.keep_alive = u->keep_alive = lua_toboolean(L, -1);
   lua_pop(L, 1);
-  u->grace_ms = (int)(mz_l_opt_field(L, 1, &spawn_grace, DEFAULT_GRACE_MS / 1000.0) * 1000.0 + 0.5);
+  o.grace_ms = u->grace_ms = (int)(mz_l_opt_field(L, 1, &spawn_grace, DEFAULT_GRACE_MS / 1000.0) * 1000.0 + 0.5);
   u->pidfile = (int)mz_l_opt_field(L, 1, &spawn_pidfile, 0);
   o.argv = push_argv(L, 1);
   o.env = push_env(L, 1);
@@ -331,6 +331,9 @@ static int l_pid_listens(lua_State *L) {
   pid_t pid = check_pid(L, 1);
   int port = check_port(L, 2);
   int r = mz_pid_listens(pid, port);
+  if (r < 0 && errno == ENOSYS)
+    return mz_l_failf(L, MZ_E_IO, "this build of mirza cannot tell which process listens on a port (%s)",
+                      "built with MIRZA_PORTABLE: no /proc, no libproc");
   if (r < 0) return fail_errno(L, "cannot inspect the sockets of pid", pid);
   lua_pushboolean(L, r);
   return 1;

@@ -171,7 +171,7 @@ static int run_script(lua_State *L, char **argv, int argc, int script) {
   const char *fname = argv[script];
   char job[4096]; // cppcheck-suppress variableScope ; fname may point into it until the load below
   if (strcmp(fname, "-") == 0) fname = NULL;
-  else script_dir_first(L, fname = mz_cli_job(fname, job, sizeof job));
+  else script_dir_first(L, fname = mz_cli_job(fname, argv[0], job, sizeof job));
   int status = luaL_loadfile(L, fname);
   int n = 0;
   for (int i = script + 1; i < argc; i++, n++) {
@@ -209,7 +209,7 @@ static int parse_args(int argc, char **argv, opts *o) {
       o->script = i + 1 < argc ? i + 1 : 0;
       return 0;
     }
-    if (!strcmp(a, "-h") || !strcmp(a, "--help")) return fputs(usage_text, stdout), mz_cli_help(stdout), 1;
+    if (!strcmp(a, "-h") || !strcmp(a, "--help")) return fputs(usage_text, stdout), mz_cli_help(stdout, argv[0]), 1;
     if (!strcmp(a, "-v") || !strcmp(a, "--version")) return mz_cli_version(stdout), 1;
     if (!strcmp(a, "-e") || !strcmp(a, "-l") || !strcmp(a, "--lua-dir")) {
       if (++i >= argc) return fprintf(stderr, "mirza: '%s' needs an argument\n%s", a, usage_text), -1;

@@ -3,6 +3,7 @@
  * to children (nofile.h).
  */
 #include "nofile.h"
+#include "os.h"
 
 #include <limits.h>
 #include <stddef.h>
@@ -23,7 +24,8 @@ void mz_nofile_raise(void) {
   nofile.done = 1;
   nofile.orig = nofile.soft = rl.rlim_cur;
   nofile.hard = rl.rlim_max;
-  const rlim_t steps[] = {rl.rlim_max, 1u << 20, 65536, 10240};
+  long ceiling = mz_os_nofile_ceiling(); /* macOS: kern.maxfilesperproc */
+  const rlim_t steps[] = {rl.rlim_max, ceiling > 0 ? (rlim_t)ceiling : rl.rlim_max, 1u << 20, 65536, 10240};
   for (size_t i = 0; i < sizeof steps / sizeof *steps && rl.rlim_cur < rl.rlim_max; i++) {
     if (steps[i] <= nofile.orig || steps[i] > rl.rlim_max) continue;
     struct rlimit up = {steps[i], rl.rlim_max};

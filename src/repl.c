@@ -89,7 +89,9 @@ static int read_line(const char *prompt, char **out, const volatile sig_atomic_t
     int ready = wait_stdin() == 0;
     if (cancelled || *quit) { /* even if a key came too: drop the line, as bash does */
       rl_free_line_state();
+#ifdef MIRZA_HAVE_RL_SIGCLEANUP
       rl_callback_sigcleanup();
+#endif
       rl_cleanup_after_signal();
       rl_callback_handler_remove();
       fputs("\n", stdout);
@@ -262,7 +264,9 @@ int mz_repl(lua_State *L, const volatile sig_atomic_t *quit) {
   setvbuf(stdout, NULL, _IONBF, 0); /* io.write shows at once */
 #ifdef MIRZA_HAVE_READLINE
   rl_readline_name = "mirza";
-  rl_catch_signals = 0; /* SIGINT is ours: see read_line */
+#ifdef MIRZA_HAVE_RL_SIGCLEANUP /* GNU readline (macOS libedit has no such switch) */
+  rl_catch_signals = 0;          /* SIGINT is ours: see read_line */
+#endif
 #endif
   mz_cli_version(stdout);
   fputs("`mirza` is loaded; a stream value prints as it arrives, Ctrl-C cancels it, Ctrl-D quits.\n", stdout);

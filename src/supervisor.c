@@ -3,8 +3,9 @@
  *
  * A daemon is started with fork + execvp (never a shell) as the leader of a
  * process group of its own, so that stopping it can signal everything it
- * started. Without keep_alive it also gets PR_SET_PDEATHSIG(SIGTERM): if
- * mirza dies, even by SIGKILL, the kernel tells the daemon. Exec failures
+ * started. Without keep_alive it is also guarded: if mirza dies, even by
+ * SIGKILL, the daemon is stopped (os.h: PR_SET_PDEATHSIG on Linux, a
+ * watchdog process elsewhere). Exec failures
  * travel back through a CLOEXEC pipe, so a missing program is an error of
  * mz_proc_spawn itself rather than a child that dies a moment later.
  *
@@ -18,13 +19,12 @@
  * The per-port pid files and mkdir -p are pidfile.c's. mirza is
  * single-threaded; nothing here is meant to be called from two threads at
  * once (PDEATHSIG, for instance, fires when the *thread* that forked dies,
- * not the process).
+ * not the process). What differs between systems is os.h's.
  */
-#define _GNU_SOURCE
 #include "supervisor.h"
 #include "nofile.h"
+#include "os.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -32,9 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -45,11 +43,11 @@ struct mz_proc {
   int status;      /* raw wait status once exited */
   int stopped;     /* mz_proc_stop has run to the end */
   int stop_result; /* what it returned, for idempotent calls */
+  mz_os_guard guard; /* dies with mirza (not for keep_alive) */
 };
 
 #define POLL_STEP_MS 10      /* sleep between checks while stopping */
 #define KILL_WAIT_MS 2000    /* how long SIGKILL may take to show */
-#define FD_CLOSE_LIMIT 65536 /* fallback close loop never goes past this */
 #define TAIL_MAX (64 * 1024) /* mz_file_tail reads at most this much */
 
 /* ---- time --------------------------------------------------------------- */
@@ -69,7 +67,7 @@ static void sleep_ms(int ms) {
 /* ---- spawning: the child side ------------------------------------------- */
 
 /* What the child sends back through the pipe when it cannot exec. */
-enum { STEP_FORK, STEP_SETUP, STEP_STDIO, STEP_CHDIR, STEP_EXEC };
+enum { STEP_FORK, STEP_SETUP, STEP_GUARD, STEP_STDIO, STEP_CHDIR, STEP_EXEC };
 struct child_err {
   int step;
   int err;
@@ -106,38 +104,22 @@ static int child_stdio(int nullfd, int logfd) {
   return dup2(logfd, STDERR_FILENO) < 0 ? -1 : 0;
 }
 
-/* Close every fd >= 3 except keep (the error pipe, CLOEXEC anyway): libcurl
- * sockets and the like are not necessarily CLOEXEC and a daemon holding our
- * connections open would keep them alive after we close them. */
-static void child_close_fds(int keep) {
-#ifdef SYS_close_range
-  int ok = 1;
-  if (keep > 3 && syscall(SYS_close_range, 3u, (unsigned)keep - 1, 0u) < 0) ok = 0;
-  if (ok && syscall(SYS_close_range, (unsigned)keep + 1, ~0u, 0u) == 0) return;
-#endif
-  long max = sysconf(_SC_OPEN_MAX);
-  if (max < 0 || max > FD_CLOSE_LIMIT) max = FD_CLOSE_LIMIT;
-  for (int fd = 3; fd < max; fd++) {
-    if (fd != keep) close(fd);
-  }
-}
-
 /* Runs in the forked child and never returns. Order matters: the group
- * comes first (once the parent hears back, kill(-pid) must reach us),
- * signals are reset before PDEATHSIG is armed, and the getppid() check
- * closes the window where the parent died before prctl took effect. */
-static _Noreturn void child_run(const mz_spawn_opts *o, pid_t parent, int nullfd, int logfd, int errfd) {
+ * comes first (once the parent hears back, kill(-pid) must reach us), and
+ * signals are reset before the guard is armed (its SIGTERM must kill).
+ * Every descriptor >= 3 but the error pipe is closed before exec: libcurl
+ * sockets and the like are not necessarily CLOEXEC, and a daemon holding
+ * our connections open would keep them alive after we close them. */
+static _Noreturn void child_run(const mz_spawn_opts *o, mz_os_guard *g, pid_t parent, int nullfd, int logfd,
+                                int errfd) {
   if ((o->keep_alive ? setsid() : setpgid(0, 0)) < 0) child_fail(errfd, STEP_SETUP);
   child_reset_signals();
-  if (!o->keep_alive) {
-    if (prctl(PR_SET_PDEATHSIG, SIGTERM) < 0) child_fail(errfd, STEP_SETUP);
-    if (getppid() != parent) _exit(127); /* orphaned already: nobody to serve */
-  }
+  if (!o->keep_alive && mz_os_guard_child(g, parent) < 0) child_fail(errfd, STEP_GUARD);
   if (child_stdio(nullfd, logfd) < 0) child_fail(errfd, STEP_STDIO);
   if (o->cwd && chdir(o->cwd) < 0) child_fail(errfd, STEP_CHDIR);
   for (const char *const *e = o->env; e && *e; e++)
     putenv((char *)*e); /* our private copy of memory; exec copies environ */
-  child_close_fds(errfd);
+  mz_os_close_from3(errfd);
   mz_nofile_restore(); /* the limit mirza started with, not the one it raised for its streams */
   execvp(o->argv[0], (char *const *)o->argv);
   child_fail(errfd, STEP_EXEC);
@@ -195,7 +177,7 @@ static int open_fds(const mz_spawn_opts *o, struct spawn_fds *f, char *err, size
   if (f->null < 0) return open_fail(f, err, len, prog, "cannot open", "/dev/null");
   f->log = o->log_path ? fd_high(open(o->log_path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644)) : f->null;
   if (f->log < 0) return open_fail(f, err, len, prog, "cannot open log", o->log_path);
-  if (pipe2(pfd, O_CLOEXEC) < 0) return open_fail(f, err, len, prog, "pipe", NULL);
+  if (mz_os_pipe(pfd) < 0) return open_fail(f, err, len, prog, "pipe", NULL);
   f->rd = fd_high(pfd[0]);
   f->wr = fd_high(pfd[1]);
   if (f->rd < 0 || f->wr < 0) return open_fail(f, err, len, prog, "pipe", NULL);
@@ -220,6 +202,7 @@ static void verdict_error(const mz_spawn_opts *o, const struct child_err *ce, ch
   case STEP_CHDIR: spawn_error(err, len, prog, "cannot chdir to", o->cwd, ce->err); break;
   case STEP_STDIO: spawn_error(err, len, prog, "redirecting stdio", NULL, ce->err); break;
   case STEP_FORK: spawn_error(err, len, prog, "fork", NULL, ce->err); break;
+  case STEP_GUARD: spawn_error(err, len, prog, "cannot guard it against mirza's death", NULL, ce->err); break;
   default: spawn_error(err, len, prog, "child setup", NULL, ce->err); break;
   }
 }
@@ -230,23 +213,28 @@ static void reap_blocking(pid_t pid) {
 }
 
 /* Fork and wait for the child's verdict; closes every fd in f. Returns the
- * pid of a child that has exec'd, or -1 (errno, message in err) with the
- * failed child already reaped. */
-static pid_t fork_exec(const mz_spawn_opts *o, struct spawn_fds *f, char *err, size_t len) {
+ * pid of a child that has exec'd, guarded by g unless keep_alive, or -1
+ * (errno, message in err) with the failed child already reaped and g
+ * released. */
+static pid_t fork_exec(const mz_spawn_opts *o, mz_os_guard *g, struct spawn_fds *f, char *err, size_t len) {
   struct child_err ce = {STEP_FORK, 0};
+  int guard_err = 0;
   pid_t parent = getpid();
   pid_t pid = fork();
-  if (pid == 0) child_run(o, parent, f->null, f->log, f->wr);
+  if (pid == 0) child_run(o, g, parent, f->null, f->log, f->wr);
   ce.err = errno;
   close(f->wr);
   f->wr = -1;
   /* Same call as the child's, so whichever runs first wins and the other
    * fails harmlessly. Not for keep_alive: setsid() fails on a leader. */
   if (pid > 0 && !o->keep_alive) setpgid(pid, pid);
+  if (pid > 0 && !o->keep_alive && mz_os_guard_parent(g, pid, o->grace_ms) < 0) guard_err = errno;
   int failed = pid < 0 || read_verdict(f->rd, &ce) < 0;
   close_fds(f);
   if (!failed) return pid;
   if (pid > 0) reap_blocking(pid);
+  mz_os_guard_end(g);
+  if (guard_err) ce = (struct child_err){STEP_GUARD, guard_err};
   verdict_error(o, &ce, err, len);
   errno = ce.err;
   return -1;
@@ -258,22 +246,27 @@ static pid_t fork_exec(const mz_spawn_opts *o, struct spawn_fds *f, char *err, s
  * failed child has nothing of ours to leak (valgrind checks it at _exit). */
 int mz_proc_spawn(const mz_spawn_opts *o, mz_proc **out, char *err, size_t errlen) {
   struct spawn_fds f;
+  mz_os_guard g = {{-1, -1}, -1, 0};
   *out = NULL;
   if (!o || !o->argv || !o->argv[0]) {
     spawn_error(err, errlen, "(none)", NULL, NULL, EINVAL);
     return errno = EINVAL, -1;
   }
-  pid_t pid = open_fds(o, &f, err, errlen) < 0 ? -1 : fork_exec(o, &f, err, errlen);
+  if (open_fds(o, &f, err, errlen) < 0) return -1;
+  if (!o->keep_alive && mz_os_guard_open(&g) < 0) return open_fail(&f, err, errlen, o->argv[0], "pipe", NULL);
+  pid_t pid = fork_exec(o, &g, &f, err, errlen);
   if (pid < 0) return -1;
   mz_proc *p = calloc(1, sizeof *p);
   if (!p) { /* nobody could ever stop it: don't leave it running */
     kill(-pid, SIGKILL);
     kill(pid, SIGKILL);
     reap_blocking(pid);
+    mz_os_guard_end(&g);
     spawn_error(err, errlen, o->argv[0], NULL, NULL, ENOMEM);
     return errno = ENOMEM, -1;
   }
   p->pid = pid;
+  p->guard = g;
   *out = p;
   return 0;
 }
@@ -343,13 +336,20 @@ int mz_proc_stop(mz_proc *p, int grace_ms) {
       killed = 1;
     }
   }
-  kill(-p->pid, SIGKILL); /* the daemon's own children; ESRCH is the usual answer */
+  kill(-p->pid, SIGKILL); /* the daemon's own children (and its watchdog); ESRCH is the usual answer */
+  mz_os_guard_end(&p->guard);
   p->stopped = 1;
   p->stop_result = killed;
   return killed;
 }
 
-void mz_proc_free(mz_proc *p) { free(p); }
+/* A child not stopped keeps running (keep_alive), or is stopped by its
+ * guard, as it would be at mirza's exit. */
+void mz_proc_free(mz_proc *p) {
+  if (!p) return;
+  mz_os_guard_end(&p->guard);
+  free(p);
+}
 
 /* WCOREDUMP is not POSIX, but glibc has it under _DEFAULT_SOURCE. */
 char *mz_status_describe(int status, char *buf, size_t len) {
@@ -366,27 +366,13 @@ char *mz_status_describe(int status, char *buf, size_t len) {
 
 /* ---- processes we did not start ----------------------------------------- */
 
-/* The state letter of /proc/<pid>/stat, or 0 when unreadable. The command
- * name in parentheses may hold ')' and spaces: the state follows the last. */
-static char proc_state(pid_t pid) {
-  char path[64], text[512];
-  snprintf(path, sizeof path, "/proc/%ld/stat", (long)pid);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
-  ssize_t n = read(fd, text, sizeof text - 1);
-  close(fd);
-  if (n <= 0) return 0;
-  text[n] = '\0';
-  char *rp = strrchr(text, ')');
-  return rp && rp[1] == ' ' ? rp[2] : 0;
-}
-
 /* Gone = no such pid, or a zombie: a zombie of someone else's is dead and
- * only waits for its parent's wait(), which we cannot do for it. */
+ * only waits for its parent's wait(), which we cannot do for it. Where a
+ * zombie cannot be told (os_none.c), it counts as alive until its parent
+ * reaps it: a stop then waits out its grace, and SIGKILL's KILL_WAIT_MS. */
 static int pid_gone(pid_t pid) {
   if (kill(pid, 0) < 0 && errno == ESRCH) return 1;
-  char st = proc_state(pid);
-  return st == 'Z' || st == 'X';
+  return mz_os_pid_zombie(pid) == 1;
 }
 
 static int pid_wait_gone(pid_t pid, int ms) {
@@ -424,58 +410,9 @@ int mz_pid_alive(pid_t pid) {
 
 /* ---- who listens on a port --------------------------------------------- */
 
-#define LISTEN_MAX 16 /* listening sockets on one port we look at (SO_REUSEPORT) */
-
-/* Add to inodes[*n] the inodes of the LISTEN (state 0A) sockets of one
- * /proc/net/tcp* table whose local port is port. Lines look like
- * "  0: 0100007F:1F90 00000000:0000 0A ... uid timeout inode ...". */
-static void listen_inodes(const char *table, int port, unsigned long *inodes, int *n) {
-  char line[512];
-  FILE *f = fopen(table, "re");
-  if (!f) return;
-  while (*n < LISTEN_MAX && fgets(line, sizeof line, f)) {
-    unsigned lport, st;
-    unsigned long inode;
-    char *colon = strchr(line, ':');                      /* after the slot number */
-    char *pcolon = colon ? strchr(colon + 1, ':') : NULL; /* before the local port */
-    if (!pcolon) continue;
-    if (sscanf(pcolon + 1, "%x %*s %x %*s %*s %*s %*s %*s %lu", &lport, &st, &inode) != 3) continue;
-    if ((int)lport == port && st == 0x0A && inode != 0) inodes[(*n)++] = inode;
-  }
-  fclose(f);
-}
-
-/* 1 if fd link text is "socket:[inode]" for one of the inodes. */
-static int is_listen_fd(const char *link, const unsigned long *inodes, int n) {
-  unsigned long ino;
-  if (sscanf(link, "socket:[%lu]", &ino) != 1) return 0;
-  for (int i = 0; i < n; i++)
-    if (inodes[i] == ino) return 1;
-  return 0;
-}
-
 int mz_pid_listens(pid_t pid, int port) {
-  unsigned long inodes[LISTEN_MAX];
-  char dir[64], path[64 + 256], link[64];
-  int n = 0, found = 0;
   if (pid <= 0 || port <= 0 || port > 65535) return errno = EINVAL, -1;
-  listen_inodes("/proc/net/tcp", port, inodes, &n);
-  listen_inodes("/proc/net/tcp6", port, inodes, &n);
-  if (n == 0) return 0;
-  snprintf(dir, sizeof dir, "/proc/%ld/fd", (long)pid);
-  DIR *d = opendir(dir);
-  if (!d) return errno == ENOENT ? 0 : -1;
-  struct dirent *e;
-  while (!found && (e = readdir(d))) {
-    if (e->d_name[0] == '.') continue;
-    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-    ssize_t len = readlink(path, link, sizeof link - 1);
-    if (len <= 0) continue;
-    link[len] = '\0';
-    found = is_listen_fd(link, inodes, n);
-  }
-  closedir(d);
-  return found;
+  return mz_os_pid_listens(pid, port);
 }
 
 /* ---- log tail ------------------------------------------------------------ */

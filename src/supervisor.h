@@ -23,8 +23,9 @@ typedef struct mz_spawn_opts {
   const char *const *env;  /* extra "NAME=value" entries (NULL-terminated) or NULL */
   const char *cwd;         /* or NULL */
   const char *log_path;    /* stdout+stderr appended here (created 0644); NULL: /dev/null */
-  int keep_alive;          /* 0: the child gets PR_SET_PDEATHSIG(SIGTERM) so it
-                               cannot outlive us; 1: it may (setsid, no pdeathsig) */
+  int keep_alive;          /* 0: the child is guarded so it cannot outlive us (os.h:
+                               PR_SET_PDEATHSIG, or a watchdog); 1: it may (setsid) */
+  int grace_ms;            /* the watchdog's SIGTERM -> SIGKILL delay when mirza died */
 } mz_spawn_opts;
 
 /* Spawn. On success returns 0 and *out (owned by the caller, free with
@@ -67,11 +68,11 @@ int mz_pid_stop(pid_t pid, int grace_ms);
 int mz_pid_alive(pid_t pid);
 
 /* Whether process pid holds a TCP socket listening on port (IPv4 or IPv6,
- * any local address): the inodes of the LISTEN entries of /proc/net/tcp
- * and /proc/net/tcp6 for that port, matched against the "socket:[inode]"
- * links of /proc/<pid>/fd. Returns 1 (yes), 0 (no, or no such process),
- * -1 (errno) when /proc cannot be read (EACCES for another user's
- * process: we cannot tell). Used before trusting a pid a daemon reports. */
+ * any local address; os.h's mz_os_pid_listens). Returns 1 (yes), 0 (no, or
+ * no such process), -1 (errno) when it cannot be told: EACCES/EPERM for
+ * another user's process, ENOSYS where the system cannot say, EINVAL for a
+ * pid <= 0 or a port out of 1..65535. Used before trusting a pid a daemon
+ * reports. */
 int mz_pid_listens(pid_t pid, int port);
 
 /* The last n lines of a file (a log), at most len-1 bytes, into buf (NUL-

@@ -27,6 +27,9 @@ typedef struct mz_fired {
 
 enum { MZ_FIRED_MAX = 64 }; /* sockets reported per wait */
 
+/* "epoll" or "poll": the backend this build has (mirza.platform.wait). */
+extern const char mz_watch_backend[];
+
 /* A set watching wake_fd for reading; NULL when out of resources. */
 mz_watch *mz_watch_new(int wake_fd);
 void mz_watch_free(mz_watch *w); /* NULL is fine */

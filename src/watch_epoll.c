@@ -11,6 +11,8 @@
 
 #include "watch.h"
 
+const char mz_watch_backend[] = "epoll";
+
 struct mz_watch {
   int epfd; /* libcurl's sockets and the wake pipe */
   int wake; /* the wake pipe's read end */

@@ -11,6 +11,8 @@
 
 #include "watch.h"
 
+const char mz_watch_backend[] = "poll";
+
 struct mz_watch {
   struct pollfd *pfd; /* [0]: the wake pipe; then libcurl's sockets */
   size_t npfd, cappfd;

@@ -315,6 +315,18 @@ function mirza.isatty(fd) end
 ---@return number before the soft limit the process started with
 function mirza.fd_limit() end
 
+---What this build of mirza does where operating systems differ (src/os.h):
+---which facts about other processes it can know, how a daemon it starts
+---dies with it, and how it waits for sockets.
+---@class mirza.Platform
+---@field os string the system's name, as `uname -s` prints it: "Linux", "Darwin"
+---@field facts "linux"|"darwin"|"none" how it tells which pid listens on a port and whether a pid is a zombie: /proc, libproc and sysctl, or not at all (a build with MIRZA_PORTABLE: an adopted daemon whose pid cannot be checked is left running)
+---@field parent_death "pdeathsig"|"watchdog" how a daemon started without keep_alive dies when mirza does, even by SIGKILL: Linux's PR_SET_PDEATHSIG (SIGTERM), or a watchdog process in the daemon's group (SIGTERM, its grace, SIGKILL)
+---@field wait "epoll"|"poll" the wait backend of the client's driver
+
+---@type mirza.Platform
+mirza.platform = {}
+
 ---File modification time, size, kind and identity (hot reload watches files
 ---with it; batch jobs tell a pipe from a file, and INPUT from OUTPUT).
 ---Available as `require("mirza.core").stat`.

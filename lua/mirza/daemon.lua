@@ -296,12 +296,20 @@ function Daemon:_adopted_pid(info)
   local ours = core.pidfile_read(port)
   local st = type(info) == "table" and info.startup
   local pid = type(st) == "table" and math.tointeger(st.pid)
-  if pid and pid > 0 then
-    if pid == ours or core.pid_listens(pid, port) then return pid end
+  if pid and pid > 0 and pid ~= ours then
+    local listens, why = core.pid_listens(pid, port)
+    if listens then return pid end
+    if listens == nil then return nil, ("the pid it reports (%d) cannot be checked: %s"):format(pid, why) end
     return nil, ("the pid it reports (%d) does not hold port %d"):format(pid, port)
   end
-  if ours and core.pid_alive(ours) and core.pid_listens(ours, port) ~= false then return ours end
-  return nil, "it reports no pid and no pid file of ours names it"
+  if pid and pid > 0 then return pid end
+  if not (ours and core.pid_alive(ours)) then return nil, "it reports no pid and no pid file of ours names it" end
+  -- a pid file outlives a daemon that died on its own: its pid may be
+  -- another process's now, trusted only when seen to hold the port
+  local listens, why = core.pid_listens(ours, port)
+  if listens then return ours end
+  if listens == nil then return nil, ("the pid our pid file names (%d) cannot be checked: %s"):format(ours, why) end
+  return nil, ("the pid our pid file names (%d) does not hold port %d"):format(ours, port)
 end
 
 function Daemon:_adopt(info)

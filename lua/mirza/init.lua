@@ -21,6 +21,7 @@ local M = {
 }
 M.isatty = core.isatty -- is this descriptor a terminal (progress lines redrawn in place)
 M.fd_limit = core.fd_limit -- the open-files limit: soft, hard, soft before mirza raised it
+M.platform = core.platform -- what this build does where systems differ (os.h)
 
 -- MIRZA_RECORD=DIR records every request (mirza.record reads it, once).
 local RECORD = require("mirza.record").env_dir

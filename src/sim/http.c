@@ -9,10 +9,10 @@
  * either Content-Length or chunked; each chunk is written with one writev so
  * a batch of SSE frames costs one syscall.
  *
- * Disconnects are noticed with POLLRDHUP while waiting, and by write errors
- * (SIGPIPE is ignored, MSG_NOSIGNAL used anyway) while sending.
+ * Disconnects are noticed while waiting (sys.h: sys_peer_gone), and by
+ * write errors (SIGPIPE is ignored, MSG_NOSIGNAL used anyway) while sending.
  */
-#define _GNU_SOURCE /* POLLRDHUP */
+#define _GNU_SOURCE /* strcasestr (macOS: _DARWIN_C_SOURCE, from CMake) */
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "sim.h"
+#include "sys.h"
 
 const char *http_reason(int status) {
   switch (status) {
@@ -407,12 +408,8 @@ int http_end_chunked(conn *c) {
 }
 
 /* Has the peer closed (or reset) the connection? Pipelined request bytes
- * do not count: only POLLRDHUP/HUP/ERR do. */
-bool conn_gone(conn *c) {
-  struct pollfd pfd = {.fd = c->fd, .events = POLLRDHUP};
-  if (poll(&pfd, 1, 0) <= 0) return false;
-  return (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
-}
+ * do not count. */
+bool conn_gone(conn *c) { return sys_peer_gone(c->fd, 0) != 0; }
 
 /* Sleep until the monotonic deadline, waking early if the peer goes away
  * (-1) or the cancel flag is raised (-2). Sub-millisecond rests use
@@ -430,7 +427,6 @@ int conn_wait_until(conn *c, double deadline, atomic_bool *cancel) {
     }
     int ms = (int)(left * 1000.0);
     if (ms > SIM_SLICE_MS) ms = SIM_SLICE_MS;
-    struct pollfd pfd = {.fd = c->fd, .events = POLLRDHUP};
-    if (poll(&pfd, 1, ms) > 0 && (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL))) return -1;
+    if (sys_peer_gone(c->fd, ms)) return -1;
   }
 }

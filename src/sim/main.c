@@ -21,11 +21,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "nofile.h"
+#include "os.h"
 #include "sim.h"
 
 static const struct option long_opts[] = {{"host", 1, 0, 'H'},
@@ -338,7 +339,7 @@ static int bind_listener(server *s, char *url_host, size_t n) {
   } else {
     die("--host must be an IPv4 or IPv6 address, not '%s'", h);
   }
-  int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int fd = mz_os_socket(ss.ss_family, SOCK_STREAM, 0);
   int one = 1;
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   /* A long accept queue (the kernel caps it at net.core.somaxconn): a
@@ -398,20 +399,10 @@ static void accept_loop(server *s) {
   }
 }
 
-/* One thread and one socket per connection: a client running 1,024
- * streams needs more than the usual soft limit of 1,024 open files. */
-static void raise_nofile(void) {
-  struct rlimit rl;
-  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-    rl.rlim_cur = rl.rlim_max;
-    setrlimit(RLIMIT_NOFILE, &rl);
-  }
-}
-
 int main(int argc, char **argv) {
   static server srv;
   parse_args(&srv, argc, argv);
-  raise_nofile();
+  mz_nofile_raise(); /* a thread and a socket per connection: 1,024 streams need more than 1,024 files */
   install_signals();
   state_init(&srv);
   if (srv.cfg.replay_dir && recorded_load(&srv, srv.cfg.replay_dir, srv.cfg.replay_by_body))

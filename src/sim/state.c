@@ -25,14 +25,11 @@
 #include <time.h>
 
 #include "sim.h"
+#include "sys.h"
 
 void state_init(server *s) {
   pthread_mutex_init(&s->mu, NULL);
-  pthread_condattr_t ca;
-  pthread_condattr_init(&ca);
-  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-  pthread_cond_init(&s->cv, &ca);
-  pthread_condattr_destroy(&ca);
+  sys_cond_init(&s->cv);
   s->slots = calloc((size_t)s->cfg.parallel, sizeof *s->slots);
   s->store = calloc(SIM_STORE_MAX, sizeof *s->store);
   if (!s->slots || !s->store) abort();
@@ -212,11 +209,7 @@ int sched_acquire(server *s, sched_tick tick, void *arg, const char *prompt, siz
   s->pinned_waiting += w.pin >= 0;
   int i;
   while ((i = slot_for(s, &w, prompt, n)) < 0) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_nsec += SIM_SLICE_MS * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
-    pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+    sys_cond_wait_ms(&s->cv, &s->mu, SIM_SLICE_MS);
     pthread_mutex_unlock(&s->mu);
     int rc = tick ? tick(arg) : 0;
     pthread_mutex_lock(&s->mu);
