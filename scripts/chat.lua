@@ -4,9 +4,12 @@
 ---                                [--continue [NAME]] [--name NAME] [--no-save] [--help]
 ---   mirza chat ...          (the same, installed)
 ---
---- Each input line is one user turn; the thinking goes to stderr, the
---- answer to stdout sentence by sentence, stats after each turn. Commands:
----   /think on|off   toggle thinking        /budget N   reasoning budget
+--- Each input line is one user turn; the thinking goes to stderr (a block
+--- starting "thinking: ", dim on a terminal unless NO_COLOR is set, ended
+--- by its own line end), the answer to stdout sentence by sentence, an
+--- error on a line of its own, stats after each turn. Ctrl-C stops the
+--- answer and ends the chat (status 130), the part heard saved. Commands:
+---   /think on|off   toggle thinking        /budget N   reasoning budget (said back)
 ---   /clear          clear the session cache /new       fresh conversation and session
 ---   /reload         reload behaviour now   /stats      last turn's figures
 ---   /help           list the commands      /quit       leave
@@ -211,7 +214,14 @@ end
 local commands
 commands = {
   think = function(a) e:set_thinking(a ~= "off") say_err("thinking ", a ~= "off" and "on" or "off") end,
-  budget = function(a) e:set_reasoning_budget(tonumber(a) or 0) end,
+  budget = function(a)
+    local n = math.tointeger(tonumber(a))
+    if not n or n < 0 then
+      return say_err("error: /budget takes a number of tokens (0: thinking off), not '", a, "'")
+    end
+    e:set_reasoning_budget(n)
+    say_err(n > 0 and ("reasoning budget %d tokens (thinking on)"):format(n) or "reasoning budget 0 (thinking off)")
+  end,
   clear = function()
     local done, why = e:clear_cache()
     say_err(done and "session cache cleared" or ("cache not cleared: " .. tostring(why)))
@@ -243,23 +253,41 @@ commands = {
   end,
 }
 
+-- The thinking, set apart from the answer: a block on stderr that starts
+-- with "thinking: " and ends with its own line end before anything else
+-- is printed (the answer, an error, the stats); dim on a terminal (unless
+-- NO_COLOR is set).
 local dim, undim = "", ""
-if require("mirza").isatty(2) then dim, undim = "\27[2m", "\27[0m" end
+if require("mirza").isatty(2) and (os.getenv("NO_COLOR") or "") == "" then dim, undim = "\27[2m", "\27[0m" end
+local thinking = false -- a thinking block is open on stderr
+local function think(t)
+  io.stderr:write(dim, thinking and "" or "thinking: ", t, undim)
+  thinking = true
+end
+local function end_thinking()
+  if thinking then io.stderr:write("\n") thinking = false end
+end
 
+-- One turn. Ctrl-C stops the answer and ends the chat (status 130): what
+-- was heard is kept in the conversation, saved first.
 local function turn(line)
   refresh()
   local text = b:on_turn(line, e)
-  local thinking = false
-  local st, res, _, routed = e:say(text, {
+  local ran, st, res, _, routed = pcall(e.say, e, text, {
     mode = "sentence",
-    think = function(t) thinking = true io.stderr:write(dim, t, undim) end,
+    think = think,
     answer = function(s)
-      if thinking then io.stderr:write("\n") thinking = false end
+      end_thinking()
       io.write(s, "\n")
       io.flush()
     end,
-    error = function(m) say_err("error: ", m) end,
+    error = function(m) end_thinking() say_err("error: ", m) end, -- on its own line
   })
+  end_thinking()
+  if not ran then
+    save()
+    error(st, 0)
+  end
   if st then show_stats(st)
   elseif not routed then say_err("turn failed: ", tostring(res)) end -- else the error sink said it
   save()
