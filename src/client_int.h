@@ -67,6 +67,7 @@ struct mz_stream {
   int merge;             /* join queued deltas of one channel (mz_request.merge) */
   size_t skipped_frames; /* malformed frames skipped */
   cJSON *usage, *timings, *stats, *extra;
+  cJSON *meta; /* what the server said of itself and of each choice (response.c), for done */
   double last_rx, stall_s;      /* last byte received (head or body) */
   double retry_after;           /* of an HTTP error: seconds, or -1 */
   double t_open, header_s;      /* header_timeout: until the head is complete */

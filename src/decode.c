@@ -38,7 +38,9 @@ static int take_member(mz_frame *f, const cJSON *item) {
       f->nchoices = f->choices ? cJSON_GetArraySize(item) : 0;
       return 0;
     }
-    return strcmp(k, "created") != 0;
+    if (strcmp(k, "created") != 0) return 1;
+    f->created = cJSON_IsNumber(item) ? item : NULL;
+    return 0;
   case 'u':
     if (strcmp(k, "usage") != 0) return 1;
     f->usage = object_or_null(item);
@@ -50,7 +52,8 @@ static int take_member(mz_frame *f, const cJSON *item) {
   case 'm':
     if (strcmp(k, "mtplx_stats") == 0) f->stats = object_or_null(item);
     else if (strcmp(k, "mtplx_progress") == 0) f->progress = object_or_null(item);
-    else return strcmp(k, "model") != 0;
+    else if (strcmp(k, "model") == 0) f->model = cJSON_IsString(item) ? item->valuestring : NULL;
+    else return 1;
     return 0;
   case 'e':
     if (strcmp(k, "error") != 0) return 1;
@@ -61,7 +64,10 @@ static int take_member(mz_frame *f, const cJSON *item) {
     f->id = cJSON_IsString(item) ? item->valuestring : NULL;
     return 0;
   case 'o': return strcmp(k, "object") != 0;
-  case 's': return strcmp(k, "system_fingerprint") != 0;
+  case 's':
+    if (strcmp(k, "system_fingerprint") != 0) return 1;
+    f->fprint = cJSON_IsString(item) ? item->valuestring : NULL;
+    return 0;
   default: return 1;
   }
 }
@@ -286,6 +292,7 @@ int mz_frame_choice(const mz_frame *f, int i, mz_choice *c) {
              v->valuedouble < 2147483648.0) /* else absent: casting it would be undefined */
       c->index = (int)v->valuedouble;
     else if (strcmp(k, "message") == 0) c->message = object_or_null(v);
+    else if (strcmp(k, "logprobs") == 0) c->logprobs = object_or_null(v);
   }
   if (delta || c->message) read_delta(delta ? delta : c->message, c);
   return 0;

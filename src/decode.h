@@ -25,6 +25,9 @@ typedef struct mz_frame {
   const cJSON *progress; /* MTPLX mtplx_progress */
   const cJSON *error;    /* top-level "error" (object or string) */
   const char *id;        /* top-level "id" (the completion id) if a string */
+  const char *model;     /* top-level "model" (the model that answered) if a string */
+  const char *fprint;    /* top-level "system_fingerprint" if a string */
+  const cJSON *created;  /* top-level "created" if a number */
   int heartbeat;         /* mtplx_progress.heartbeat == true */
   int unknown;           /* count of top-level keys not listed below */
 } mz_frame;
@@ -43,6 +46,8 @@ typedef struct mz_choice {
   const cJSON *tool_calls;   /* delta.tool_calls array, or NULL */
   const char *finish_reason; /* NULL when null or absent */
   const cJSON *message;      /* non-streamed: choices[i].message, or NULL */
+  const cJSON *logprobs;     /* choices[i].logprobs when an object (OpenAI's
+                                {"content": [...], "refusal": ...}), else NULL */
 } mz_choice;
 
 /* Parse JSON text data[0..len) (not necessarily NUL-terminated) with

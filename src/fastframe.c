@@ -363,7 +363,8 @@ static int choice_member(cur *c, scan *sc, unsigned *seen) {
   if (AT(c, "\"index\"")) return key_once(c, 7, seen, 1) && scan_index(c, &sc->out->index);
   if (AT(c, "\"delta\"")) return key_once(c, 7, seen, 8) && walk_object(c, delta_member, sc);
   if (AT(c, "\"finish_reason\"")) return key_once(c, 15, seen, 2) && scan_literal(c, "null", 4);
-  if (AT(c, "\"logprobs\"")) return key_once(c, 10, seen, 4) && skip_value(c, 2);
+  /* logprobs asked for: not a plain token frame (cJSON keeps them, decode.c) */
+  if (AT(c, "\"logprobs\"")) return key_once(c, 10, seen, 4) && scan_literal(c, "null", 4);
   return 0;
 }
 

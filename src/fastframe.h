@@ -38,7 +38,7 @@ typedef struct mz_fast {
  *   an object whose keys are among id, object, created, model,
  *   system_fingerprint (any valid JSON value) and "choices" (required): an
  *   array of exactly one object whose keys are among index (a plain
- *   non-negative integer), finish_reason (null), logprobs (any value) and
+ *   non-negative integer), finish_reason (null), logprobs (null) and
  *   delta: an object whose keys are among content, reasoning_content and
  *   reasoning, each a string or null.
  * No key may repeat or contain an escape; strings may not hold raw control

@@ -323,11 +323,12 @@ void mz_queue_free(mz_stream *s) {
   for (size_t i = s->qhead; i < s->qlen; i++) cJSON_Delete(s->q[i].json);
   cJSON_Delete(s->popped_json);
   cJSON_Delete(s->term_json);
+  cJSON_Delete(s->meta); /* response.c's, when no done took it */
   mz_buf_free(&s->arena);
   free(s->q);
   s->q = NULL;
   s->qhead = s->qlen = s->qcap = 0;
-  s->popped_json = s->term_json = NULL;
+  s->popped_json = s->term_json = s->meta = NULL;
 }
 
 size_t mz_stream_pending(const mz_stream *s) {

@@ -77,11 +77,122 @@ static void keep_unknown(mz_stream *s, mz_frame *f) {
   }
 }
 
+/* ---- what the server said of itself and of each choice ----
+ * s->meta, made by the first frame that says any of it: the model that
+ * answered, its system_fingerprint and created (each the first frame's
+ * that has it), and "choices": per choice, by index, its finish_reason
+ * and its logprobs (every frame's content and refusal lists appended in
+ * order). Token frames on the fast path carry none of it (their logprobs
+ * are null: fastframe.c); the role and finish frames do. done gets it
+ * (make_done), its choices only when there is more than choice 0's
+ * finish reason to say (n > 1, logprobs). */
+
+static cJSON *meta_of(mz_stream *s) {
+  if (!s->meta) s->meta = cJSON_CreateObject();
+  return s->meta;
+}
+
+static void note_server(mz_stream *s, const mz_frame *f) {
+  cJSON *m = f->model || f->fprint || f->created ? meta_of(s) : NULL;
+  if (!m) return;
+  if (f->model && !cJSON_HasObjectItem(m, "model")) cJSON_AddStringToObject(m, "model", f->model);
+  if (f->fprint && !cJSON_HasObjectItem(m, "system_fingerprint"))
+    cJSON_AddStringToObject(m, "system_fingerprint", f->fprint);
+  if (f->created && !cJSON_HasObjectItem(m, "created")) cJSON_AddNumberToObject(m, "created", f->created->valuedouble);
+}
+
+static int index_of(const cJSON *entry) { return cJSON_GetObjectItemCaseSensitive(entry, "index")->valueint; }
+
+/* The entry of choice `index` in meta.choices (in the order first seen:
+ * sorted_choices puts them in index order). */
+static cJSON *choice_entry(mz_stream *s, int index) {
+  cJSON *m = meta_of(s), *list = m ? cJSON_GetObjectItemCaseSensitive(m, "choices") : NULL, *e;
+  if (m && !list) list = cJSON_AddArrayToObject(m, "choices");
+  if (!list) return NULL;
+  cJSON_ArrayForEach(e, list) {
+    if (index_of(e) == index) return e;
+  }
+  if (!(e = cJSON_CreateObject())) return NULL;
+  cJSON_AddNumberToObject(e, "index", index);
+  cJSON_AddItemToArray(list, e);
+  return e;
+}
+
+/* The entries moved into a new list in index order (a few choices: the
+ * smallest index first, again; cJSON 1.7.15's insert loses items). */
+static cJSON *sorted_choices(cJSON *list) {
+  cJSON *out = cJSON_CreateArray();
+  while (out && list->child) {
+    cJSON *min = list->child;
+    for (cJSON *e = min->next; e; e = e->next)
+      if (index_of(e) < index_of(min)) min = e;
+    cJSON_AddItemToArray(out, cJSON_DetachItemViaPointer(list, min));
+  }
+  cJSON_Delete(list);
+  return out;
+}
+
+/* A frame's logprobs into a choice's: the lists (content, refusal) moved
+ * to the end of the ones kept, any other member the last one's. */
+static void add_logprobs(cJSON *entry, cJSON *lp) {
+  cJSON *have = cJSON_GetObjectItemCaseSensitive(entry, "logprobs");
+  if (!have) {
+    cJSON_AddItemToObject(entry, "logprobs", cJSON_Duplicate(lp, 1));
+    return;
+  }
+  for (cJSON *it = lp->child; it; it = it->next) {
+    cJSON *old = cJSON_GetObjectItemCaseSensitive(have, it->string);
+    if (cJSON_IsArray(it) && cJSON_IsArray(old)) {
+      while (it->child) cJSON_AddItemToArray(old, cJSON_DetachItemViaPointer(it, it->child));
+    } else if (!old || !cJSON_IsNull(it)) {
+      cJSON_DeleteItemFromObjectCaseSensitive(have, it->string);
+      cJSON_AddItemToObject(have, it->string, cJSON_Duplicate(it, 1));
+    }
+  }
+}
+
+static void note_choice(mz_stream *s, const mz_choice *c) {
+  cJSON *e = choice_entry(s, c->index);
+  if (!e) return;
+  if (c->finish_reason) {
+    cJSON_DeleteItemFromObjectCaseSensitive(e, "finish_reason");
+    cJSON_AddStringToObject(e, "finish_reason", c->finish_reason);
+  }
+  if (c->logprobs) add_logprobs(e, (cJSON *)c->logprobs); /* the frame's tree is ours until freed */
+}
+
+/* Whether done needs the choices: more than one, or more said of one
+ * than its finish reason (done.finish_reason). */
+static int choices_worth_it(const cJSON *list) {
+  const cJSON *e;
+  if (cJSON_GetArraySize(list) > 1) return 1;
+  cJSON_ArrayForEach(e, list) {
+    if (index_of(e) != 0 || cJSON_HasObjectItem(e, "logprobs")) return 1;
+  }
+  return 0;
+}
+
+/* meta's members into done, then meta is gone. */
+static void take_meta(mz_stream *s, cJSON *d) {
+  cJSON *m = s->meta;
+  s->meta = NULL;
+  if (!m) return;
+  cJSON *list = cJSON_DetachItemFromObjectCaseSensitive(m, "choices");
+  while (m->child) {
+    cJSON *it = cJSON_DetachItemViaPointer(m, m->child);
+    cJSON_AddItemToObject(d, it->string, it);
+  }
+  if (list && choices_worth_it(list)) cJSON_AddItemToObject(d, "choices", sorted_choices(list));
+  else cJSON_Delete(list);
+  cJSON_Delete(m);
+}
+
 static cJSON *make_done(mz_stream *s) {
   cJSON *d = cJSON_CreateObject();
   if (!d) return NULL;
   if (s->finish_reason[0]) cJSON_AddStringToObject(d, "finish_reason", s->finish_reason);
   if (s->done_id[0]) cJSON_AddStringToObject(d, "id", s->done_id);
+  take_meta(s, d);
   if (s->usage) cJSON_AddItemToObject(d, "usage", s->usage);
   if (s->stats) cJSON_AddItemToObject(d, "stats", s->stats);
   if (s->timings) cJSON_AddItemToObject(d, "timings", s->timings);
@@ -105,6 +216,7 @@ static void handle_choice(mz_stream *s, const mz_choice *c) {
   if (c->tool_calls) mz_push_json(s, MZ_EV_TOOL_CALL, c->index, cJSON_Duplicate(c->tool_calls, 1));
   if (c->finish_reason && (c->index == 0 || !s->finish_reason[0]))
     snprintf(s->finish_reason, sizeof s->finish_reason, "%s", c->finish_reason);
+  if (c->finish_reason || c->logprobs || c->index) note_choice(s, c);
 }
 
 static void handle_error_value(mz_stream *s, mz_frame *f) {
@@ -126,6 +238,7 @@ static void handle_frame(mz_stream *s, mz_frame *f) {
   mz_choice c;
   /* token frames (the fast path) skip the id; the role and finish frames carry it too */
   if (f->id && !s->done_id[0]) snprintf(s->done_id, sizeof s->done_id, "%s", f->id);
+  note_server(s, f);
   for (int i = 0; i < f->nchoices; i++)
     if (mz_frame_choice(f, i, &c) == 0) handle_choice(s, &c);
   if (f->progress) mz_push_json(s, f->heartbeat ? MZ_EV_HEARTBEAT : MZ_EV_PROGRESS, 0, take(f, f->progress));

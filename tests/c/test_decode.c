@@ -862,8 +862,45 @@ static void test_utf8_split_fixture(void **state) {
   free_events(&e);
 }
 
+/* What a frame says of the server (model, system_fingerprint, created)
+ * and a choice's logprobs (issue 36: the batch record says what the
+ * server said, logprobs kept); mistyped ones read as absent. */
+static void test_server_fields_and_logprobs(void **state) {
+  (void)state;
+  static const char f1[] =
+      "{\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1700000000,\"model\":\"served-7b\","
+      "\"system_fingerprint\":\"fp_1\",\"choices\":[{\"index\":1,\"delta\":{\"content\":\"a\"},"
+      "\"logprobs\":{\"content\":[{\"token\":\"a\",\"logprob\":-0.5,\"bytes\":[97],\"top_logprobs\":[]}]},"
+      "\"finish_reason\":null}]}";
+  mz_frame f;
+  mz_choice c;
+  assert_int_equal(mz_frame_decode(&f, f1, strlen(f1), NULL, 0), 0);
+  assert_int_equal(f.unknown, 0);
+  assert_string_equal(f.model, "served-7b");
+  assert_string_equal(f.fprint, "fp_1");
+  assert_non_null(f.created);
+  assert_true(f.created->valuedouble == 1700000000.0);
+  assert_int_equal(mz_frame_choice(&f, 0, &c), 0);
+  assert_int_equal(c.index, 1);
+  assert_non_null(c.logprobs);
+  const cJSON *lp = cJSON_GetArrayItem(cJSON_GetObjectItem(c.logprobs, "content"), 0);
+  assert_string_equal(cJSON_GetObjectItem(lp, "token")->valuestring, "a");
+  mz_frame_free(&f);
+  static const char f2[] = "{\"created\":\"x\",\"model\":null,\"system_fingerprint\":3,"
+                           "\"choices\":[{\"delta\":{\"content\":\"a\"},\"logprobs\":null}]}";
+  assert_int_equal(mz_frame_decode(&f, f2, strlen(f2), NULL, 0), 0);
+  assert_int_equal(f.unknown, 0);
+  assert_null(f.model);
+  assert_null(f.fprint);
+  assert_null(f.created);
+  assert_int_equal(mz_frame_choice(&f, 0, &c), 0);
+  assert_null(c.logprobs);
+  mz_frame_free(&f);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_server_fields_and_logprobs),
       cmocka_unit_test(test_done),
       cmocka_unit_test(test_role_frames),
       cmocka_unit_test(test_reasoning_frames),
