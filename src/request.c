@@ -16,6 +16,7 @@
 #include <strings.h>
 #include <sys/socket.h>
 
+#include "os.h"
 #include "client_int.h"
 #include "mirza.h"
 
@@ -35,11 +36,8 @@ void mz_detach_easy(mz_stream *s) {
 static curl_socket_t open_socket(void *ud, curlsocktype purpose, struct curl_sockaddr *a) {
   (void)purpose;
   mz_stream *s = ud;
-  int type = a->socktype;
-#ifdef SOCK_CLOEXEC
-  type |= SOCK_CLOEXEC; /* a daemon the script starts does not inherit it */
-#endif
-  curl_socket_t fd = socket(a->family, type, a->protocol);
+  curl_socket_t fd = mz_os_socket(a->family, a->socktype, a->protocol); /* close-on-exec: a daemon the script
+                                                                           starts does not inherit it */
   s->sock_errno = fd == CURL_SOCKET_BAD ? errno : 0;
   return fd;
 }
