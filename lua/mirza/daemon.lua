@@ -46,7 +46,8 @@ local M = {}
 ---@field health? string          health path (default "/health"; ollama "/api/version")
 ---@field env? table<string,string> extra environment for the daemon
 ---@field cwd? string
----@field log? string             log file (default <runtime dir>/daemon-<port>.log; the previous one is kept as .1)
+---@field log? string             log file (default <runtime dir>/daemon-<port>.log, removed after a clean stop; the
+---previous one is kept as .1)
 ---@field api_key? string         sent on health/model requests
 ---@field autostart? boolean      start a daemon when none answers (default true)
 ---@field keep_alive? boolean     leave a started daemon running when mirza exits (default false)
@@ -373,14 +374,27 @@ function Daemon:_exited(what)
   return nil, with_tail(msg, self:log_tail()), "exited"
 end
 
--- Stop and forget a child we started (and its pid file).
-function Daemon:_drop()
+-- Whether a child stopped cleanly: running until our SIGTERM, then gone
+-- within the grace, by the signal or with status 0 (143: a wrapper shell
+-- passing the SIGTERM on). One that died on its own, needed SIGKILL or
+-- failed has a log worth reading.
+local function clean_stop(running, killed, code, sig)
+  return running and not killed and (code == 0 or code == 143 or sig == 15)
+end
+
+-- Stop and forget a child we started (and its pid file). `tidy` (a stop
+-- asked for: stop(), close()): the log mirza named itself is removed when
+-- the daemon stopped cleanly; a log the caller named, and any log of a
+-- failure, stay.
+function Daemon:_drop(tidy)
   local proc = self._proc
   if proc then
     self._proc = nil
     if not proc:closed() then
-      proc:stop(self._o.grace)
+      local running = proc:poll()
+      local killed, _, code, sig = proc:stop(self._o.grace)
       proc:close()
+      if tidy and self._own_log and clean_stop(running, killed, code, sig) then os.remove(self.log_path) end
     end
     if core.pidfile_read(self.port) == self.pid then core.pidfile_remove(self.port) end
   end
@@ -417,6 +431,7 @@ function Daemon:_rotate_log()
   if not self.log_path then
     local dir = assert(core.runtime_dir())
     self.log_path = ("%s/daemon-%d.log"):format(dir, self.port)
+    self._own_log = true -- named here: removed after a clean stop (_drop)
   end
   os.remove(self.log_path .. ".1")
   os.rename(self.log_path, self.log_path .. ".1")
@@ -475,7 +490,9 @@ function Daemon:start()
 end
 
 ---Stop the daemon, whether started or adopted: SIGTERM to its process
----group, `grace` seconds, then SIGKILL; removes the pid file. Idempotent.
+---group, `grace` seconds, then SIGKILL; removes the pid file, and the log
+---of a started daemon that stopped cleanly (gone by the SIGTERM; the
+---default log only: one named by `log` stays). Idempotent.
 ---An adopted daemon is stopped only when its pid is known to be the
 ---daemon's (see `_adopted_pid`): otherwise it is not ours to stop, and
 ---nothing is signalled.
@@ -484,7 +501,7 @@ end
 ---@return string? code "unowned" (adopted, pid unknown or untrusted: left running), "io" (cannot signal)
 function Daemon:stop()
   if self._proc then
-    self:_drop()
+    self:_drop(true)
     return true
   end
   if self.adopted then
@@ -555,22 +572,19 @@ end
 
 ---Release the supervisor: stop a started daemon unless keep_alive (its pid
 ---file then stays, for the next run to adopt); adopted daemons are left
----running. Idempotent; also `__close`. Not a finalizer: a started daemon
+---running. A daemon stopped cleanly leaves no log behind (as `stop()`).
+---Idempotent; also `__close`. Not a finalizer: a started daemon
 ---lives until stop(), close() or the end of the Lua state (its process is
 ---anchored in the registry), never just because this table became garbage.
 function Daemon:close()
   local proc = self._proc
   if not proc then return end
-  self._proc = nil
   if self.keep_alive then
+    self._proc = nil
     proc:close()
     return
   end
-  if not proc:closed() then -- at lua_close its own finalizer may have run first
-    proc:stop(self._o.grace)
-    proc:close()
-  end
-  if core.pidfile_read(self.port) == self.pid then core.pidfile_remove(self.port) end
+  self:_drop(true) -- at lua_close the process's own finalizer may have run first: _drop sees it closed
 end
 
 Daemon.__close = Daemon.close

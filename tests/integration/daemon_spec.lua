@@ -131,6 +131,33 @@ describe("mirza.daemon with mirza-sim", function()
     assert.equal("refused", code)
   end)
 
+  it("a clean stop removes the log mirza named; a crash's log, and a log the script named, stay", function()
+    -- stop() and close(): the daemon gone by the SIGTERM
+    for _, how in ipairs { "stop", "close" } do
+      local d = sim(H.free_port())
+      assert.is_true(d:start())
+      local log = d.log_path
+      assert.truthy(io.open(log), log)
+      d[how](d)
+      assert.is_nil(io.open(log), how .. " left " .. log)
+    end
+    -- the script's own log
+    local mine = H.tmpname(".log")
+    finally(function() os.remove(mine) end)
+    local d = sim(H.free_port(), nil, { log = mine })
+    assert.is_true(d:start())
+    d:close()
+    assert.truthy(H.read_file(mine):find("listening", 1, true))
+    -- a daemon that died on its own: its log is what tells why
+    d = sim(H.free_port(), { "--crash-after", "1", "--tok-rate", "0", "--ttft-ms", "0" })
+    assert.is_true(d:start())
+    assert.equal("error", chat(d).last.type)
+    assert(H.wait_for(function() return not d:running() end, 15), "the daemon did not die")
+    d:close()
+    assert.truthy(H.read_file(d.log_path):find("listening", 1, true))
+    os.remove(d.log_path)
+  end)
+
   it("stops an adopted daemon", function()
     local s = H.start_sim {}
     finally(s.stop)
