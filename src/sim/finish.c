@@ -18,7 +18,7 @@ static bool llama(const job *j) { return j->srv->cfg.dialect == DIALECT_LLAMA; }
 
 static cJSON *usage_obj(const job *j) {
   cJSON *u = cJSON_CreateObject();
-  double p = (double)j->prompt_tokens, c = (double)j->ntok;
+  double p = (double)j->prompt_tokens, c = (double)(j->ntok + j->ntok_more); /* every choice's */
   if (llama(j)) {
     cJSON_AddNumberToObject(u, "completion_tokens", c);
     cJSON_AddNumberToObject(u, "prompt_tokens", p);
@@ -46,7 +46,7 @@ static cJSON *int_triple(long a, long b, long c) {
  * but consistent: drafted at depth d+1 = accepted at depth d. */
 static cJSON *stats_obj(const job *j, double t_end) {
   cJSON *s = cJSON_CreateObject();
-  double dec = t_end - j->t_first, n = (double)j->ntok;
+  double dec = t_end - j->t_first, n = (double)(j->ntok + j->ntok_more);
   long a1 = j->ntok * 53 / 100, a2 = j->ntok * 33 / 100, a3 = j->ntok * 15 / 100;
   cJSON_AddStringToObject(s, "generation_mode", "mtp");
   cJSON_AddNumberToObject(s, "mtp_depth", 3);
@@ -80,7 +80,7 @@ static cJSON *timings_obj(const job *j, double t_end) {
   cJSON *t = cJSON_CreateObject();
   double pn = (double)(j->prompt_tokens - j->cached_tokens);
   double pms = (j->t_first - j->t_slot) * 1000.0, dms = (t_end - j->t_first) * 1000.0;
-  double n = (double)j->ntok;
+  double n = (double)(j->ntok + j->ntok_more);
   if (pn < 1) pn = 1;
   cJSON_AddNumberToObject(t, "cache_n", (double)j->cached_tokens);
   cJSON_AddNumberToObject(t, "prompt_n", pn);
@@ -152,20 +152,37 @@ static void llama_final(job *j, const char *finish, double t_end) {
   free(m);
 }
 
-/* The assistant message. llama-server (common_chat_msg::to_json_oaicompat)
+/* The assistant message of a choice (its text and reasoning; the tool
+ * calls are choice 0's). llama-server (common_chat_msg::to_json_oaicompat)
  * puts reasoning_content, when there is some, before content; MTPLX after
  * it, even when empty. */
-static cJSON *message_obj(const job *j) {
+static cJSON *message_of(const job *j, const sbuf *content, const sbuf *reasoning, bool first) {
   cJSON *m = cJSON_CreateObject();
-  const char *think = j->reasoning.p ? j->reasoning.p : "";
+  const char *think = reasoning->p ? reasoning->p : "";
   cJSON_AddStringToObject(m, "role", "assistant");
   if (llama(j) && *think) cJSON_AddStringToObject(m, "reasoning_content", think);
-  cJSON *calls = tools_message_calls(j);
+  cJSON *calls = first ? tools_message_calls(j) : NULL;
   if (calls) cJSON_AddNullToObject(m, "content"); /* as OpenAI and llama-server: calls, no text */
-  else cJSON_AddStringToObject(m, "content", j->content.p ? j->content.p : "");
+  else cJSON_AddStringToObject(m, "content", content->p ? content->p : "");
   if (!llama(j) && j->has_reasoning) cJSON_AddStringToObject(m, "reasoning_content", think);
   if (calls) cJSON_AddItemToObject(m, "tool_calls", calls);
   return m;
+}
+
+static cJSON *message_obj(const job *j) { return message_of(j, &j->content, &j->reasoning, true); }
+
+/* The choices past the first of a non-streamed chat.completion (n > 1),
+ * in the dialect's member order. */
+static void more_choices(const job *j, cJSON *list) {
+  for (int i = 1; i < j->n; i++) {
+    const sim_choice *c = &j->more[i - 1];
+    cJSON *ch = cJSON_CreateObject();
+    if (llama(j)) cJSON_AddStringToObject(ch, "finish_reason", c->finish ? c->finish : "stop");
+    cJSON_AddNumberToObject(ch, "index", i);
+    cJSON_AddItemToObject(ch, "message", message_of(j, &c->content, &c->reasoning_text, false));
+    if (!llama(j)) cJSON_AddStringToObject(ch, "finish_reason", c->finish ? c->finish : "stop");
+    cJSON_AddItemToArray(list, ch);
+  }
 }
 
 /* A /v1/completions choice: text, index, logprobs, finish_reason. */
@@ -199,7 +216,9 @@ static int send_body(job *j, const char *finish, double t_end) {
     cJSON_AddNumberToObject(ch, "index", 0);
     cJSON_AddItemToObject(ch, "message", message_obj(j));
   }
-  cJSON_AddItemToArray(cJSON_AddArrayToObject(r, "choices"), ch);
+  cJSON *list = cJSON_AddArrayToObject(r, "choices");
+  cJSON_AddItemToArray(list, ch);
+  if (j->more && !j->completion) more_choices(j, list);
   if (llama(j)) {
     cJSON_AddNumberToObject(r, "created", (double)j->created);
     cJSON_AddStringToObject(r, "model", j->srv->cfg.model_id);

@@ -321,6 +321,49 @@ static const char *check_fields(const job *j, const cJSON *body) {
   return "reasoning_effort must be one of: low, medium, high, xhigh, auto";
 }
 
+/* n, logprobs and top_logprobs as OpenAI takes them (n > 1 on a chat
+ * only); returns an error message or NULL. */
+static const char *check_choices(const job *j, const cJSON *body) {
+  const cJSON *n = cJSON_GetObjectItemCaseSensitive(body, "n");
+  const cJSON *top = cJSON_GetObjectItemCaseSensitive(body, "top_logprobs");
+  if (n && !cJSON_IsNull(n) &&
+      (!cJSON_IsNumber(n) || n->valuedouble < 1 || n->valuedouble > SIM_MAX_CHOICES ||
+       n->valuedouble != (double)(int)n->valuedouble))
+    return "n must be an integer from 1 to 16";
+  if (j->completion && cJSON_IsNumber(n) && n->valuedouble > 1) return "n > 1 is not simulated on /v1/completions";
+  if (top && !cJSON_IsNull(top) &&
+      (!cJSON_IsNumber(top) || top->valuedouble < 0 || top->valuedouble > SIM_MAX_TOP_LOGPROBS))
+    return "top_logprobs must be an integer from 0 to 20";
+  return NULL;
+}
+
+/* The choices past the first (n > 1): each its own text, from
+ * mirza_sim.texts[i] (else mirza_sim.text, else generated from its own
+ * seed), its reasoning as choice 0's is planned (same length, own words). */
+static void plan_choices(job *j, const cJSON *body, const cJSON *ctl, uint64_t seed) {
+  const cJSON *n = cJSON_GetObjectItemCaseSensitive(body, "n"), *texts = cJSON_GetObjectItemCaseSensitive(ctl, "texts");
+  j->logprobs = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(body, "logprobs")) && !j->completion;
+  j->top_logprobs = j->logprobs ? (int)json_long(body, "top_logprobs", 0) : 0;
+  j->n = cJSON_IsNumber(n) && !j->completion ? (int)n->valuedouble : 1;
+  const cJSON *t0 = cJSON_GetArrayItem(texts, 0);
+  if (cJSON_IsString(t0)) j->aseq.text = t0->valuestring, j->aseq.text_len = strlen(t0->valuestring);
+  if (j->n < 2) return;
+  j->more = calloc((size_t)j->n - 1, sizeof *j->more);
+  if (!j->more) abort();
+  for (int i = 1; i < j->n; i++) {
+    sim_choice *c = &j->more[i - 1];
+    uint64_t si = seed ^ (0x9e3779b97f4a7c15ull * (uint64_t)i);
+    gen_init(&c->rseq.gen, si ^ 0x5eedull, j->rseq.gen.remaining, true, 0);
+    gen_init(&c->aseq.gen, si, j->aseq.gen.remaining, false, 0);
+    if (j->rseq.text) c->rseq.text = j->rseq.text, c->rseq.text_len = j->rseq.text_len;
+    const cJSON *ti = cJSON_GetArrayItem(texts, i);
+    const char *own = cJSON_IsString(ti) ? ti->valuestring : json_str(ctl, "text");
+    if (own) c->aseq.text = own, c->aseq.text_len = strlen(own);
+    else if (j->json_text) c->aseq.text = j->aseq.text, c->aseq.text_len = j->aseq.text_len;
+    c->reasoning = j->has_reasoning;
+  }
+}
+
 static void make_id(job *j, const http_request *r) {
   const char *rid = http_get_header(r, "X-MTPLX-Request-Id");
   long n = atomic_fetch_add(&j->srv->id_count, 1) + 1;
@@ -367,6 +410,7 @@ static void plan_text(job *j, const cJSON *body, const cJSON *ctl, const char *u
     loopseq->loop = j->f.loop == LOOP_LINE ? SIM_LOOP_LINE : SIM_LOOP_PHRASE;
     loopseq->loop_len = strlen(loopseq->loop);
   }
+  plan_choices(j, body, ctl, seed);
 }
 
 /* Fill the job from the request; returns 0 or the HTTP status already
@@ -383,6 +427,7 @@ static int prepare_chat(job *j, const http_request *r, cJSON *body) {
   const cJSON *ctl = cJSON_GetObjectItemCaseSensitive(body, "mirza_sim");
   if (collect_faults(j, r, ctl, err, sizeof err)) return send_error(j->c, 400, err, "invalid_request_error", NULL);
   const char *bad = check_fields(j, body);
+  if (!bad) bad = check_choices(j, body);
   if (bad) return send_error(j->c, 400, bad, "invalid_request_error", NULL);
   http_faults(j->c, &j->f);
   if (j->f.redirect) return send_redirect(j->c, r, &j->f);

@@ -43,6 +43,8 @@
 #define SIM_SLICE_MS 50                 /* longest blind sleep: cancel/disconnect latency */
 #define SIM_MAX_ROUTES 16               /* --route and --no-route, each */
 #define SIM_STORE_MAX 256               /* --prompt-cache endpoint: prompts kept */
+#define SIM_MAX_CHOICES 16              /* the most choices a request may ask for (n) */
+#define SIM_MAX_TOP_LOGPROBS 20         /* top_logprobs, as OpenAI's limit */
 
 enum sim_dialect { DIALECT_MTPLX, DIALECT_LLAMA };
 enum sim_prompt_cache { CACHE_SLOTS, CACHE_ENDPOINT }; /* --prompt-cache */
@@ -323,6 +325,16 @@ size_t schema_cut(const char *text, size_t n); /* where schema-cut ends it */
 int route_embeddings(conn *c, const http_request *r);
 
 /* ---- stream.c ------------------------------------------------------- */
+/* A choice past the first (n > 1): its own text, streamed interleaved
+ * with choice 0's, one token of each per round (stream.c). */
+typedef struct sim_choice {
+  tokseq rseq, aseq;
+  bool reasoning;     /* still in its reasoning */
+  const char *finish; /* its finish reason once over; NULL while it goes on */
+  long ntok;
+  sbuf content, reasoning_text; /* non-streamed: its message */
+} sim_choice;
+
 typedef struct job {
   server *srv;
   conn *c;
@@ -359,6 +371,15 @@ typedef struct job {
   bool fired_bad_utf8, fired_nul;
   struct sim_tools *tools; /* tool calls or the echo of results; NULL: none */
   char *json_text;         /* the answer to a response_format (schema.c); NULL: none */
+  /* n > 1 and logprobs (OpenAI's and vLLM's stream shape): ntok, frames,
+   * the cap and the faults are choice 0's; the others' tokens count in
+   * ntok_more (usage), and once choice 0 is over they go on paced by
+   * rest (rounds after its end) */
+  int n;            /* choices (n); 1: more is NULL */
+  sim_choice *more; /* choices 1..n-1 */
+  long ntok_more, rest;
+  bool logprobs;    /* logprobs: true: each token frame carries its logprobs */
+  int top_logprobs; /* alternatives per token (top_logprobs) */
 } job;
 
 int job_run(job *j);

@@ -9,7 +9,7 @@
  * frames already overdue share one write; at rate 0 it is flushed every
  * SIM_FLUSH_BYTES. The final frames (usage, stats) are built in finish.c.
  *
- * A vanished client is noticed by the waits (POLLRDHUP) and by failed
+ * A vanished client is noticed by the waits (sys_peer_gone) and by failed
  * writes; either stops the generation at once and frees the slot, as both
  * real daemons do.
  */
@@ -62,17 +62,27 @@ void text_frame(job *j, const char *tok, size_t n, const char *finish, const cha
   sbuf_add(o, "}\n\n", 3);
 }
 
-/* Start a frame up to and including "delta":. finish NULL = null. */
-void frame_open(job *j, const char *finish) {
+/* Start a frame of choice `index` up to and including "delta":. finish
+ * NULL = null. MTPLX's precomputed piece ends in choice 0's
+ * "index":0,"delta": (PRE_INDEX0: those last bytes, from the 0). */
+#define PRE_INDEX0 10
+void frame_open_at(job *j, const char *finish, int index) {
   sbuf *o = &j->out;
   if (j->srv->cfg.dialect == DIALECT_MTPLX) {
-    sbuf_add(o, j->pre.p, j->pre.len);
+    if (!index) {
+      sbuf_add(o, j->pre.p, j->pre.len);
+      return;
+    }
+    sbuf_add(o, j->pre.p, j->pre.len - PRE_INDEX0);
+    sbuf_printf(o, "%d,\"delta\":", index);
     return;
   }
   sbuf_adds(o, "data: {\"choices\":[{\"finish_reason\":");
   sbuf_json_str(o, finish);
-  sbuf_adds(o, ",\"index\":0,\"delta\":");
+  sbuf_printf(o, ",\"index\":%d,\"delta\":", index);
 }
+
+void frame_open(job *j, const char *finish) { frame_open_at(j, finish, 0); }
 
 /* End a frame; extra is "" or ",\"key\":value..." (top-level members). */
 void frame_close(job *j, const char *finish, const char *extra) {
@@ -88,19 +98,54 @@ void frame_close(job *j, const char *finish, const char *extra) {
   sbuf_add(o, "}\n\n", 3);
 }
 
-static void token_frame(job *j, bool reasoning, const char *tok, size_t n) {
-  frame_open(j, NULL);
+/* ---- logprobs ----------------------------------------------------------
+ * Made up but consistent: a token's logprob comes from a hash of its text
+ * and its choice, in (-5, 0]; its top_logprobs start with itself, then
+ * made-up alternatives, each less likely than the one before. Written in
+ * OpenAI's and vLLM's shape: {"content":[{"token","logprob","bytes",
+ * "top_logprobs":[{"token","logprob","bytes"}...]}]}. */
+
+static void lp_entry(sbuf *o, const char *tok, size_t n, double lp) {
+  sbuf_adds(o, "{\"token\":\"");
+  sbuf_json_esc(o, tok, n);
+  sbuf_printf(o, "\",\"logprob\":%.4f,\"bytes\":[", lp);
+  for (size_t i = 0; i < n; i++) sbuf_printf(o, i ? ",%u" : "%u", (unsigned)(unsigned char)tok[i]);
+  sbuf_adds(o, "]");
+}
+
+static void logprobs_member(job *j, int index, const char *tok, size_t n) {
+  static const char *const alt[] = {" the", " a", ",", ".", " and", " of", " to", " is"};
+  sbuf *o = &j->out;
+  double lp = -(double)(gen_hash((uint64_t)index, tok, n) % 5000) / 1000.0;
+  sbuf_adds(o, ",\"logprobs\":{\"content\":[");
+  lp_entry(o, tok, n, lp);
+  sbuf_adds(o, ",\"top_logprobs\":[");
+  for (int k = 0; k < j->top_logprobs; k++) {
+    if (k) sbuf_add(o, ",", 1);
+    const char *t = k ? alt[(k - 1) % 8] : tok;
+    lp_entry(o, t, k ? strlen(t) : n, lp - 0.75 * k);
+    sbuf_adds(o, "}");
+  }
+  sbuf_adds(o, "]}]}");
+}
+
+static void token_frame(job *j, int index, bool reasoning, const char *tok, size_t n) {
+  frame_open_at(j, NULL, index);
   sbuf_adds(&j->out, reasoning ? "{\"reasoning_content\":\"" : "{\"content\":\"");
   sbuf_json_esc(&j->out, tok, n);
   sbuf_add(&j->out, "\"}", 2);
+  if (j->logprobs) logprobs_member(j, index, tok, n);
   frame_close(j, NULL, "");
 }
 
+/* The role frame of every choice, in index order (vLLM's first frames). */
 void role_frame(job *j) {
-  frame_open(j, NULL);
-  sbuf_adds(&j->out, j->srv->cfg.dialect == DIALECT_MTPLX ? "{\"role\":\"assistant\"}"
-                                                          : "{\"role\":\"assistant\",\"content\":null}");
-  frame_close(j, NULL, "");
+  for (int i = 0; i < (j->n > 1 ? j->n : 1); i++) {
+    frame_open_at(j, NULL, i);
+    sbuf_adds(&j->out, j->srv->cfg.dialect == DIALECT_MTPLX ? "{\"role\":\"assistant\"}"
+                                                            : "{\"role\":\"assistant\",\"content\":null}");
+    frame_close(j, NULL, "");
+  }
   j->role_sent = true;
 }
 
@@ -275,7 +320,7 @@ static int pace(job *j) {
     }
     return j->gone || j->cancelled;
   }
-  double due = j->t_first + (double)j->ntok / j->rate;
+  double due = j->t_first + (double)(j->ntok + j->rest) / j->rate;
   if (due > sim_now()) {
     job_flush(j);
     int rc = j->gone ? -1 : wait_phase(j, due, "generating");
@@ -291,7 +336,7 @@ static void emit_token(job *j, bool reasoning, const char *tok, size_t n) {
       text_frame(j, tok, n, NULL, "");
     } else {
       if (!j->role_sent) role_frame(j);
-      token_frame(j, reasoning, tok, n);
+      token_frame(j, 0, reasoning, tok, n);
     }
   } else {
     sbuf_add(reasoning ? &j->reasoning : &j->content, tok, n);
@@ -319,7 +364,7 @@ static char *oversized_filler(job *j, size_t *n) {
   size_t over = 0;
   if (j->stream) {
     size_t keep = j->out.len;
-    token_frame(j, false, "", 0);
+    token_frame(j, 0, false, "", 0);
     over = j->out.len - keep - 2; /* without the blank line */
     j->out.len = keep;
   }
@@ -364,23 +409,81 @@ static void maybe_oversized(job *j, bool reasoning) {
   free(p);
 }
 
+/* ---- the other choices (n > 1) ------------------------------------------ */
+
+/* The finish frame of choice i (> 0): an empty delta, its reason. */
+static void choice_finish(job *j, int i, const char *finish) {
+  j->more[i - 1].finish = finish;
+  if (!j->stream) return;
+  frame_open_at(j, finish, i);
+  sbuf_add(&j->out, "{}", 2);
+  frame_close(j, finish, "");
+}
+
+/* One token of each choice past the first still going, in index order;
+ * one that ends gets its finish frame. */
+static void more_round(job *j) {
+  for (int i = 1; i < j->n; i++) {
+    sim_choice *c = &j->more[i - 1];
+    const char *tok;
+    size_t n = 0;
+    if (c->finish) continue;
+    if (c->reasoning && !(n = tokseq_next(&c->rseq, &tok))) c->reasoning = false;
+    if (!n) n = tokseq_next(&c->aseq, &tok);
+    if (!n || c->ntok >= j->cap) {
+      choice_finish(j, i, n ? "length" : "stop");
+      continue;
+    }
+    if (j->stream) token_frame(j, i, c->reasoning, tok, n);
+    else sbuf_add(c->reasoning ? &c->reasoning_text : &c->content, tok, n);
+    c->ntok++;
+    j->ntok_more++;
+  }
+}
+
+static bool more_going(const job *j) {
+  for (int i = 1; i < j->n; i++)
+    if (!j->more[i - 1].finish) return true;
+  return false;
+}
+
+/* Choice 0 is over: the others to their end, paced as it was. 0: done,
+ * else the client left or cancelled. */
+static int more_rest(job *j) {
+  while (more_going(j)) {
+    j->rest++;
+    if (pace(j)) return -1;
+    more_round(j);
+  }
+  return 0;
+}
+
 /* Produce tokens until the text ends, the cap is hit, a fault ends the
  * stream, or the client leaves. Returns the finish reason, or NULL when
- * the response is already over (fault, disconnect). */
+ * the response is already over (fault, disconnect). With n > 1 each
+ * token of choice 0 is followed by one of each other choice, and those
+ * still going after it ends go on to their own end first. */
 static const char *generate(job *j) {
   bool reasoning = j->has_reasoning;
+  const char *fin = NULL;
   for (;;) {
     if (checkpoint(j, false)) return NULL;
     const char *tok;
     size_t n = next_token(j, &reasoning, &tok);
     if (!n) break;
-    if (j->ntok >= j->cap) return checkpoint(j, true) ? NULL : "length";
+    if (j->ntok >= j->cap) {
+      fin = "length";
+      break;
+    }
     maybe_oversized(j, reasoning);
     if (!j->gone && !j->cancelled && !pace(j)) emit_token(j, reasoning, tok, n);
+    if (j->more && !j->gone && !j->cancelled) more_round(j);
     if (j->gone) return NULL;
     if (j->cancelled) return "cancelled";
   }
-  return checkpoint(j, true) ? NULL : tools_emit(j);
+  if (j->more && more_rest(j)) return j->gone ? NULL : "cancelled";
+  if (checkpoint(j, true)) return NULL;
+  return fin ? fin : tools_emit(j);
 }
 
 /* ---- the request ---------------------------------------------------------- */
@@ -436,6 +539,11 @@ int job_run(job *j) {
 }
 
 void job_free(job *j) {
+  for (int i = 1; j->more && i < j->n; i++) {
+    sbuf_free(&j->more[i - 1].content);
+    sbuf_free(&j->more[i - 1].reasoning_text);
+  }
+  free(j->more);
   tools_free(j);
   free(j->json_text);
   free(j->prompt);

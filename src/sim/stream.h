@@ -9,6 +9,7 @@
 #include "sim.h"
 
 void frame_open(job *j, const char *finish);
+void frame_open_at(job *j, const char *finish, int index); /* choice index's frame */
 void frame_close(job *j, const char *finish, const char *extra);
 void role_frame(job *j);
 void text_frame(job *j, const char *tok, size_t n, const char *finish, const char *extra);
