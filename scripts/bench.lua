@@ -591,6 +591,27 @@ local function median(xs)
   return n % 2 == 1 and xs[(n + 1) // 2] or (xs[n // 2] + xs[n // 2 + 1]) / 2
 end
 
+-- The shell words that bound a command to n seconds: scripts/timeout
+-- beside this script (GNU timeout, gtimeout or perl's alarm: macOS has no
+-- timeout); installed, without it: GNU timeout, else gtimeout, else perl.
+local timeout_tool
+local function timeout_prefix(n)
+  if not timeout_tool then
+    local beside = (SCRIPT:match("^(.*)/[^/]*$") or ".") .. "/timeout"
+    local f = io.open(beside)
+    if f then
+      f:close()
+      timeout_tool = sh_quote(beside)
+    else
+      local p = io.popen("command -v timeout || command -v gtimeout")
+      local found = p and p:read("l")
+      if p then p:close() end
+      timeout_tool = found and sh_quote(found) .. " -k 2" or "perl -e 'alarm shift; exec @ARGV'"
+    end
+  end
+  return ("%s %d"):format(timeout_tool, n)
+end
+
 local function run_cmd(cmd)
   local f = assert(io.popen(cmd))
   local out = f:read("a")
@@ -725,8 +746,9 @@ local function sdk_dir()
       if f then f:write('{"private": true, "description": "mirza: the SDK conformance test"}\n'); f:close() end
     end
     io.stderr:write(("bench: installing openai@%s into %s\n"):format(version, dir))
-    local out = run_cmd(("cd %s && timeout 300 npm install --no-audit --no-fund --ignore-scripts --save-exact"
-      .. " --fetch-retries=2 --fetch-timeout=60000 %s 2>&1"):format(sh_quote(dir), sh_quote("openai@" .. version)))
+    local out = run_cmd(("cd %s && %s npm install --no-audit --no-fund --ignore-scripts --save-exact"
+      .. " --fetch-retries=2 --fetch-timeout=60000 %s 2>&1"):format(sh_quote(dir), timeout_prefix(300),
+      sh_quote("openai@" .. version)))
     if not installed() then
       return nil, ("skipped (cannot install openai@%s into %s: %s)"):format(version, dir,
         (out:match("([^\n]+)\n*$") or "npm failed"))
@@ -741,8 +763,8 @@ local function run_node(c)
   local b = body { tokens = c.tokens // c.items, reasoning = c.reasoning, rate = c.rate, fpc = 1 }
   b.max_tokens = c.max_tokens or b.max_tokens
   b.stream_options = { include_usage = true } -- as mirza.batch asks
-  local out = run_cmd(("timeout 600 node -e %s %s %s %d %d %s 2>&1"):format(sh_quote(NODE_PEER), sh_quote(dir),
-    sh_quote(c.url), c.items, c.streams, sh_quote(json.encode(b))))
+  local out = run_cmd(("%s node -e %s %s %s %d %d %s 2>&1"):format(timeout_prefix(600), sh_quote(NODE_PEER),
+    sh_quote(dir), sh_quote(c.url), c.items, c.streams, sh_quote(json.encode(b))))
   local line = out:match("BENCH (%b{})")
   local r = line and json.decode(line)
   if not r or r.records ~= c.items then return nil, "node failed: " .. out end
@@ -826,11 +848,24 @@ local function run_startup()
 end
 
 local clk_tck
--- CPU seconds process `pid` (the simulator) has used so far; nil when
--- unknown (--url, no /proc).
+-- CPU seconds process `pid` (the simulator) has used so far, from `ps -o
+-- time=` where there is no /proc (macOS: [[dd-]hh:]mm:ss.cc); nil when
+-- unknown (--url).
+local function ps_cpu(pid)
+  local p = io.popen("ps -o time= -p " .. math.tointeger(pid) .. " 2>/dev/null")
+  local t = p and p:read("l") or ""
+  if p then p:close() end
+  local days, clock = t:match("^%s*(%d+)%-(%S+)")
+  clock = clock or t:match("^%s*(%S+)")
+  if not clock then return nil end
+  local secs = 0
+  for part in clock:gmatch("[^:]+") do secs = secs * 60 + (tonumber(part) or 0) end
+  return secs + (tonumber(days) or 0) * 86400
+end
+
 local function proc_cpu(pid)
   local f = pid and io.open("/proc/" .. pid .. "/stat")
-  if not f then return nil end
+  if not f then return pid and ps_cpu(pid) end
   local rest = f:read("a"):match("%) (.*)")
   f:close()
   local fields = {}

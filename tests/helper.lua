@@ -30,13 +30,27 @@ end
 --- The shell words that run stock lua5.4 on this build's mirza.so: a
 --- sanitizer build's mirza.so needs the ASan runtime loaded first (and its
 --- leak report off: lua5.4 itself is not instrumented).
+--- On macOS (no ldd) the runtime is Apple clang's dylib, named by otool -L
+--- (@rpath/...: found in clang's resource directory) and inserted with
+--- DYLD_INSERT_LIBRARIES.
 ---@return string command e.g. "lua5.4"
 function H.stock_lua()
   if H._stock_lua then return H._stock_lua end
-  local p = assert(io.popen("ldd " .. shell_quote(H.build .. "/lua/mirza.so") .. " 2>/dev/null"))
-  local asan = p:read("a"):match("(/%S*libasan%.so[%.%d]*)")
+  local so = shell_quote(H.build .. "/lua/mirza.so")
+  local p = assert(io.popen("ldd " .. so .. " 2>/dev/null || otool -L " .. so .. " 2>/dev/null"))
+  local libs = p:read("a")
   p:close()
-  H._stock_lua = asan and ("LD_PRELOAD=%s ASAN_OPTIONS=detect_leaks=0 lua5.4"):format(shell_quote(asan)) or "lua5.4"
+  local asan = libs:match("(/%S*libasan%.so[%.%d]*)")
+  if asan then
+    H._stock_lua = ("LD_PRELOAD=%s ASAN_OPTIONS=detect_leaks=0 lua5.4"):format(shell_quote(asan))
+  elseif libs:find("libclang_rt.asan_osx_dynamic.dylib", 1, true) then
+    p = assert(io.popen("clang -print-resource-dir 2>/dev/null"))
+    local dylib = (p:read("l") or "") .. "/lib/darwin/libclang_rt.asan_osx_dynamic.dylib"
+    p:close()
+    H._stock_lua = ("DYLD_INSERT_LIBRARIES=%s ASAN_OPTIONS=detect_leaks=0 lua5.4"):format(shell_quote(dylib))
+  else
+    H._stock_lua = "lua5.4"
+  end
   return H._stock_lua
 end
 
@@ -124,18 +138,165 @@ local function run_cleanups(list)
 end
 H.run_cleanups = run_cleanups
 
+-- ---- the platform: /proc where Linux has it, ps and lsof elsewhere --------
+--
+-- macOS has no /proc. Each fact read from it here has a portable way that
+-- gives the same answer (ps, lsof, the shell), taken when /proc cannot be
+-- read; MIRZA_TEST_NO_PROC=1 takes it on Linux too, so that it is tested
+-- here. Where there is none (a count of system calls or context switches),
+-- the helper returns nil and says once on stderr what is not checked.
+
+--- Whether /proc is read (Linux, MIRZA_TEST_NO_PROC unset).
+H.has_proc = os.getenv("MIRZA_TEST_NO_PROC") ~= "1" and (function()
+  local f = io.open("/proc/self/stat")
+  if f then f:close() end
+  return f ~= nil
+end)()
+
+-- The first line a shell command prints (nil when none).
+local function first_line(cmd)
+  local p = assert(io.popen(cmd))
+  local line = p:read("l")
+  p:close()
+  return line
+end
+
+--- The shell words that bound a command to `seconds`: prefix it with these.
+--- GNU timeout -k 2 (exit 124), else gtimeout, else perl's alarm (macOS;
+--- exit 142): scripts/timeout, the one place that picks.
+---@param seconds number
+---@return string
+function H.timeout_prefix(seconds)
+  return shell_quote(H.source .. "/scripts/timeout") .. " " .. seconds
+end
+
+--- The permission bits of path in octal, as `stat -c %a` gives them on
+--- Linux and `stat -f %Lp` on macOS ("700"): read from `ls -ld`, which both
+--- print alike. nil when path is not there.
+---@param path string
+---@return string?
+function H.file_mode(path)
+  local line = first_line("ls -ld " .. shell_quote(path) .. " 2>/dev/null")
+  local perms = line and line:match("^.(" .. ("[rwxsStT-]"):rep(9) .. ")")
+  if not perms then return nil end
+  local mode = 0
+  for i = 1, 9 do
+    local c = perms:sub(i, i)
+    if c:match("[rwxst]") then mode = mode | (1 << (9 - i)) end -- s, t: the x bit is set too
+    if c:match("[sS]") then mode = mode | (i == 3 and 0x800 or 0x400) end -- setuid, setgid
+    if c:match("[tT]") then mode = mode | 0x200 end -- sticky
+  end
+  return ("%o"):format(mode)
+end
+
 --- The command line of a live process, nil when it is gone or a zombie.
+---@param pid integer
+---@return string?
 local function cmdline(pid)
-  local f = io.open("/proc/" .. math.tointeger(pid) .. "/stat")
+  pid = math.tointeger(pid)
+  if not H.has_proc then
+    local line = first_line("ps -ww -o stat=,args= -p " .. pid .. " 2>/dev/null")
+    local stat, args = (line or ""):match("^%s*(%S+)%s+(.*)$")
+    if not stat or stat:find("Z") then return nil end
+    return args
+  end
+  local f = io.open("/proc/" .. pid .. "/stat")
   if not f then return nil end
   local stat = f:read("a")
   f:close()
   if not stat or stat:match("^%d+ %b() (%a)") == "Z" then return nil end
-  f = io.open("/proc/" .. math.tointeger(pid) .. "/cmdline")
+  f = io.open("/proc/" .. pid .. "/cmdline")
   if not f then return nil end
   local args = f:read("a") or ""
   f:close()
   return (args:gsub("%z", " "))
+end
+H.cmdline = cmdline
+
+--- Whether a process is alive (a zombie is not).
+function H.alive(pid) return cmdline(pid) ~= nil end
+
+--- The argv of a live process, each argument whole (/proc/PID/cmdline);
+--- nil where /proc is not: `ps` joins the arguments with blanks, so where
+--- one argument ends cannot be told.
+---@param pid integer
+---@return string[]? argv
+---@return string? why
+function H.argv(pid)
+  if not H.has_proc then return nil, "no /proc here: ps cannot tell where one argument ends" end
+  local f = io.open(("/proc/%d/cmdline"):format(pid))
+  if not f then return nil, "no such process" end
+  local raw = f:read("a")
+  f:close()
+  local argv = {}
+  for a in raw:gmatch("([^%z]*)%z") do argv[#argv + 1] = a end
+  return argv
+end
+
+--- The files a process has open (its descriptors' paths): /proc/PID/fd, or
+--- `lsof` (on every Mac; /tmp shows there as /private/tmp, so each such path
+--- is given both ways). nil and why when neither can be read.
+---@param pid integer
+---@return table<string, true>? paths
+---@return string? why
+function H.open_paths(pid)
+  local paths = {}
+  if H.has_proc then
+    local p = assert(io.popen("readlink /proc/" .. math.tointeger(pid) .. "/fd/* 2>/dev/null"))
+    for path in p:lines() do paths[path] = true end
+    p:close()
+    return paths
+  end
+  local p = assert(io.popen(("command -v lsof >/dev/null && lsof -nP -a -p %d -Ffn 2>/dev/null;"
+    .. " command -v lsof >/dev/null && echo lsof-ok"):format(math.tointeger(pid))))
+  local fd, ok = nil, false
+  for line in p:lines() do
+    local kind, value = line:sub(1, 1), line:sub(2)
+    if kind == "f" then fd = value:match("^%d+$")
+    elseif kind == "n" and fd then
+      paths[value] = true
+      paths[value:match("^/private(/.*)$") or value] = true
+    elseif line == "lsof-ok" then ok = true end
+  end
+  p:close()
+  if not ok then return nil, "neither /proc nor lsof here" end
+  return paths
+end
+
+--- The local addresses listening on a TCP port, as /proc/net/tcp writes
+--- them (hex, "0100007F" for 127.0.0.1); without /proc, from `lsof` (an
+--- IPv4 address converted, an IPv6 one as lsof prints it). nil and why when
+--- neither can be read.
+---@param port integer
+---@return string[]? addresses
+---@return string? why
+function H.listen_addrs(port)
+  local found = {}
+  if H.has_proc then
+    for _, file in ipairs { "/proc/net/tcp", "/proc/net/tcp6" } do
+      local f = io.open(file)
+      if f then
+        for line in f:lines() do
+          local addr, p, st = line:match("^%s*%d+:%s+(%x+):(%x+)%s+%x+:%x+%s+(%x+)")
+          if addr and tonumber(p, 16) == port and st == "0A" then found[#found + 1] = addr end
+        end
+        f:close()
+      end
+    end
+    return found
+  end
+  local p = assert(io.popen(("command -v lsof >/dev/null && lsof -nP -iTCP:%d -sTCP:LISTEN -Fn 2>/dev/null;"
+    .. " command -v lsof >/dev/null && echo lsof-ok"):format(math.tointeger(port))))
+  local ok = false
+  for line in p:lines() do
+    local a, b, c, d = line:match("^n(%d+)%.(%d+)%.(%d+)%.(%d+):%d+$")
+    if a then found[#found + 1] = ("%02X%02X%02X%02X"):format(d, c, b, a)
+    elseif line:match("^n%[") then found[#found + 1] = line:sub(2)
+    elseif line == "lsof-ok" then ok = true end
+  end
+  p:close()
+  if not ok then return nil, "neither /proc nor lsof here" end
+  return found
 end
 
 --- Record a process a test started (`what`: its executable, checked before
@@ -267,23 +428,50 @@ end
 
 -- ---- processes (daemon specs) ---------------------------------------------
 
---- The pid of this process (the mirza running busted).
+--- The pid of this process (the mirza running busted): /proc/self, or the
+--- parent of a shell it starts (io.popen's sh -c).
 function H.self_pid()
-  local f = assert(io.open("/proc/self/stat"))
-  local pid = tonumber(f:read("a"):match("^(%d+)"))
-  f:close()
-  return pid
+  if H._self_pid then return H._self_pid end
+  if H.has_proc then
+    local f = assert(io.open("/proc/self/stat"))
+    H._self_pid = tonumber(f:read("a"):match("^(%d+)"))
+    f:close()
+  else
+    H._self_pid = tonumber(first_line("echo $PPID"))
+  end
+  return H._self_pid
 end
 
+local told = {}
 --- A count of this process from a /proc/self file: `H.proc_count("io",
 --- "syscw")` (write system calls), `H.proc_count("status",
---- "voluntary_ctxt_switches")` (waits that slept); nil where /proc is not.
+--- "voluntary_ctxt_switches")` (waits that slept); nil where /proc is not
+--- (macOS: no portable way to these counts), said once on stderr.
 function H.proc_count(file, field)
-  local f = io.open("/proc/self/" .. file)
-  if not f then return nil end
+  local f = H.has_proc and io.open("/proc/self/" .. file)
+  if not f then
+    if not told[field] then
+      told[field] = true
+      io.stderr:write("tests/helper.lua: no /proc/self/", file, " here: what rests on ", field,
+        " is not checked\n")
+    end
+    return nil
+  end
   local n = tonumber(f:read("a"):match(field .. ":%s*(%d+)"))
   f:close()
   return n
+end
+
+--- This process's resident memory in MiB: /proc/self/statm, or `ps -o rss=`
+--- (KiB, on Linux and macOS alike).
+function H.rss_mib()
+  if H.has_proc then
+    local f = assert(io.open("/proc/self/statm"))
+    local pages = tonumber(f:read("a"):match("^%d+ (%d+)"))
+    f:close()
+    return pages * 4096 / 1048576
+  end
+  return assert(tonumber(first_line("ps -o rss= -p " .. H.self_pid()))) / 1024
 end
 
 --- Poll fn every `step` seconds until it returns a truthy value (returned)

@@ -10,8 +10,12 @@
 # sims and child mirzas they start inherit it) and it started after `start`:
 # other build trees' runs and leftovers of earlier runs are not counted. What
 # is found is named (with the test that started it, from MIRZA_TEST_NAME) and
-# stopped (TERM, then KILL), so the next run starts clean. Linux only (/proc):
-# skipped (77) elsewhere.
+# stopped (TERM, then KILL), so the next run starts clean.
+# Where /proc is (Linux) it is read: start times in clock ticks, environments.
+# Elsewhere (macOS; MIRZA_TEST_NO_PROC=1 here) `ps` tells the same: `start`
+# notes every process then alive (pid and start time: `ps -o lstart`), so a
+# process of the run is one not in that list; the environments come from
+# `ps -E` (macOS) or `ps e` (procps).
 set -u
 mode=${1:-}
 build=${2:-}
@@ -19,10 +23,8 @@ if [ -z "$mode" ] || [ -z "$build" ]; then
   echo "usage: tests/leftovers.sh start|check BUILD_DIR" >&2
   exit 2
 fi
-if [ ! -r /proc/self/stat ]; then
-  echo "leftovers: no /proc here: the leftover-process check is skipped"
-  exit 77
-fi
+use_proc=1
+[ -r /proc/self/stat ] && [ "${MIRZA_TEST_NO_PROC:-}" != 1 ] || use_proc=0
 stamp=$build/Testing/leftovers-start
 # This script's own children must not look like the suite's.
 unset MIRZA_BUILD_DIR MIRZA_TEST_NAME
@@ -38,9 +40,29 @@ starttime() {
   echo "${20}"
 }
 
+# Without /proc: "PID STAT LSTART(5 words) COMMAND ENVIRONMENT" of every
+# process (the environment shown after the command: -E on macOS, e in procps).
+ps_all() {
+  if [ "$(uname -s)" = Darwin ]; then
+    ps -A -E -ww -o pid=,stat=,lstart=,command=
+  else
+    ps -A -ww -o pid=,stat=,lstart=,args= e
+  fi
+}
+
+# Without /proc: "PID LSTART" of every live process, one a line (who was
+# there at `start`).
+ps_known() {
+  ps -A -o pid=,lstart= | awk '{ print $1, $2, $3, $4, $5, $6 }'
+}
+
 case $mode in
 start)
   mkdir -p "$build/Testing"
+  if [ "$use_proc" = 0 ]; then
+    { echo ps; ps_known; } >"$stamp.tmp" && mv "$stamp.tmp" "$stamp"
+    exit 0
+  fi
   since=$(starttime $$)
   echo "$since" >"$stamp"
   # Return only once the clock has ticked past our own start: every process
@@ -61,11 +83,19 @@ if [ ! -s "$stamp" ]; then
   echo "leftovers: $stamp is missing: run the suite through ctest (hygiene.start runs first)" >&2
   exit 1
 fi
-since=$(cat "$stamp")
+since=$(head -n 1 "$stamp")
+if { [ "$since" = ps ] && [ "$use_proc" = 1 ]; } || { [ "$since" != ps ] && [ "$use_proc" = 0 ]; }; then
+  echo "leftovers: $stamp was written by start the other way (/proc or ps): run both with the same MIRZA_TEST_NO_PROC" >&2
+  exit 1
+fi
 marker="MIRZA_BUILD_DIR=$build"
 
 # The pids of this run's processes still alive.
 ours() {
+  if [ "$use_proc" = 0 ]; then
+    ours_ps
+    return
+  fi
   local dir pid t
   for dir in /proc/[0-9]*; do
     pid=${dir#/proc/}
@@ -75,6 +105,36 @@ ours() {
     tr '\0' '\n' <"$dir/environ" 2>/dev/null | grep -qxF "$marker" || continue
     echo "$pid"
   done
+}
+
+# The same from `ps`: marked, not a zombie, not alive at `start` (its pid and
+# start time are not in the list `start` wrote).
+ours_ps() {
+  local pid stat w1 w2 w3 w4 w5 rest
+  ps_all | while read -r pid stat w1 w2 w3 w4 w5 rest; do
+    [ "$pid" = $$ ] && continue
+    case $stat in Z*) continue ;; esac
+    case " $rest " in *" $marker "*) ;; *) continue ;; esac
+    grep -qxF "$pid $w1 $w2 $w3 $w4 $w5" "$stamp" && continue
+    printf '%s\n' "$pid"
+  done
+}
+
+# What a leftover was started by (MIRZA_TEST_NAME in its environment) and its
+# command line.
+test_of() {
+  if [ "$use_proc" = 1 ]; then
+    tr '\0' '\n' <"/proc/$1/environ" 2>/dev/null | sed -n 's/^MIRZA_TEST_NAME=//p'
+  else
+    ps_all | awk -v pid="$1" '$1 == pid { for (i = 8; i <= NF; i++) if ($i ~ /^MIRZA_TEST_NAME=/) { sub(/^MIRZA_TEST_NAME=/, "", $i); print $i; exit } }'
+  fi
+}
+args_of() {
+  if [ "$use_proc" = 1 ]; then
+    tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null
+  else
+    ps -ww -o args= -p "$1" 2>/dev/null
+  fi
 }
 
 # A process that is exiting (a daemon taken down with its supervisor) gets a
@@ -92,9 +152,7 @@ fi
 
 echo "leftovers: processes the suite started are still running (a test without cleanup: give it finally(...)):"
 for pid in $left; do
-  test=$(tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | sed -n 's/^MIRZA_TEST_NAME=//p')
-  args=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null)
-  echo "  pid $pid, started by ${test:-?}: $args"
+  echo "  pid $pid, started by $(test_of "$pid" | grep . || echo ?): $(args_of "$pid")"
 done
 # shellcheck disable=SC2086
 kill $left 2>/dev/null

@@ -51,13 +51,10 @@ local function n_records(path)
   return n
 end
 
--- Whether this process has `path` open (a descriptor in /proc/PID/fd).
+-- Whether this process has `path` open (a descriptor in /proc/PID/fd, or
+-- lsof's list where there is no /proc).
 local function open_here(path)
-  local dir = "/proc/" .. H.self_pid() .. "/fd"
-  local p = assert(io.popen("readlink " .. dir .. "/* 2>/dev/null"))
-  local links = p:read("a")
-  p:close()
-  return links:find("\n" .. path .. "\n", 1, true) ~= nil or links:find(path .. "\n", 1, true) == 1
+  return assert(H.open_paths(H.self_pid()))[path] == true
 end
 
 -- The rerun: it skips exactly what is there and does exactly the rest.

@@ -150,7 +150,7 @@ describe("scripts/chat.lua", function()
   -- scripts/chat.lua with these arguments and nothing on stdin: {rc, out, err}.
   local function chat_args(args)
     local out, err = H.tmpname(".out"), H.tmpname(".err")
-    local cmd = ("timeout -k 2 20 %s %s/scripts/chat.lua %s </dev/null >%s 2>%s"):format(H.q(H.mirza_bin),
+    local cmd = ("%s %s %s/scripts/chat.lua %s </dev/null >%s 2>%s"):format(H.timeout_prefix(20), H.q(H.mirza_bin),
       H.q(H.source), args, H.q(out), H.q(err))
     local _, _, rc = os.execute(cmd)
     local r = { rc = rc, out = H.read_file(out), err = H.read_file(err) }

@@ -203,9 +203,7 @@ describe("mirza chat --continue", function()
     assert.equal(0, r1.rc, r1.err)
     local name = r1.err:match("conversation (%d%d%d%d%-%d%d%-%d%d%-%d+)%)")
     assert.truthy(name, r1.err)
-    local p = assert(io.popen("stat -c %a " .. H.q(state .. "/mirza/conversations")))
-    assert.equal("700", p:read("l"))
-    p:close()
+    assert.equal("700", H.file_mode(state .. "/mirza/conversations"))
     assert.equal(name .. "\n", H.read_file(state .. "/mirza/conversations/last"))
     local c1 = saved(state, name)
     assert.equal(2, #c1.messages)
@@ -347,7 +345,7 @@ describe("mirza chat --continue", function()
     sh[#sh + 1] = "wait $p1; r1=$?; wait $p2; r2=$?; exit $((r1 * 16 + r2))"
     local script = d .. "/run.sh"
     write(script, table.concat(sh, "\n") .. "\n")
-    local _, _, rc = os.execute("timeout 60 sh " .. H.q(script))
+    local _, _, rc = os.execute(H.timeout_prefix(60) .. " sh " .. H.q(script))
     return rc, H.read_file(d .. "/err1") or "", H.read_file(d .. "/err2") or ""
   end
 

@@ -237,8 +237,8 @@ local function run_block(b, dir, ports)
   env[#env + 1] = "LUA_CPATH=" .. H.q(H.build .. "/lua/?.so;;") -- stock lua5.4 finds the build's mirza.so
   local interp = b.lang == "lua" and H.q(H.mirza_bin) or "bash -e"
   local out = dir .. "/.out-" .. b.line
-  local cmd = ("cd %s && %s timeout -k 2 %d %s %s </dev/null >%s 2>&1"):format(H.q(dir), table.concat(env, " "),
-    b.d.timeout or DEFAULT_TIMEOUT, interp, H.q(script), H.q(out))
+  local cmd = ("cd %s && %s %s %s %s </dev/null >%s 2>&1"):format(H.q(dir), table.concat(env, " "),
+    H.timeout_prefix(b.d.timeout or DEFAULT_TIMEOUT), interp, H.q(script), H.q(out))
   local rc = sh(cmd)
   local output = H.read_file(out)
   os.remove(out)

@@ -4,13 +4,7 @@
 -- and stops any process of the run still alive.
 local H = require "tests.helper"
 
-local function alive(pid)
-  local f = io.open("/proc/" .. pid .. "/stat")
-  if not f then return false end
-  local stat = f:read("a")
-  f:close()
-  return stat:match("^%d+ %b() (%a)") ~= "Z"
-end
+local alive = H.alive -- /proc/PID/stat, or ps -o stat=
 
 describe("finally", function()
   local ran = {}

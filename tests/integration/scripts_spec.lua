@@ -15,8 +15,8 @@ local function run(env, script, args, stdin)
   local argv = { "env", env, q(H.mirza_bin), q(H.source .. "/scripts/" .. script) }
   for _, a in ipairs(args or {}) do argv[#argv + 1] = q(a) end
   -- `timeout`: a script that hangs fails this spec in bounded time
-  local p = assert(io.popen(("cd %s && timeout 240 %s <%s 2>%s"):format(q(H.source), table.concat(argv, " "),
-    q(input), q(err))))
+  local p = assert(io.popen(("cd %s && %s %s <%s 2>%s"):format(q(H.source), H.timeout_prefix(240),
+    table.concat(argv, " "), q(input), q(err))))
   local out = p:read("a")
   local _, _, rc = p:close()
   local e = H.read_file(err)

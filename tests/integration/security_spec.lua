@@ -19,11 +19,12 @@ local function hides_key(text, what)
   assert.is_nil(text:find(KEY:sub(1, 20), 1, true), what .. " shows part of the API key: " .. text)
 end
 
--- The argv of a live process, from /proc/<pid>/cmdline.
+-- The argv of a live process, from /proc/<pid>/cmdline; nil where there is
+-- no /proc (macOS: ps joins the arguments), said on stderr: the daemon's
+-- answer (the model id it serves) still shows what arrived.
 local function cmdline(pid)
-  local raw = H.read_file(("/proc/%d/cmdline"):format(pid))
-  local argv = {}
-  for a in raw:gmatch("([^%z]*)%z") do argv[#argv + 1] = a end
+  local argv, why = H.argv(pid)
+  if not argv then io.stderr:write("security_spec: the argv of a daemon is not checked: ", why, "\n") end
   return argv
 end
 
@@ -61,8 +62,10 @@ describe("daemon argv never goes through a shell", function()
     assert.equal(EVIL, d.model_id)
     assert.is_true(d:start())
     local argv = cmdline(d.pid)
-    assert.equal(EVIL, (value_after(argv, "--model-id")))
-    assert.same(d.argv, argv)
+    if argv then
+      assert.equal(EVIL, (value_after(argv, "--model-id")))
+      assert.same(d.argv, argv)
+    end
     -- the daemon serves the id as given: it arrived whole
     local body = assert(mirza.request { url = d.base_url .. "/models", timeout = 5, deadline = 10 })
     assert.equal(EVIL, mirza.json.decode(body).data[1].id)
@@ -79,11 +82,16 @@ describe("daemon argv never goes through a shell", function()
       argv = { H.sim_bin, "--host", "{host}", "--port", "{port}", "--model-id", "{model}", "--tok-rate", "0" } }
     assert.is_true(d:start())
     local argv = cmdline(d.pid)
-    assert.equal(9, #argv)
-    local id, at = value_after(argv, "--model-id")
-    assert.equal(model, id)
-    assert.equal(7, at)
-    assert.equal(tostring(d.port), (value_after(argv, "--port")))
+    if argv then
+      assert.equal(9, #argv)
+      local id, at = value_after(argv, "--model-id")
+      assert.equal(model, id)
+      assert.equal(7, at)
+      assert.equal(tostring(d.port), (value_after(argv, "--port")))
+    else -- the id it serves: what arrived as --model-id
+      local body = assert(mirza.request { url = d.base_url .. "/models", timeout = 5, deadline = 10 })
+      assert.equal(model, mirza.json.decode(body).data[1].id)
+    end
     d:stop()
     assert.same({}, ls(dir))
     os.remove(dir)
@@ -244,21 +252,9 @@ end)
 describe("binding loopback", function()
   after_each(function() collectgarbage("collect") end)
 
-  -- Local addresses (hex, as in /proc/net/tcp) listening on port.
-  local function listening(port)
-    local found = {}
-    for _, file in ipairs { "/proc/net/tcp", "/proc/net/tcp6" } do
-      local f = io.open(file)
-      if f then
-        for line in f:lines() do
-          local addr, p, st = line:match("^%s*%d+:%s+(%x+):(%x+)%s+%x+:%x+%s+(%x+)")
-          if addr and tonumber(p, 16) == port and st == "0A" then found[#found + 1] = addr end
-        end
-        f:close()
-      end
-    end
-    return found
-  end
+  -- Local addresses (hex, as in /proc/net/tcp) listening on port: /proc/net,
+  -- or lsof where there is no /proc.
+  local function listening(port) return assert(H.listen_addrs(port)) end
 
   it("mirza-sim listens on 127.0.0.1 only by default", function()
     local sim = H.start_sim(FAST)
@@ -278,7 +274,8 @@ describe("binding loopback", function()
     assert.equal("127.0.0.1", d.host)
     assert.equal("http://127.0.0.1:" .. d.port, d.url)
     assert.is_true(d:start())
-    assert.equal("127.0.0.1", (value_after(cmdline(d.pid), "--host")))
+    local argv = cmdline(d.pid)
+    if argv then assert.equal("127.0.0.1", (value_after(argv, "--host"))) end
     assert.same({ "0100007F" }, listening(d.port))
     d:stop()
   end)

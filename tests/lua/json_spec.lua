@@ -1,5 +1,6 @@
 -- mirza.json: encode/decode round trips, arrays vs objects, null, errors.
 local mirza = require "mirza"
+local H = require "tests.helper"
 local json = mirza.json
 
 describe("mirza.json", function()
@@ -75,12 +76,7 @@ describe("mirza.json", function()
   -- allocations; under ASan freed memory sits in quarantine, so the bound
   -- is checked in the normal build only.
   it("frees a half-built tree when encoding fails, not at the next GC", function()
-    local function rss_mib()
-      local f = assert(io.open("/proc/self/statm"))
-      local pages = tonumber(f:read("a"):match("^%d+ (%d+)"))
-      f:close()
-      return pages * 4096 / 1048576
-    end
+    local rss_mib = H.rss_mib -- /proc/self/statm, or ps -o rss=
     local big = { string.rep("x", 8 << 20), print } -- the string is copied into the tree, then print fails
     collectgarbage("collect")
     collectgarbage("stop")

@@ -17,12 +17,7 @@ end
 local function kind(path) return select(3, core.stat(path)) end
 
 -- The permission bits of path in octal, as "700".
-local function mode_of(path)
-  local p = assert(io.popen("stat -c %a " .. H.q(path)))
-  local m = p:read("l")
-  p:close()
-  return m
-end
+local mode_of = H.file_mode
 
 local write = H.write_file
 

@@ -14,11 +14,13 @@
 #   - the registry cannot be reached: FAIL, loudly, never a skip.
 #   - MIRZA_SDK_TEST=skip: an explicit SKIP (77), for a machine kept offline.
 # Every sim is started on a free port (--port 0 and --port-file) and killed
-# by the EXIT trap, whatever happens; node runs under `timeout`.
+# by the EXIT trap, whatever happens; node runs under scripts/timeout (GNU
+# timeout, or what stands for it on macOS).
 set -u
 SIM=${1:?usage: run.sh MIRZA_SIM BUILD_DIR}
 BUILD=$(cd "${2:?usage: run.sh MIRZA_SIM BUILD_DIR}" && pwd) || exit 1
 HERE=$(cd "${0%/*}" && pwd)
+TIMEOUT=$HERE/../../scripts/timeout
 OPENAI_VERSION=6.49.0
 NPM_DIR=$BUILD/npm
 KEY=sdk-test-key
@@ -34,7 +36,7 @@ fail() {
 
 [ "${MIRZA_SDK_TEST:-}" = skip ] && skip "MIRZA_SDK_TEST=skip is set; unset it to run the OpenAI SDK conformance test"
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
-  msg="node and npm are needed (Debian packages nodejs and npm; scripts/setup.sh installs them)"
+  msg="node and npm are needed (Debian packages nodejs and npm, Homebrew's node; scripts/setup.sh installs them)"
   [ -n "${CI:-}" ] && fail "$msg; on CI this test must run"
   skip "$msg"
 fi
@@ -48,7 +50,7 @@ if ! installed; then
   mkdir -p "$NPM_DIR" || fail "cannot create $NPM_DIR"
   [ -f "$NPM_DIR/package.json" ] || echo '{"private": true, "description": "mirza: the SDK conformance test"}' >"$NPM_DIR/package.json"
   echo "installing openai@$OPENAI_VERSION into $NPM_DIR"
-  if ! (cd "$NPM_DIR" && timeout 300 npm install --no-audit --no-fund --ignore-scripts --save-exact \
+  if ! (cd "$NPM_DIR" && "$TIMEOUT" 300 npm install --no-audit --no-fund --ignore-scripts --save-exact \
     --fetch-retries=2 --fetch-timeout=60000 "openai@$OPENAI_VERSION"); then
     fail "cannot install openai@$OPENAI_VERSION from the npm registry (npm's message above): connect this machine to the registry once (the package is then cached in $NPM_DIR), or set MIRZA_SDK_TEST=skip to skip this test explicitly"
   fi
@@ -93,7 +95,7 @@ for dialect in mtplx llama; do
   start_sim "$dialect-retry" "${common[@]}" --api-key "$KEY" --fail-first 1
   retry=http://127.0.0.1:$PORT/v1
   MIRZA_SDK_DIR=$NPM_DIR MIRZA_SDK_DIALECT=$dialect MIRZA_SDK_BASE=$base MIRZA_SDK_KEY=$KEY \
-    MIRZA_SDK_RETRY_BASE=$retry timeout 120 node "$HERE/conformance.mjs" || FAILS=$((FAILS + 1))
+    MIRZA_SDK_RETRY_BASE=$retry "$TIMEOUT" 120 node "$HERE/conformance.mjs" || FAILS=$((FAILS + 1))
 done
 [ "$FAILS" = 0 ] || fail "$FAILS dialect(s) with failed checks (the 'not ok' lines above)"
 echo "sdk.conformance: openai@$OPENAI_VERSION passed in both dialects"

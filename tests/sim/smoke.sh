@@ -17,6 +17,16 @@ trap 'for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done; rm -rf "$TMP"' EXIT
 ok() { printf 'ok    %s\n' "$1"; }
 bad() { printf 'FAIL  %s\n' "$1"; FAILS=$((FAILS + 1)); }
 check() { local what=$1; shift; if "$@" >/dev/null; then ok "$what"; else bad "$what"; fi; }
+# Milliseconds since the epoch: GNU date's %N, else perl (macOS's date has no
+# %N: it prints an N). MIRZA_TEST_NO_GNU_DATE=1 takes perl here too.
+now_ms() {
+  local ns
+  ns=$(date +%s%N)
+  case $ns${MIRZA_TEST_NO_GNU_DATE:+x} in
+  *[!0-9]*) perl -MTime::HiRes=time -e 'printf "%d\n", time * 1000' ;;
+  *) echo $((ns / 1000000)) ;;
+  esac
+}
 
 # start_sim NAME ARGS... : run mirza-sim --port 0, set PORT_<NAME> and PID_<NAME>.
 start_sim() {
@@ -198,23 +208,23 @@ check "llama cache_n" jq -e '.timings.cache_n > 0 and .usage.prompt_tokens_detai
 
 # --- SIGTERM: exit 0 promptly
 start_sim t
-t0=$(date +%s%N)
+t0=$(now_ms)
 kill -TERM "$PID_t"
 wait "$PID_t"
 rc=$?
-ms=$((($(date +%s%N) - t0) / 1000000))
+ms=$(($(now_ms) - t0))
 check "SIGTERM -> exit 0 in ${ms} ms" test "$rc" = 0 -a "$ms" -lt 500
 
 # --- throughput at --tok-rate 0
 start_sim f --tok-rate 0 --ttft-ms 0 --context-window 1000000
 N=200000
-t0=$(date +%s%N)
+t0=$(now_ms)
 chat "$PORT_f" "{$U,\"stream\":true,\"mirza_sim\":{\"answer_tokens\":$N}}" >"$TMP/big.sse"
-t1=$(date +%s%N)
+t1=$(now_ms)
 got=$(grep -c '"content"' "$TMP/big.sse")
 check "200k-token stream complete ($got content frames)" test "$got" = "$N"
-ms=$(((t1 - t0) / 1000000))
-echo "throughput: $N tokens in $ms ms = $((N * 1000 / (ms > 0 ? ms : 1))) tokens/s ($(stat -c %s "$TMP/big.sse") bytes)"
+ms=$((t1 - t0))
+echo "throughput: $N tokens in $ms ms = $((N * 1000 / (ms > 0 ? ms : 1))) tokens/s ($(wc -c <"$TMP/big.sse" | tr -d ' ') bytes)"
 
 # --- sanitizer reports (when run against an ASan/UBSan build)
 if grep -l -E 'Sanitizer|runtime error' "$TMP"/*.err >/dev/null 2>&1; then
