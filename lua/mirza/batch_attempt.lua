@@ -96,13 +96,35 @@ local function check_answer(item, r)
   r.ok, r.answered, r.code, r.message, r.pointer = false, true, code or "schema", msg, pointer
 end
 
+-- The choices past the first (n > 1): their deltas (an event with an
+-- `index`) go each into a result of its own, `others[index]`, the rest
+-- is the stream of choice 0 the stages and the reducer read.
+local DELTA = { text = true, think = true, tool_call = true }
+local function apart(s, first, others)
+  return function()
+    while not s:closed() do
+      local ev = s:next()
+      if first and ev and DELTA[ev.type] then
+        first() -- the daemon's prefill is done
+        first = nil
+      end
+      local i = ev and ev.index
+      if not (i and DELTA[ev.type]) then return ev end
+      local acc = others[i] or result.new { calls = true }
+      others[i] = acc
+      result.feed(acc, ev)
+    end
+  end
+end
+
 -- Read one attempt's stream, for an item with a schema (`check`) through
 -- the think-tag splitter (reasoning sent as `<think>…</think>` in the
 -- content goes to `think`, as an engine's turn splits it: the answer
 -- checked is the answer alone), and through the repetition guard, into a
 -- result (mirza.result), tool-call fragments merged. (Every item through
--- the splitter: 5 % more CPU on the bench's paced batch rows.)
-local function read_stream(s, opts, first, check)
+-- the splitter: 5 % more CPU on the bench's paced batch rows.) The other
+-- choices' deltas go to `others` (apart), choice 0's through the stages.
+local function read_stream(s, opts, first, check, others)
   local stages = {}
   if check and opts.think_tags ~= false then
     stages[1] = { name = "think_tags", fn = require("mirza.thinktags").stage,
@@ -114,16 +136,7 @@ local function read_stream(s, opts, first, check)
     ropts.on_cut = function() s:close() end -- the daemon stops generating at once
     stages[#stages + 1] = { name = "repetition", fn = require("mirza.repetition").stage, opts = ropts }
   end
-  local source = function()
-    if s:closed() then return nil end
-    local ev = s:next()
-    if first and ev and (ev.type == "text" or ev.type == "think" or ev.type == "tool_call") then
-      first() -- the daemon's prefill is done
-      first = nil
-    end
-    return ev
-  end
-  local iter, _, _, closer = pipeline.compose(source, stages)
+  local iter, _, _, closer = pipeline.compose(apart(s, first, others), stages)
   local _ <close> = closer
   return result.drain(result.new { calls = true }, iter)
 end
@@ -235,11 +248,16 @@ function A.attempt(item, e, opts, first)
   local budget = math.tointeger(body.max_completion_tokens) or math.tointeger(body.max_tokens)
   ro.short = budget ~= nil and budget <= A.SHORT_TOKENS
   local s <close> = mirza.open(ro)
-  local acc = read_stream(s, opts, first, item.check)
+  local others = {}
+  local acc = read_stream(s, opts, first, item.check, others)
   local t1, fin = mirza.now(), acc.final or {}
   local first_at = s:first_at() or acc.first -- as read, not as handed over (hold)
   local got = result.partial(acc)
   r.text, r.think, r.calls, r.cut, r.final = got.text, got.think, got.tool_calls, acc.cut, acc.final
+  for i, o in pairs(others) do
+    r.choices = r.choices or {}
+    r.choices[i] = result.partial(o) -- choice i's {text, think, tool_calls} (n > 1)
+  end
   r.duration_s = t1 - r.t0
   r.ttft_ms = first_at and (first_at - r.t0) * 1000
   r.tokens = fin.usage and fin.usage.completion_tokens or acc.deltas

@@ -298,26 +298,57 @@ function O.close(sink)
   end
 end
 
--- The chat.completion body of a finished attempt: the server's completion
--- id when it sent one.
-local function completion(item, r)
-  local msg = { role = "assistant", content = r.text }
-  if r.think ~= "" then msg.reasoning_content = r.think end
-  local calls = tools.wire(r.calls)
+-- The assistant message of a choice: {text, think, tool_calls}.
+local function message(got)
+  local msg = { role = "assistant", content = got.text }
+  if got.think ~= "" then msg.reasoning_content = got.think end
+  local calls = tools.wire(got.calls)
   if calls then
     for _, c in ipairs(calls) do
       if c.id == "" then c.id = nil end -- a server that sent no id: none in the record either
     end
     msg.tool_calls = json.array(calls)
-    if r.text == "" then msg.content = json.null end -- calls alone: content null, as the server's own answer
+    if got.text == "" then msg.content = json.null end -- calls alone: content null, as the server's own answer
   end
+  return msg
+end
+
+-- The choices of the answer, each by its index, as OpenAI's
+-- chat.completion has them: choice 0 from r (its finish reason
+-- "repetition" when the guard cut it), the others (n > 1) from
+-- r.choices, each with its finish reason and logprobs from the done
+-- event's `choices` (null when the server said none).
+local function choices(r, fin)
+  local said, idx = {}, { 0 }
+  for _, c in ipairs(type(fin.choices) == "table" and fin.choices or {}) do
+    if math.type(c.index) == "integer" then said[c.index] = c end
+  end
+  for i in pairs(r.choices or {}) do if not said[i] then said[i] = {} end end
+  for i in pairs(said) do if i ~= 0 then idx[#idx + 1] = i end end
+  table.sort(idx)
+  local list = {}
+  for _, i in ipairs(idx) do
+    local c = said[i] or {}
+    local got = i == 0 and { text = r.text, think = r.think, calls = r.calls } or r.choices and r.choices[i] or {}
+    local reason = c.finish_reason or (i == 0 and fin.finish_reason) or json.null
+    if i == 0 and r.cut then reason = "repetition" end
+    list[#list + 1] = { index = i, message = message { text = got.text or "", think = got.think or "",
+      calls = got.calls or got.tool_calls }, logprobs = c.logprobs or json.null, finish_reason = reason }
+  end
+  return list
+end
+
+-- The chat.completion body of a finished attempt, saying what the server
+-- said: its completion id, the model that answered, system_fingerprint
+-- and created when it sent them (else the request's model and now).
+local function completion(item, r)
   local fin = r.final or {}
-  local reason = r.cut and "repetition" or fin.finish_reason or json.null
   return {
     id = type(fin.id) == "string" and fin.id or "chatcmpl-" .. item.custom_id, object = "chat.completion",
-    created = os.time(), model = r.model,
-    choices = { { index = 0, message = msg, finish_reason = reason } },
-    usage = fin.usage,
+    created = math.tointeger(fin.created) or os.time(),
+    model = type(fin.model) == "string" and fin.model or r.model,
+    system_fingerprint = type(fin.system_fingerprint) == "string" and fin.system_fingerprint or nil,
+    choices = choices(r, fin), usage = fin.usage,
   }
 end
 
@@ -377,6 +408,8 @@ function O.record(item, r)
       channel = r.cut.channel } or nil,
     prompt_tokens = r.cached_tokens and r.prompt_tokens, cached_tokens = r.cached_tokens,
   }
+  local body = rec.response ~= json.null and type(rec.response.body) == "table" and rec.response.body or nil
+  if body and r.model ~= body.model then rec.mirza.model = r.model end -- asked for, when another answered
   return rec
 end
 

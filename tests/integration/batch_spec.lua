@@ -79,7 +79,7 @@ describe("mirza.batch", function()
     assert.equal(200, a.response.status_code)
     local body = a.response.body
     assert.equal("chat.completion", body.object)
-    assert.equal("m1", body.model)
+    assert.same({ "mirza-sim", "m1" }, { body.model, a.mirza.model }) -- the model that answered, the one asked
     assert.equal("Alpha answer.", content(a))
     assert.equal("Thinking about alpha.", body.choices[1].message.reasoning_content)
     assert.equal("stop", body.choices[1].finish_reason)
@@ -87,7 +87,7 @@ describe("mirza.batch", function()
     assert.equal(1, a.mirza.attempts)
     assert.equal(sim.base .. "/v1", a.mirza.endpoint)
     assert.equal("Prompt answer.", content(by.p))
-    assert.equal("dflt", by.p.response.body.model)
+    assert.same({ "mirza-sim", "dflt" }, { by.p.response.body.model, by.p.mirza.model })
     -- a plain line is the user message as it is: the simulator's text for it
     local plain = assert(mirza.collect { url = sim.base .. "/v1/chat/completions",
       body = H.chat_body("a plain text prompt") })
