@@ -37,13 +37,17 @@
 ---@class mirza.Event
 ---@field type "think"|"text"|"tool_call"|"tool_call_done"|"progress"|"heartbeat"|"done"|"error"|"response"
 ---@field text? string        think/text: the delta (whole, valid UTF-8 characters: ill-formed input becomes U+FFFD as browsers' TextDecoder does; may hold NUL)
----@field index? integer      choice index when not 0
+---@field index? integer      think/text/tool_call: the choice (n > 1) the delta belongs to, when not 0 (choices come interleaved: tell them apart by it)
 ---@field deltas? integer     think/text of a `merge` stream (and `e:say`'s turns): how many deltas this event joins, when more than one
 ---@field calls? table        tool_call: the delta's tool_calls array (fragments; mirza.tools accumulates them)
 ---@field call? table         tool_call_done (mirza.tools stage, engine turns): one whole call {index, id, name, arguments, args, error}
 ---@field tool_calls? table[] done (mirza.tools stage, engine turns): the whole calls, when there were any
 ---@field finish_reason? string  done: "stop", "length", "tool_calls", ...
 ---@field id? string         done: the completion id the server sent ("chatcmpl-..."), when it sent one
+---@field model? string      done: the model that answered, as the server named it (the first frame's)
+---@field system_fingerprint? string  done: the server's system_fingerprint, when it sent one
+---@field created? integer    done: the server's created (Unix time), when it sent one
+---@field choices? {index: integer, finish_reason?: string, logprobs?: table}[]  done, with n > 1 or logprobs: every choice in index order, its finish reason and its logprobs ({content = {{token, logprob, bytes, top_logprobs}, ...}}, every frame's list joined)
 ---@field usage? table        done: prompt_tokens, completion_tokens, total_tokens, prompt_tokens_details.cached_tokens
 ---@field stats? table        done: MTPLX mtplx_stats (ttft_s, decode_tok_s, accepted_by_depth, ...)
 ---@field timings? table      done: llama.cpp timings (prompt_ms, predicted_per_second, cache_n, ...)
