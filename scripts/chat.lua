@@ -293,8 +293,18 @@ local function turn(line)
   save()
 end
 
-local input = fifo and assert(io.open(fifo)) or io.stdin
-for line in input:lines() do
+-- The input lines: on a terminal, with line editing and history where
+-- the `mirza` host has readline (mirza.readline); else read as they come.
+local function input_lines()
+  local mirza = require "mirza"
+  if not fifo and mirza.isatty(0) and mirza.isatty(1) then
+    local has, rl = pcall(require, "mirza.readline")
+    if has then return function() return rl.read("> ") end end
+  end
+  return (fifo and assert(io.open(fifo)) or io.stdin):lines()
+end
+
+for line in input_lines() do
   local cmd, a = line:match("^/(%S+)%s*(.-)%s*$")
   if cmd == "quit" then break end
   if cmd then

@@ -252,6 +252,7 @@ static int pmain(lua_State *L) {
   lua_setfield(L, LUA_REGISTRYINDEX, MZ_HOST_ON_INTERRUPT);
   luaL_openlibs(L);
   mz_host_preload(L, o->dev_dir);
+  mz_repl_preload(L); /* mirza.readline, with readline */
   create_arg_table(L, argv, argc, o->script ? o->script : argc);
   int last = o->script ? o->script : argc;
   if (run_options(L, argv, last) != LUA_OK) return 0;

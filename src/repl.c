@@ -279,3 +279,65 @@ int mz_repl(lua_State *L, const volatile sig_atomic_t *quit) {
   if (!*quit) fputs("\n", stdout);
   return LUA_OK;
 }
+
+/* ------------------------------------------------------------ mirza.readline
+ * The prompt's line editing for a script on a terminal (mirza chat):
+ * `require("mirza.readline").read([prompt])` -> the line, or nil at the end
+ * of input; a line that is not empty goes to the history. Only the `mirza`
+ * host built with readline has the module (mz_repl_preload), so a script
+ * falls back on io.read where `require` fails. The script's signals are the
+ * host's (main.c), not the REPL's: a Ctrl-C while it waits for a key drops
+ * the line, gives the terminal back and raises "interrupted" here. */
+#ifdef MIRZA_HAVE_READLINE
+/* The line in progress dropped and the terminal restored, as read_line
+ * does on a cancel (its lines are the lead's to change for libedit). */
+static void drop_script_line(void) {
+  rl_free_line_state();
+#ifdef MIRZA_HAVE_RL_SIGCLEANUP
+  rl_callback_sigcleanup();
+#endif
+  rl_cleanup_after_signal();
+  rl_callback_handler_remove();
+  fputs("\n", stdout);
+  fflush(stdout);
+}
+
+static int l_readline_read(lua_State *L) {
+  const char *prompt = luaL_optstring(L, 1, "");
+  fflush(stdout);
+  line_done = 0;
+  line_read = NULL;
+  rl_callback_handler_install(prompt, on_line);
+  while (!line_done) {
+    if (wait_stdin() < 0) { /* a signal: Ctrl-C or SIGTERM raise, another one (SIGWINCH) does not */
+      if (!mz_l_was_interrupted()) continue;
+      drop_script_line();
+      return mz_l_raise_interrupt(L);
+    }
+    rl_callback_read_char();
+  }
+  if (!line_read) return lua_pushnil(L), 1; /* end of input */
+  if (*line_read) add_history(line_read);
+  lua_pushstring(L, line_read);
+  free(line_read);
+  line_read = NULL;
+  return 1;
+}
+
+static int luaopen_mirza_readline(lua_State *L) {
+  static const luaL_Reg funcs[] = {{"read", l_readline_read}, {NULL, NULL}};
+  luaL_newlib(L, funcs);
+  return 1;
+}
+#endif
+
+void mz_repl_preload(lua_State *L) {
+#ifdef MIRZA_HAVE_READLINE
+  luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_PRELOAD_TABLE); /* [preload] */
+  lua_pushcfunction(L, luaopen_mirza_readline);
+  lua_setfield(L, -2, "mirza.readline");
+  lua_pop(L, 1);
+#else
+  (void)L;
+#endif
+}

@@ -14,4 +14,10 @@
  * Returns LUA_OK, or the error status if `require "mirza"` failed. */
 int mz_repl(lua_State *L, const volatile sig_atomic_t *quit);
 
+/* Preload `mirza.readline` (the prompt's line editing for a script on a
+ * terminal: read([prompt]) -> line | nil at the end of input) when the
+ * build has readline; nothing otherwise. The host calls it after
+ * mz_host_preload. */
+void mz_repl_preload(lua_State *L);
+
 #endif

@@ -66,6 +66,57 @@ describe("mirza chat's output", function()
   end)
 end)
 
+describe("mirza chat on a terminal with readline built in", function()
+  after_each(function() collectgarbage("collect") end)
+
+  it("edits the line (Ctrl-A: to its start, the turn is 'Bonjour', not 'jour^ABon'); Ctrl-C at the prompt ends it",
+    function()
+    if not pcall(require, "mirza.readline") then
+      pending("this mirza has no readline")
+      return
+    end
+    if not os.execute("script -qec true /dev/null >/dev/null 2>&1") then
+      pending("no util-linux script(1) to give the chat a terminal")
+      return
+    end
+    local sim = H.start_sim { "--tok-rate", "0", "--ttft-ms", "0" }
+    finally(sim.stop)
+    local dir = H.tmpname(".d")
+    os.execute("mkdir -p " .. H.q(dir))
+    finally(function() os.execute("rm -rf " .. H.q(dir)) end)
+    local beh, keys, out, rcf = dir .. "/beh.lua", dir .. "/keys", dir .. "/out", dir .. "/rc"
+    write(beh, 'return { on_turn = function(t) io.stderr:write("TURN=[", t, "]\\n") return t end }')
+    assert(os.execute("mkfifo " .. H.q(keys)))
+    local chat_cmd = ("%s %s/scripts/chat.lua %s --no-save"):format(H.q(H.mirza_bin), H.q(H.source), H.q(beh))
+    local cmd = ("MIRZA_BASE_URL=%s MIRZA_CONFIG=/dev/null timeout -k 2 30 script -qec %s /dev/null <%s >%s 2>&1 & "
+      .. "echo $!; wait $!; echo $? >%s"):format(H.q(sim.base .. "/v1"), H.q(chat_cmd), H.q(keys), H.q(out), H.q(rcf))
+    local sh = assert(io.popen(cmd))
+    local pid = tonumber(sh:read("l"))
+    H.track(pid, "script")
+    local k = assert(io.open(keys, "w")) -- script(1) holds the other end: the chat's terminal
+    local rc
+    finally(function()
+      k:close()
+      if not rc then os.execute("kill -KILL " .. pid .. " 2>/dev/null") end
+      sh:close()
+      H.untrack(pid)
+    end)
+    assert(H.wait_for(function() return slurp(out):find("> ", 1, true) end, 30), "no prompt: " .. slurp(out))
+    k:write("jour\1Bon\r")
+    k:flush()
+    assert(H.wait_for(function() return slurp(out):find("TURN=[", 1, true) end, 30), "no turn: " .. slurp(out))
+    assert(H.wait_for(function() return select(2, slurp(out):gsub("> ", "")) >= 2 end, 30), "no prompt: " .. slurp(out))
+    k:write("half a li\3") -- Ctrl-C while readline waits for a key
+    k:flush()
+    rc = H.wait_for(function() return tonumber(slurp(rcf)) end, 10)
+    local text = slurp(out)
+    assert.truthy(text:find("TURN=[Bonjour]", 1, true), text)
+    assert.equal(130, rc, text)
+    assert.truthy(text:find("\ninterrupted\r?\n"), text)
+    assert.is_nil(text:find("TURN=[half", 1, true), text)
+  end)
+end)
+
 describe("Ctrl-C in mirza chat while an answer streams through the behaviour's stage", function()
   after_each(function() collectgarbage("collect") end)
 
