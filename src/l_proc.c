@@ -333,7 +333,7 @@ static int l_pid_listens(lua_State *L) {
   int r = mz_pid_listens(pid, port);
   if (r < 0 && errno == ENOSYS)
     return mz_l_failf(L, MZ_E_IO, "this build of mirza cannot tell which process listens on a port (%s)",
-                      "built with MIRZA_PORTABLE: no /proc, no libproc");
+                      "a portable build: no /proc, no libproc");
   if (r < 0) return fail_errno(L, "cannot inspect the sockets of pid", pid);
   lua_pushboolean(L, r);
   return 1;

@@ -566,4 +566,17 @@ function H.spawn_mirza(code)
   return run
 end
 
+--- Where this build cannot tell which process listens on a port
+--- (mirza.platform.facts == "none": the portable build, as a system with
+--- neither /proc nor libproc), marks the running test pending with the
+--- reason and returns true: a test of trusting an adopted pid has nothing
+--- to test there (daemon_spec pins the safe answer instead).
+---@param pending function busted's, from the spec's environment
+---@return boolean
+function H.cannot_tell_listener(pending)
+  if require("mirza").platform.facts ~= "none" then return false end
+  pending("this build cannot tell which process listens on a port (mirza.platform.facts is \"none\")")
+  return true
+end
+
 return H

@@ -324,7 +324,7 @@ function mirza.fd_limit() end
 ---dies with it, and how it waits for sockets.
 ---@class mirza.Platform
 ---@field os string the system's name, as `uname -s` prints it: "Linux", "Darwin"
----@field facts "linux"|"darwin"|"none" how it tells which pid listens on a port and whether a pid is a zombie: /proc, libproc and sysctl, or not at all (a build with MIRZA_PORTABLE: an adopted daemon whose pid cannot be checked is left running)
+---@field facts "linux"|"darwin"|"none" how it tells which pid listens on a port and whether a pid is a zombie: /proc, libproc and sysctl, or not at all (the portable build, os_none.c: an adopted daemon whose pid cannot be checked is left running)
 ---@field parent_death "pdeathsig"|"watchdog" how a daemon started without keep_alive dies when mirza does, even by SIGKILL: Linux's PR_SET_PDEATHSIG (SIGTERM), or a watchdog process in the daemon's group (SIGTERM, its grace, SIGKILL)
 ---@field wait "epoll"|"poll" the wait backend of the client's driver
 

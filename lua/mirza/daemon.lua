@@ -304,13 +304,13 @@ function Daemon:_adopted_pid(info)
     return nil, ("the pid it reports (%d) does not hold port %d"):format(pid, port)
   end
   if pid and pid > 0 then return pid end
-  if not (ours and core.pid_alive(ours)) then return nil, "it reports no pid and no pid file of ours names it" end
   -- a pid file outlives a daemon that died on its own: its pid may be
   -- another process's now, trusted only when seen to hold the port
-  local listens, why = core.pid_listens(ours, port)
+  local listens, why
+  if ours and core.pid_alive(ours) then listens, why = core.pid_listens(ours, port) end
   if listens then return ours end
-  if listens == nil then return nil, ("the pid our pid file names (%d) cannot be checked: %s"):format(ours, why) end
-  return nil, ("the pid our pid file names (%d) does not hold port %d"):format(ours, port)
+  if why then return nil, ("the pid our pid file names (%d) cannot be checked: %s"):format(ours, why) end
+  return nil, "it reports no pid and no pid file of ours names it"
 end
 
 function Daemon:_adopt(info)
