@@ -19,6 +19,7 @@
 #include <cmocka.h>
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -29,6 +30,7 @@
 #include <unistd.h>
 
 #include "client.h"
+#include "os.h"
 
 /* ---- the in-test server ---------------------------------------------- */
 
@@ -99,7 +101,7 @@ static void *serve(void *arg) {
 static int listen_on_loopback(int backlog, int *port) {
   struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
   socklen_t len = sizeof a;
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int fd = mz_os_socket(AF_INET, SOCK_STREAM, 0);
   assert_true(fd >= 0);
   assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
   assert_int_equal(listen(fd, backlog), 0);
@@ -399,7 +401,8 @@ static void test_connect_timeout(void **state) {
   result r;
   (void)state;
   for (int i = 0; i < 4; i++) {
-    fill[i] = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    fill[i] = socket(AF_INET, SOCK_STREAM, 0);
+    fcntl(fill[i], F_SETFL, fcntl(fill[i], F_GETFL) | O_NONBLOCK);
     connect(fill[i], (struct sockaddr *)&a, sizeof a);
   }
   snprintf(url, sizeof url, "http://127.0.0.1:%d/", port);

@@ -809,7 +809,7 @@ static int listen_loopback(int family, int *port) {
     a->sin6_addr = in6addr_loopback;
     len = sizeof *a;
   }
-  int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int fd = mz_os_socket(family, SOCK_STREAM, 0);
   assert_true(fd >= 0);
   assert_int_equal(bind(fd, (struct sockaddr *)&ss, len), 0);
   assert_int_equal(listen(fd, 4), 0);
