@@ -77,12 +77,13 @@ function core.pid_stop(pid, grace) end
 function core.pid_alive(pid) end
 
 ---Whether a process holds the TCP socket listening on a port (IPv4 or
----IPv6; read from /proc/net/tcp{,6} and /proc/<pid>/fd). The daemon
----supervisor trusts a pid reported by `/health` only when this is true.
+---IPv6): Linux reads /proc/net/tcp{,6} and /proc/<pid>/fd, macOS asks
+---libproc (`mirza.platform.facts`). The daemon supervisor trusts a pid
+---reported by `/health`, or named by its pid file, only when this is true.
 ---@param pid integer
 ---@param port integer 1..65535
 ---@return boolean|nil listens
----@return string? message when /proc cannot be read (another user's process)
+---@return string? message when it cannot be told: another user's process, or a build that has no way (facts "none")
 ---@return string? code "io"
 function core.pid_listens(pid, port) end
 
