@@ -189,6 +189,34 @@ function H.file_mode(path)
   return ("%o"):format(mode)
 end
 
+--- Set path's modification and access times to `epoch` seconds, fractions
+--- kept, as GNU `touch -d @EPOCH` does (macOS's touch takes no @): perl's
+--- Time::HiRes::utime, on Debian and every Mac. Whether it was set.
+---@param path string
+---@param epoch number
+---@return boolean
+function H.set_mtime(path, epoch)
+  return os.execute(("perl -MTime::HiRes=utime -e 'utime($ARGV[0], $ARGV[0], $ARGV[1]) or exit 1' %.9f %s")
+    :format(epoch, shell_quote(path))) == true
+end
+
+--- The shell command that runs `cmd` (a shell command line) on a
+--- pseudo-terminal, its output flushed as written: util-linux's
+--- `script -qfec CMD /dev/null`, or BSD script(1) (macOS)
+--- `script -qF /dev/null sh -c CMD`; nil and why where there is neither.
+---@param cmd string
+---@return string? command
+---@return string? why
+function H.in_terminal(cmd)
+  if H._script == nil then
+    H._script = os.execute("script -qec true /dev/null >/dev/null 2>&1") and "util-linux"
+      or os.execute("script -q /dev/null true >/dev/null 2>&1") and "bsd" or false
+  end
+  if H._script == "util-linux" then return ("script -qfec %s /dev/null"):format(shell_quote(cmd)) end
+  if H._script == "bsd" then return ("script -qF /dev/null sh -c %s"):format(shell_quote(cmd)) end
+  return nil, "no script(1) to give the command a terminal"
+end
+
 --- The command line of a live process, nil when it is gone or a zombie.
 ---@param pid integer
 ---@return string?
