@@ -44,6 +44,10 @@ typedef struct item {
 
 enum { MODE_UNKNOWN, MODE_SSE, MODE_JSON, MODE_ERRBODY, MODE_PLAIN };
 
+/* Choices whose partial UTF-8 characters are held back (queue.c); those
+ * of a higher index (n > 4) are repaired at once. */
+#define MZ_CARRY_CHOICES 4
+
 struct mz_stream {
   mz_client *c;
   mz_stream *prev, *next;
@@ -56,9 +60,9 @@ struct mz_stream {
   mz_buf arena, body;
   item *q;
   size_t qhead, qlen, qcap;
-  cJSON *popped_json; /* json of the last popped event */
-  char carry[2][4];   /* held-back partial UTF-8: [0] think, [1] text */
-  size_t carry_len[2];
+  cJSON *popped_json;                 /* json of the last popped event */
+  char carry[MZ_CARRY_CHOICES][2][4]; /* held-back partial UTF-8 per choice: [0] think, [1] text */
+  size_t carry_len[MZ_CARRY_CHOICES][2];
   char finish_reason[32];
   char done_id[96];      /* the completion id: the first frame "id" (done.id), "" if none */
   int no_done;           /* ended cleanly after a finish_reason, no [DONE] */
@@ -67,7 +71,7 @@ struct mz_stream {
   int merge;             /* join queued deltas of one channel (mz_request.merge) */
   size_t skipped_frames; /* malformed frames skipped */
   cJSON *usage, *timings, *stats, *extra;
-  cJSON *meta; /* what the server said of itself and of each choice (response.c), for done */
+  cJSON *meta;                  /* what the server said of itself and of each choice (response.c), for done */
   double last_rx, stall_s;      /* last byte received (head or body) */
   double retry_after;           /* of an HTTP error: seconds, or -1 */
   double t_open, header_s;      /* header_timeout: until the head is complete */

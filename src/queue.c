@@ -27,11 +27,12 @@
  * first cause wins) and popped only after every item queued, so it comes
  * after everything received before it.
  *
- * UTF-8: for choice 0, a trailing incomplete character of a delta (at most
- * 3 bytes per channel, think and text) is held back in the carry and put
- * in front of the channel's next delta, so a character split across frames
- * reaches Lua whole; mz_flush_carry turns what is left at the end into one
- * U+FFFD. Ill-formed input is repaired in place (repair_utf8).
+ * UTF-8: for each of the first MZ_CARRY_CHOICES choices (n > 1 interleaves
+ * them), a trailing incomplete character of a delta (at most 3 bytes per
+ * channel, think and text) is held back in the carry and put in front of
+ * the same choice's channel's next delta, so a character split across
+ * frames reaches Lua whole; mz_flush_carry turns what is left at the end
+ * into one U+FFFD. Ill-formed input is repaired in place (repair_utf8).
  *
  * The ready list (the client's rhead/rtail) is linked here too: every push
  * and the terminal event mark the stream, at most once until the scheduler
@@ -204,28 +205,29 @@ static size_t repair_utf8(mz_stream *s, size_t off, size_t len) {
 }
 
 /*
- * Queue a text delta. For choice 0 a trailing incomplete UTF-8 sequence is
- * held back (at most 3 bytes per channel) and put in front of the next
- * delta of the same channel, so Lua only ever sees whole characters.
+ * Queue a text delta. For a choice below MZ_CARRY_CHOICES a trailing
+ * incomplete UTF-8 sequence is held back (at most 3 bytes per channel) and
+ * put in front of the next delta of the same choice and channel, so Lua
+ * only ever sees whole characters.
  * With esc, p is a raw JSON string body, unescaped while copied (the
  * output is never longer, so the reservation holds).
  */
 void mz_push_text(mz_stream *s, mz_evtype t, int index, const char *p, size_t len, int esc) {
-  int ch = t == MZ_EV_THINK ? 0 : 1;
-  size_t held = index == 0 ? s->carry_len[ch] : 0;
+  int ch = t == MZ_EV_THINK ? 0 : 1, carried = (unsigned)index < MZ_CARRY_CHOICES;
+  size_t held = carried ? s->carry_len[index][ch] : 0;
   if (mz_buf_reserve(&s->arena, held + len + 1)) {
     mz_out_of_memory(s);
     return;
   }
   size_t off = s->arena.len;
-  memcpy(s->arena.p + off, s->carry[ch], held);
+  if (held) memcpy(s->arena.p + off, s->carry[index][ch], held);
   if (esc) len = mz_json_unescape(p, len, s->arena.p + off + held);
   else memcpy(s->arena.p + off + held, p, len);
   size_t total = held + len, keep = total;
-  if (index == 0) {
+  if (carried) {
     keep = mz_utf8_complete(s->arena.p + off, total);
-    s->carry_len[ch] = total - keep;
-    memcpy(s->carry[ch], s->arena.p + off + keep, total - keep);
+    s->carry_len[index][ch] = total - keep;
+    memcpy(s->carry[index][ch], s->arena.p + off + keep, total - keep);
   }
   if (keep == 0) return;
   if (s->first_at == 0) s->first_at = mz_io_now(s->c);
@@ -243,17 +245,18 @@ void mz_push_text(mz_stream *s, mz_evtype t, int index, const char *p, size_t le
 /* The stream is over: a held-back partial character will never be
  * completed, so it becomes one U+FFFD (counted), never silently dropped. */
 void mz_flush_carry(mz_stream *s) {
-  for (int ch = 0; ch < 2; ch++) {
-    if (!s->carry_len[ch]) continue;
-    s->carry_len[ch] = 0;
-    s->invalid_utf8++;
-    item *it = q_push(s, ch == 0 ? MZ_EV_THINK : MZ_EV_TEXT, 0);
-    if (!it || mz_buf_add(&s->arena, "\xEF\xBF\xBD", 3)) {
-      mz_out_of_memory(s);
-      return;
+  for (int i = 0; i < MZ_CARRY_CHOICES; i++)
+    for (int ch = 0; ch < 2; ch++) {
+      if (!s->carry_len[i][ch]) continue;
+      s->carry_len[i][ch] = 0;
+      s->invalid_utf8++;
+      item *it = q_push(s, ch == 0 ? MZ_EV_THINK : MZ_EV_TEXT, i);
+      if (!it || mz_buf_add(&s->arena, "\xEF\xBF\xBD", 3)) {
+        mz_out_of_memory(s);
+        return;
+      }
+      it->len = 3;
     }
-    it->len = 3;
-  }
 }
 
 /* Join the deltas queued right behind `it` into e: same channel and
