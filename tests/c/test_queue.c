@@ -7,7 +7,7 @@
  * Pinned: push/pop order across channels, choices, tool calls and
  * progress; the terminal event after everything queued, set once (the
  * first cause wins); the UTF-8 carry (a character split at every byte
- * offset comes whole, per channel, choice 0 only, flushed as U+FFFD at the
+ * offset comes whole, per channel and per choice, flushed as U+FFFD at the
  * end); merge (one run of one channel and choice, copy-free, never across
  * anything else, never waiting); memory (the arena and the items are reused
  * once the queue drains: a steady stream allocates nothing; popped json is
