@@ -15,9 +15,9 @@ local function slurp(path) return io.open(path) and H.read_file(path) or "" end
 local function chat(base, lines, args, state)
   local input, out, err = H.tmpname(".in"), H.tmpname(".out"), H.tmpname(".err")
   write(input, table.concat(lines, "\n") .. "\n")
-  local cmd = ("MIRZA_BASE_URL=%s XDG_STATE_HOME=%s MIRZA_CONFIG=/dev/null timeout -k 2 30 %s %s/scripts/chat.lua %s"
-    .. " --fifo %s >%s 2>%s"):format(H.q(base .. "/v1"), H.q(state or "/nonexistent"), H.q(H.mirza_bin), H.q(H.source),
-      args or "", H.q(input), H.q(out), H.q(err))
+  local cmd = ("MIRZA_BASE_URL=%s XDG_STATE_HOME=%s MIRZA_CONFIG=/dev/null %s %s %s/scripts/chat.lua %s"
+    .. " --fifo %s >%s 2>%s"):format(H.q(base .. "/v1"), H.q(state or "/nonexistent"), H.timeout_prefix(30),
+      H.q(H.mirza_bin), H.q(H.source), args or "", H.q(input), H.q(out), H.q(err))
   local _, _, rc = os.execute(cmd)
   local r = { rc = rc, out = H.read_file(out), err = H.read_file(err) }
   os.remove(input) os.remove(out) os.remove(err)
@@ -45,18 +45,19 @@ describe("mirza chat's output", function()
   end)
 
   it("on a terminal the thinking is dim and prefixed, the answer on a line of its own", function()
-    if not os.execute("script -qec true /dev/null >/dev/null 2>&1") then
-      pending("no util-linux script(1) to give the chat a terminal")
+    local input, out = H.tmpname(".in"), H.tmpname(".out")
+    local term, why = H.in_terminal(("%s %s/scripts/chat.lua --no-save <%s"):format(H.q(H.mirza_bin),
+      H.q(H.source), H.q(input)))
+    if not term then
+      pending(why)
       return
     end
     local sim = H.start_sim { "--tok-rate", "0", "--ttft-ms", "0" }
     finally(sim.stop)
-    local input, out = H.tmpname(".in"), H.tmpname(".out")
     finally(function() os.remove(input) os.remove(out) end)
     write(input, "/think on\nBonjour\n/quit\n")
-    local cmd = ("MIRZA_BASE_URL=%s MIRZA_CONFIG=/dev/null NO_COLOR= timeout -k 2 30 script -qec %s /dev/null >%s")
-      :format(H.q(sim.base .. "/v1"), H.q(("%s %s/scripts/chat.lua --no-save <%s"):format(
-        H.q(H.mirza_bin), H.q(H.source), H.q(input))), H.q(out))
+    local cmd = ("MIRZA_BASE_URL=%s MIRZA_CONFIG=/dev/null NO_COLOR= %s %s >%s"):format(H.q(sim.base .. "/v1"),
+      H.timeout_prefix(30), term, H.q(out))
     assert.is_true(os.execute(cmd))
     local text = H.read_file(out):gsub("\r", "")
     assert.truthy(text:find("\27[2mthinking: ", 1, true), text)
@@ -75,21 +76,22 @@ describe("mirza chat on a terminal with readline built in", function()
       pending("this mirza has no readline")
       return
     end
-    if not os.execute("script -qec true /dev/null >/dev/null 2>&1") then
-      pending("no util-linux script(1) to give the chat a terminal")
+    local dir = H.tmpname(".d")
+    local beh, keys, out, rcf = dir .. "/beh.lua", dir .. "/keys", dir .. "/out", dir .. "/rc"
+    local term, why = H.in_terminal(("%s %s/scripts/chat.lua %s --no-save"):format(H.q(H.mirza_bin), H.q(H.source),
+      H.q(beh)))
+    if not term then
+      pending(why)
       return
     end
     local sim = H.start_sim { "--tok-rate", "0", "--ttft-ms", "0" }
     finally(sim.stop)
-    local dir = H.tmpname(".d")
     os.execute("mkdir -p " .. H.q(dir))
     finally(function() os.execute("rm -rf " .. H.q(dir)) end)
-    local beh, keys, out, rcf = dir .. "/beh.lua", dir .. "/keys", dir .. "/out", dir .. "/rc"
     write(beh, 'return { on_turn = function(t) io.stderr:write("TURN=[", t, "]\\n") return t end }')
     assert(os.execute("mkfifo " .. H.q(keys)))
-    local chat_cmd = ("%s %s/scripts/chat.lua %s --no-save"):format(H.q(H.mirza_bin), H.q(H.source), H.q(beh))
-    local cmd = ("MIRZA_BASE_URL=%s MIRZA_CONFIG=/dev/null timeout -k 2 30 script -qec %s /dev/null <%s >%s 2>&1 & "
-      .. "echo $!; wait $!; echo $? >%s"):format(H.q(sim.base .. "/v1"), H.q(chat_cmd), H.q(keys), H.q(out), H.q(rcf))
+    local cmd = ("MIRZA_BASE_URL=%s MIRZA_CONFIG=/dev/null %s %s <%s >%s 2>&1 & echo $!; wait $!; echo $? >%s")
+      :format(H.q(sim.base .. "/v1"), H.timeout_prefix(30), term, H.q(keys), H.q(out), H.q(rcf))
     local sh = assert(io.popen(cmd))
     local pid = tonumber(sh:read("l"))
     H.track(pid, "script")
