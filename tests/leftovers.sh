@@ -138,11 +138,14 @@ args_of() {
 }
 
 # A process that is exiting (a daemon taken down with its supervisor) gets a
-# few seconds to go.
+# few seconds to go: 3 s by the clock, not a count of scans (one scan of
+# /proc takes seconds on a loaded machine).
 left=
-for _ in $(seq 1 30); do
+t0=$SECONDS
+while :; do
   left=$(ours)
   [ -z "$left" ] && break
+  [ $((SECONDS - t0)) -ge 3 ] && break
   sleep 0.1
 done
 if [ -z "$left" ]; then
@@ -156,8 +159,8 @@ for pid in $left; do
 done
 # shellcheck disable=SC2086
 kill $left 2>/dev/null
-for _ in $(seq 1 50); do
-  [ -z "$(ours)" ] && break
+t0=$SECONDS
+while [ -n "$(ours)" ] && [ $((SECONDS - t0)) -lt 5 ]; do
   sleep 0.1
 done
 left=$(ours)
