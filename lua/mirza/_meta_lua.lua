@@ -38,10 +38,25 @@ local mirza = {}
 ---@return integer? status the HTTP status of an "http" error
 function mirza.request(opts) end
 
+---@class mirza.CollectOptions: mirza.RequestOptions, mirza.StructuredOptions
+---@field retries? integer tries after the first when a request fails before anything arrived with a failure worth retrying (mirza.retry.stream: a 429 or 503 waited out for its Retry-After, up to 60 s; another 5xx, 408, 409, an error frame, a refused connection, a stream cut before its first token, after a backoff of 0.5 s doubling to 8 s); never a timeout, a 4xx or a failure once text came. Default 2 (the OpenAI SDKs'); 0: none
+
+---@class mirza.CollectFailure
+---@field text string the answer received before the failure
+---@field think string the reasoning received before it
+---@field tool_calls? table[] the tool calls received before it
+---@field status? integer the HTTP status of the last failure (code "http")
+---@field retry_after? number the last failure's Retry-After, in seconds, when the server sent one
+---@field retries integer the tries made after the first
+
 ---Run a streaming request to its end and collect the answer. Network and
 ---HTTP failures are returned, never raised: `nil, message, code, partial`,
----where `partial` (`{text, think, tool_calls}`) is what came before the
----failure.
+---where `partial` (`{text, think, tool_calls}`, with the last failure's
+---HTTP `status` and `retry_after` and the `retries` made) is what came
+---before the failure. A failure worth retrying before anything arrived
+---(a 429, a 5xx, a refused connection, a stream cut before its first
+---token; not a timeout) sends the request again, `retries` times (default
+---2, as the OpenAI SDKs), after the server's Retry-After or a backoff.
 ---
 ---Inside a `mirza.loop` task, without `hold` or `on_json` of the caller's
 ---own, the stream holds what comes until its end (`hold = math.huge`,
@@ -54,11 +69,11 @@ function mirza.request(opts) end
 ---`on_json` hand out each JSON value as it completes. An answer that never
 ---fits: `nil, message, "schema", raw` (the JSON pointer of the violation
 ---first in the message, the last answer's text in `raw`).
----@param opts mirza.RequestOptions|mirza.StructuredOptions
+---@param opts mirza.CollectOptions
 ---@return mirza.Result|nil result with a schema also `value` and `attempts` (the requests made)
 ---@return string? message
 ---@return string? code the stream's error code ("http", "refused", "timeout", ...), or "schema"
----@return table|string|nil partial `{text, think, tool_calls}` received before the failure; the raw answer for "schema"
+---@return mirza.CollectFailure|string|nil partial what was received before the failure; the raw answer for "schema"
 function mirza.collect(opts) end
 
 -- ---------------------------------------------------------------- hot reload

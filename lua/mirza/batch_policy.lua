@@ -26,14 +26,13 @@ local P = {}
 P.retryable = retry.retryable
 
 ---Seconds to wait before retry number `n` (1-based): the server's
----Retry-After when given, else exponential backoff with jitter (mirza.retry).
+---Retry-After when given, else exponential backoff with jitter (mirza.retry.delay).
 ---@param n integer
 ---@param opts table retry_base, retry_max
 ---@param retry_after? number
 ---@return number
 function P.backoff(n, opts, retry_after)
-  if retry_after and retry_after >= 0 then return retry_after + 0.05 * math.random() end
-  return retry.backoff(n, opts.retry_base, opts.retry_max, 0.5, 1)
+  return retry.delay(n, retry_after, opts.retry_base, opts.retry_max)
 end
 
 ---"42s", "6m25s", "1h05m", "?"

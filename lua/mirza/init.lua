@@ -74,7 +74,39 @@ local function held(opts)
   return req
 end
 
+-- The retry policy of a collect's `retries` option (mirza.retry.REQUEST
+-- by default), and the options without it; a bad value raises at the
+-- script's line.
+local function retry_policy(opts)
+  local retry = require "mirza.retry"
+  if type(opts) ~= "table" or opts.retries == nil then return retry.REQUEST, opts end
+  local n = opts.retries
+  if math.type(n) ~= "integer" or n < 0 then
+    error(("mirza.collect: retries must be an integer >= 0, got %s"):format(tostring(n)), 3)
+  end
+  local util = require "mirza.util"
+  local req = util.copy(opts)
+  req.retries = nil
+  return util.merge(util.copy(retry.REQUEST), { retries = n }), req
+end
+
+-- What a failed collect tells besides its message and code: the HTTP
+-- status and Retry-After of the last failure, and the retries made.
+local function annotate(partial, state)
+  local f = state.failure
+  if type(partial) ~= "table" then return partial end
+  partial.retries = state.retries
+  if f then partial.status, partial.retry_after = f.status, tonumber(f.retry_after) end
+  return partial
+end
+
 ---Run a streaming request to the end and collect it (mirza.result).
+---A failure before anything arrived that is worth retrying (HTTP 429,
+---408, 409, a 5xx, an error frame, a refused connection, a stream cut
+---before its first token; not a timeout) is retried after a backoff (0.5 s
+---doubling to 8 s, jittered) or the server's Retry-After (up to 60 s),
+---`retries` times (default 2, as the OpenAI SDKs; 0: none), within the
+---request's `deadline` (mirza.retry.stream).
 ---A structured answer (mirza.structured, docs/structured.md): `schema = S`
 ---(a JSON Schema table or a .json path) sends it as `response_format` and
 ---gives the decoded, checked answer in `result.value`; `attempts = N` asks
@@ -82,23 +114,28 @@ end
 ---fn with each value as it completes while the answer streams. An answer
 ---that never fits: nil, message (the JSON pointer of the violation first),
 ---"schema", the raw answer text.
----@param opts mirza.RequestOptions|mirza.StructuredOptions
+---@param opts mirza.CollectOptions
 ---@return mirza.Result|nil result `{text, think, tool_calls, finish_reason, usage, stats, timings}`,
 ---and with a schema `value` and `attempts` (the requests made)
 ---@return string? message error message
 ---@return string? code error code ("schema": no answer fitted the schema)
----@return table|string|nil partial what was received before the error: `{text, think, tool_calls}`;
----the raw answer (a string) for "schema"
+---@return mirza.CollectFailure|string|nil partial what was received before the error: `{text, think,
+---tool_calls}`, with `status` and `retry_after` (seconds) of the last failure and `retries` (the
+---retries made) (_meta_lua.lua); the raw answer (a string) for "schema"
 function M.collect(opts)
-  opts = held(opts)
+  local policy
+  policy, opts = retry_policy(held(opts))
+  local state = { retries = 0 }
+  local function again(req) return require("mirza.retry").stream(open, req, policy, state) end
   if type(opts) == "table"
     and (opts.schema or opts.attempts or opts.json or opts.on_json or opts.think_tags ~= nil) then
-    local r, msg, code, partial = require("mirza.structured").collect(open, opts) -- no tail call: errors at the caller
-    return r, msg, code, partial
+    local r, msg, code, partial = require("mirza.structured").collect(again, opts) -- no tail call: errors at the caller
+    return r, msg, code, annotate(partial, state)
   end
   local result = require "mirza.result"
-  local s <close> = open(opts)
-  return result.result(result.drain(result.new { calls = true }, function() return s:next() end))
+  local s <close> = again(opts)
+  local r, msg, code, partial = result.result(result.drain(result.new { calls = true }, function() return s:next() end))
+  return r, msg, code, annotate(partial, state)
 end
 
 local watcher -- the shared hot-reload watcher (mirza.reload)

@@ -44,6 +44,21 @@
 --- retry (0.5 s doubling to 30 s, jitter [0.5, 1]), a pool's rest (0.5 s to
 --- 30 s, [0.75, 1.25]), a daemon restart (`restart.backoff`, no cap, no
 --- jitter), a turn waiting out its own session's 409 (50 ms to 0.8 s).
+---
+--- `delay(n, retry_after, base, max)` is the wait before the next try of a
+--- request the server answered with back-pressure: its Retry-After when
+--- it gave one, else that backoff jittered in [0.5, 1]. A batch's retry,
+--- an engine turn's wait on a 429 and `mirza.collect`'s retries take it.
+---
+--- `stream(open, req, policy, state)` is how `mirza.collect` retries: a
+--- stream over `open(req)` that, when a request fails before anything
+--- arrived (no text, reasoning or tool call) with a failure worth
+--- retrying, waits `delay` and sends it again, up to `policy.retries`
+--- times — as the OpenAI SDKs do (2 retries, 0.5 s doubling to 8 s, a
+--- Retry-After honoured up to 60 s). A timeout is not retried (its clock
+--- is the caller's bound), nor a failure once text has come (it was
+--- handed over), nor a Retry-After longer than `policy.wait_max` (the
+--- caller sees it in the failure).
 local F = {}
 
 ---@alias mirza.FailureClassName "unsupported"|"item"|"retry"|"endpoint"
@@ -140,6 +155,107 @@ function F.backoff(n, base, max, lo, hi)
   if max and d > max then d = max end
   if lo then d = d * (lo + (hi - lo) * math.random()) end
   return d
+end
+
+---Seconds to wait before try n+1 (n >= 1 failures so far) of a request
+---the server answered with `retry_after` (seconds; nil: none): that, plus
+---up to 50 ms of jitter (requests told the same time do not all come back
+---at once), else `backoff(n, base, max, 0.5, 1)`.
+---@param n integer
+---@param retry_after number|nil
+---@param base number
+---@param max? number
+---@return number seconds
+function F.delay(n, retry_after, base, max)
+  if retry_after and retry_after >= 0 then return retry_after + 0.05 * math.random() end
+  return F.backoff(n, base, max, 0.5, 1)
+end
+
+---@class mirza.RetryPolicy
+---@field retries integer tries after the first (0: none)
+---@field base number first backoff, seconds (doubles)
+---@field max number longest backoff, seconds
+---@field wait_max number longest Retry-After waited out, seconds (a longer one ends the retries)
+
+---What `mirza.collect` does by default: the OpenAI SDKs' 2 retries, 0.5 s
+---doubling to 8 s, a Retry-After up to 60 s.
+---@type mirza.RetryPolicy
+F.REQUEST = { retries = 2, base = 0.5, max = 8, wait_max = 60 }
+
+---@class mirza.RetryState
+---@field retries integer tries made after the first, over every stream of the state
+---@field failure table|nil the last error event a stream of the state gave
+
+-- A stream that sends its request again after a transient failure (`stream`).
+local Retrying = {}
+Retrying.__index = Retrying
+
+-- The wait before sending the request again after `ev` (an error event
+-- before anything arrived), or nil when it is not to be sent again.
+function Retrying:_wait(ev)
+  local p = self.policy
+  if self.n >= p.retries or ev.code == "timeout" or not F.classify(ev.code, ev.status).retry then return nil end
+  local ra = tonumber(ev.retry_after)
+  if ra and ra > p.wait_max then return nil end
+  local wait = F.delay(self.n + 1, ra, p.base, p.max)
+  if self.until_ and self.mirza.now() + wait >= self.until_ then return nil end -- past the caller's deadline
+  return wait
+end
+
+-- Send the request again after `wait` seconds; the deadline is what is
+-- left of the caller's.
+function Retrying:_again(wait)
+  local mirza = self.mirza
+  self.s:close()
+  mirza.sleep(wait)
+  self.n, self.state.retries = self.n + 1, self.state.retries + 1
+  local req = self.req
+  if self.until_ then
+    req = require("mirza.util").copy(req)
+    req.deadline = self.until_ - mirza.now()
+  end
+  self.s = self.open(req)
+end
+
+---The next event (`mirza.Stream.next`); a failure worth retrying before
+---anything arrived is not handed out: the request is sent again.
+---@return table|nil ev
+function Retrying:next(...)
+  while true do
+    local ev = self.s:next(...)
+    local ty = ev and ev.type
+    if ty == "error" then self.state.failure = ev end
+    if self.got or ty ~= "error" then
+      if ty == "text" or ty == "think" or ty == "tool_call" then self.got = true end
+      return ev
+    end
+    local wait = self:_wait(ev)
+    if not wait then return ev end
+    self:_again(wait)
+  end
+end
+
+---Close the request in flight (idempotent; also `<close>`).
+function Retrying:close()
+  self.s:close()
+end
+Retrying.__close = Retrying.close
+
+---A stream over `open(req)` that sends the request again, after `delay`,
+---when it fails before anything arrived with a failure worth retrying (see
+---the module comment); `state` (shared by the streams of one call) counts
+---the retries and keeps the last failure. Only `next` and `close`.
+---@param open fun(req: table): mirza.Stream
+---@param req table
+---@param policy mirza.RetryPolicy
+---@param state mirza.RetryState
+---@return table stream
+function F.stream(open, req, policy, state)
+  local mirza = require "mirza"
+  local limit = tonumber(req.deadline)
+  local s = open(req)
+  return setmetatable({ s = s, open = open, req = req, policy = policy, state = state, n = 0, got = false,
+    mirza = mirza, until_ = limit and mirza.now() + limit or nil }, Retrying)
 end
 
 return F

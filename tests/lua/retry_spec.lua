@@ -101,3 +101,24 @@ describe("mirza.retry.backoff", function()
     end)
   end)
 end)
+
+describe("mirza.retry.delay", function()
+  it("is the server's Retry-After with up to 50 ms of jitter, else the jittered backoff", function()
+    with_random(1, function()
+      assert.equal(3.05, retry.delay(1, 3, 0.5, 8))
+      assert.equal(0.05, retry.delay(4, 0, 0.5, 8))
+      assert.same({ 0.5, 1, 8 },
+        { retry.delay(1, nil, 0.5, 8), retry.delay(2, nil, 0.5, 8), retry.delay(9, nil, 0.5, 8) })
+      assert.equal(1, retry.delay(2, -1, 0.5, 8)) -- a negative Retry-After is none
+    end)
+    with_random(0, function() assert.equal(0.25, retry.delay(1, nil, 0.5, 8)) end)
+  end)
+
+  it("is the one wait of a batch retry and mirza.collect's (the OpenAI SDKs' defaults)", function()
+    with_random(0.5, function()
+      local batch = require "mirza.batch"
+      assert.equal(retry.delay(3, nil, 0.5, 30), batch.backoff(3, { retry_base = 0.5, retry_max = 30 }))
+    end)
+    assert.same({ retries = 2, base = 0.5, max = 8, wait_max = 60 }, retry.REQUEST)
+  end)
+end)

@@ -95,7 +95,11 @@ describe("mirza.route", function()
       { "Le 12. arrondissement ? Non, le 13e.", { "Le 12. arrondissement ?", "Non, le 13e." } },
       { "Pommes, poires, etc. Ensuite, le fromage.", { "Pommes, poires, etc.", "Ensuite, le fromage." } },
       { "Il est parti. À demain ! Élodie reste.", { "Il est parti.", "À demain !", "Élodie reste." } },
-      { "C'est fini. écoute bien.", { "C'est fini. écoute bien." } },
+      -- a "." and a space end a sentence whatever comes next: it is handed over at the space (issue 36)
+      { "C'est fini. écoute bien.", { "C'est fini.", "écoute bien." } },
+      { "Des pommes, etc. et du pain. Fin.", { "Des pommes, etc. et du pain.", "Fin." } },
+      { "« Il pleut. Viens ! » Elle vint.", { "« Il pleut.", "Viens ! »", "Elle vint." } },
+      { "Ah ? oui. Bon !", { "Ah ?", "oui.", "Bon !" } },
       { "Quoi ?! Vraiment ? Oui…", { "Quoi ?!", "Vraiment ?", "Oui…" } },
       { "Étape 1 : chauffer.\n2. Verser le lait.", { "Étape 1 : chauffer.", "2. Verser le lait." } },
     }
@@ -106,20 +110,34 @@ describe("mirza.route", function()
     it("accepts extra abbreviations", function()
       local sp = route.splitter({ abbreviations = { Bd = true } })
       local out = sp:push("Il habite 5 Bd. Voltaire. Au fond. ")
-      assert.same({ "Il habite 5 Bd. Voltaire." }, out)
-      assert.same({ "Au fond." }, sp:flush())
+      assert.same({ "Il habite 5 Bd. Voltaire.", "Au fond." }, out)
+      assert.same({}, sp:flush())
       assert.same({ "Il habite 5 Bd.", "Voltaire.", "Au fond." }, route.split("Il habite 5 Bd. Voltaire. Au fond."))
     end)
 
-    it("holds a sentence back until the next word is known", function()
+    -- Issue 36: the end is handed over as soon as it is seen (a delta
+    -- ending in ". "), not one delta later; only where the next word's
+    -- case decides (an ellipsis, "etc.", a number, a » that may follow)
+    -- is the sentence held back until that word comes.
+    it("hands a sentence over when its space is seen; holds it where the next word decides", function()
       local sp = route.splitter()
       assert.same({}, sp:push("Mr."))
-      assert.same({}, sp:push(" "))
+      assert.same({}, sp:push(" ")) -- an abbreviation: never an end
       assert.same({}, sp:push("Smith left."))
-      assert.same({}, sp:push(" "))
-      assert.same({ "Mr. Smith left." }, sp:push("He"))
-      assert.same({ "He" }, sp:flush())
+      assert.same({ "Mr. Smith left." }, sp:push(" "))
+      assert.same({ "How are you?" }, sp:push("How are you? "))
+      assert.same({ "Fine!" }, sp:push("Fine!	"))
+      assert.same({}, sp:push("Well... "))
+      assert.same({ "Well..." }, sp:push("He"))
+      assert.same({}, sp:push(" paid 12. "))
+      assert.same({ "He paid 12." }, sp:push("Then"))
+      assert.same({}, sp:push(" apples, etc. "))
+      assert.same({ "Then apples, etc. and pears." }, sp:push("and pears. ")) -- "etc. and" goes on
       assert.same({}, sp:flush())
+      local fr = route.splitter()
+      assert.same({}, fr:push("« Viens ! ")) -- a » may follow
+      assert.same({}, fr:push("» ")) -- after closing marks the next word decides (« Viens ! » dit-il)
+      assert.same({ "« Viens ! » dit-il." }, fr:push("dit-il. "))
     end)
   end)
 
@@ -153,6 +171,20 @@ describe("mirza.route", function()
     it("sentence mode: complete sentences, the rest flushed at done", function()
       local got = run(STREAM, { mode = "sentence" })
       assert.same({ "Bonjour !", "Je vais bien.", "Et vous ?" }, got.answer)
+    end)
+
+    it("sentence mode: a sentence reaches the sink with the delta that ends it (issue 36)", function()
+      local got = {}
+      local r = route.router { answer = function(t) got[#got + 1] = t end }
+      r:feed(text("Bonjour"))
+      r:feed(text(" ! ")) -- the end is seen: not held for the next word
+      assert.same({ "Bonjour !" }, got)
+      r:feed(text("Ça va"))
+      r:feed(text(" bien. "))
+      assert.same({ "Bonjour !", "Ça va bien." }, got)
+      r:feed(text("Et vous"))
+      r:feed(DONE)
+      assert.same({ "Bonjour !", "Ça va bien.", "Et vous" }, got)
     end)
 
     it("sentence mode is the default", function()
