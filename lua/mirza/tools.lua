@@ -252,7 +252,9 @@ local function content_of(ok, v, err)
   return text
 end
 
----Run one call: the content of its `role = "tool"` message. Never raises.
+---Run one call: the content of its `role = "tool"` message. A tool's
+---error becomes the content; only what no guard keeps (an interrupt:
+---Ctrl-C, SIGTERM; a task's cancel: `mirza.pipeline.passes`) goes on up.
 ---@param tools table resolved tools
 ---@param call table from `finish`
 ---@return string content
@@ -263,6 +265,7 @@ function M.call(tools, call)
     return error_result(("unknown tool %q"):format(call.name))
   end
   local ok, v, err = pcall(t.fn, call.args, call)
+  if not ok and require("mirza.pipeline").passes(v) then error(v, 0) end
   return content_of(ok, v, err)
 end
 

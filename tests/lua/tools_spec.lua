@@ -147,6 +147,16 @@ describe("mirza.tools calls", function()
     assert.same({ error = "invalid JSON arguments: x" }, json.decode(tools.call(T, bad)))
   end)
 
+  it("lets Ctrl-C (and a task's cancel) through a tool: no error result sent to the model", function()
+    local stopped = { fn = function() error("interrupted", 0) end }
+    local cancel = {}
+    local cancelled = { fn = function() error(cancel) end }
+    assert.error_matches(function() tools.call({ stop = stopped }, call("stop", {})) end, "^interrupted$")
+    local ok, err = pcall(tools.call, { c = cancelled }, call("c", {}))
+    assert.is_false(ok)
+    assert.equal(cancel, err)
+  end)
+
   it("runs calls in order, or through a custom runner, into tool messages", function()
     local calls = { call("add", { a = 1, b = 1 }, "x"), call("boom", {}, "y") }
     local want = { { role = "tool", tool_call_id = "x", content = "2" },
