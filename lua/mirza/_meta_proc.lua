@@ -8,8 +8,8 @@
 ---@field env? table<string,string>|string[]  extra environment: {NAME = "v"} or {"NAME=v"}
 ---@field cwd? string         working directory of the child
 ---@field log? string         stdout+stderr appended here (created 0644); default /dev/null
----@field keep_alive? boolean the child may outlive mirza (own session, no PDEATHSIG), and close() leaves it running
----@field grace? number       seconds between SIGTERM and SIGKILL when close() stops it (default 5)
+---@field keep_alive? boolean the child may outlive mirza (own session, no parent-death guard: mirza.platform.parent_death), and close() leaves it running
+---@field grace? number       seconds between SIGTERM and SIGKILL when close() stops it, and when a watchdog stops it after mirza died (default 5)
 ---@field pidfile? integer    a port: the child's pid goes to that port's pid file, removed when close() stops it
 
 ---A child process in a process group of its own. `close()` and `<close>`
