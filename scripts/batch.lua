@@ -55,9 +55,13 @@
 --- million lines: a few tens of MB). A route the server does not have
 --- (404/405/501: a llama-server without --embeddings) fails its lines at
 --- once; a 5xx is retried while the server answers the rest. The summary
---- says how many items failed, of which kind, and how to redo them, and
+--- says how many items failed, the first message of each kind (an HTTP 401:
+--- give the server's key), whether running the same command again may redo
+--- them (not for a bad input line, a key, a route the server lacks), and
 --- how many prompt tokens the daemons served from their prompt cache,
---- when they report it. Ctrl-C stops
+--- when they report it. Progress lines (one every --progress-every s
+--- when stderr is not a terminal) start with the time and name an
+--- endpoint that is down. Ctrl-C stops
 --- the run and says how many records were saved and how to resume. Exit
 --- status: 0 all items ok, 1 some items failed or the batch deadline
 --- stopped the run, 2 bad usage, unreadable or empty input, a refused

@@ -212,6 +212,21 @@ local function work(ctx, queue)
   end
 end
 
+-- Count a failed item under its kind (policy.failure_kind), the first
+-- message of each kind kept for the summary, in the order they came.
+local function count_failure(stats, r, rec)
+  local kind = policy.failure_kind(r)
+  local k = stats._by_kind[kind]
+  if not k then
+    local err = type(rec.error) == "table" and rec.error or {} -- its message as recorded: secrets redacted
+    k = { kind = kind, n = 0, message = err.message or r.message or kind, code = r.code,
+      rerun = policy.rerun_helps(r.code, r.status), custom_id = rec.custom_id }
+    stats._by_kind[kind] = k
+    stats.kinds[#stats.kinds + 1] = k
+  end
+  k.n = k.n + 1
+end
+
 -- Write one record: an answer to OUTPUT, a failure to the error file.
 local function make_writer(run, stats)
   run.stats = stats
@@ -234,6 +249,7 @@ local function make_writer(run, stats)
     if not r.ok then
       stats.errors = stats.errors + 1
       stats.by_code[r.code or "error"] = (stats.by_code[r.code or "error"] or 0) + 1
+      count_failure(stats, r, rec)
     end
     if r.cut then stats.cut = stats.cut + 1 end
     if r.ok then stats.tokens = stats.tokens + (r.tokens or 0) end
@@ -246,7 +262,8 @@ end
 
 local function drive(o, run)
   local stats = { t0 = mirza.now(), total = run.total, skipped = run.skipped, done_now = 0, errors = 0, retries = 0,
-    cut = 0, tokens = 0, cached_tokens = 0, cache_prompt_tokens = 0, by_code = {}, redo = run.sink.redo }
+    cut = 0, tokens = 0, cached_tokens = 0, cache_prompt_tokens = 0, by_code = {}, kinds = {}, _by_kind = {},
+    redo = run.sink.redo }
   local queue = { source = run.source, win = {}, waiting = {} } -- pending items as read, jobs waiting to be retried
   local workers, progress = {}, nil
   local ctx = { opts = o, stats = stats, pool = o.pool, write = make_writer(run, stats), workers = workers,
@@ -343,7 +360,10 @@ end
 ---`quiet`): total, skipped (already in the output), done_now, errors
 ---(recorded in the error file), redo (failed items of an earlier run now
 ---done again), retries, cut, tokens, elapsed, left (unfinished: deadline),
----deadline, by_code (errors by code), errors_file.
+---deadline, by_code (errors by code), kinds (a list, one entry per kind of
+---failure in the order they came: `{kind = "http 401", n, message = the
+---first one's, custom_id = the first one's, code, rerun = whether running
+---the command again may redo them}`), errors_file.
 ---Options: `B.defaults`, plus input (path) or items (parsed), output (a
 ---path; "-" is standard output), errors (the error file: default beside
 ---OUTPUT, `out.errors.jsonl`; false: failures go to OUTPUT), endpoints
@@ -423,8 +443,48 @@ function B.cached_share(st)
   return st.cached_tokens / st.cache_prompt_tokens
 end
 
+-- What the summary says of a kind of failure besides its first message.
+local function kind_hint(k)
+  if k.code == "input" then return " (fix the line in INPUT)" end
+  if k.rerun or k.code == "unsupported" or k.kind == "http 401" or k.kind == "http 403" then return "" end
+  return " (the request's own: fix it)"
+end
+
+-- The failures part of the summary: how many, where, the first message of
+-- each kind, and whether running the same command again may get them —
+-- advised only for the kinds where it can (not an input line, a key the
+-- server wants, a route it lacks, another 4xx: those fail the same way).
+local function failures_summary(st, output_name)
+  local lines, again = {}, 0
+  for _, k in ipairs(st.kinds or {}) do
+    lines[#lines + 1] = ("batch:   %d %s (first: %s): %s%s"):format(k.n, k.kind, tostring(k.custom_id), k.message,
+      kind_hint(k))
+    if k.rerun then again = again + k.n end
+  end
+  local where
+  if st.errors_file then
+    where = ("batch: %d failed, recorded in %s; the first message of each kind:"):format(st.errors, st.errors_file)
+  else -- among the answers (OUTPUT a stream, or errors = false): a rerun does not tell them apart
+    where = ("batch: %d failed, recorded in %s with the answers (give --errors FILE to keep failures apart, and a"
+      .. " rerun redoes them); the first message of each kind:"):format(st.errors, output_name or "OUTPUT")
+  end
+  local advice
+  if again == st.errors then
+    advice = "batch: run the same command again to redo them (only they are sent)"
+  elseif again > 0 then
+    advice = ("batch: run the same command again to redo the %d that a rerun may get (only the failed items are"
+      .. " sent); the %d others fail the same way until their cause above is fixed"):format(again, st.errors - again)
+  else
+    advice = "batch: running the same command again fails them the same way: fix the cause above first (then only"
+      .. " the failed items are sent)"
+  end
+  return ("%s\n%s\n%s"):format(where, table.concat(lines, "\n"), advice)
+end
+
 ---The summary of a finished run: what was done, and when items failed,
----how many of which code, where they are and how to redo them.
+---where they are, the first message of each kind of failure (its code,
+---with the HTTP status: "http 401") and whether running the same command
+---again may redo them (mirza.batch_policy.rerun_helps).
 ---@param st table
 ---@param output_name? string
 ---@return string
@@ -437,19 +497,7 @@ function B.summary(st, output_name)
     share and ("; prompt tokens served from cache: %.0f%%"):format(share * 100) or "",
     output_name and ("; output: " .. output_name) or "")
   if st.redo and st.redo > 0 then line = line .. ("; %d failed before, done again"):format(st.redo) end
-  if st.errors > 0 then
-    local codes = {}
-    for c, n in pairs(st.by_code or {}) do codes[#codes + 1] = ("%d %s"):format(n, c) end
-    table.sort(codes)
-    if st.errors_file then
-      line = line .. ("\nbatch: %d failed (%s), recorded in %s: run the same command again to redo them (only"
-        .. " they are sent)"):format(st.errors, table.concat(codes, ", "), st.errors_file)
-    else -- among the answers (OUTPUT a stream, or errors = false): a rerun does not tell them apart
-      line = line .. ("\nbatch: %d failed (%s), recorded in %s with the answers: give --errors FILE to keep"
-        .. " failures apart, and a rerun redoes them"):format(st.errors, table.concat(codes, ", "),
-        output_name or "OUTPUT")
-    end
-  end
+  if st.errors > 0 then line = line .. "\n" .. failures_summary(st, output_name) end
   return line
 end
 

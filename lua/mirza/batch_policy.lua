@@ -35,6 +35,31 @@ function P.backoff(n, opts, retry_after)
   return retry.delay(n, retry_after, opts.retry_base, opts.retry_max)
 end
 
+---Whether running the same command again may get a failed item: a
+---failure where the server or the network may do better next time (the
+---"retry" and "endpoint" classes of mirza.retry: a 5xx, a 429, a refused
+---connection, a cut stream, a timeout) or a model that may answer
+---otherwise (a schema violation). Not an item's own failure (a bad input
+---line, another 4xx, a bad frame), a server that wants a key (401, 403) or
+---lacks the route ("unsupported"): a rerun fails those the same way until
+---their cause is fixed.
+---@param code string|nil
+---@param status integer|nil
+---@return boolean
+function P.rerun_helps(code, status)
+  return code == "schema" or retry.retryable(code, status)
+end
+
+---The kind a failed item is counted under in the summary: its code, with
+---the HTTP status for "http" ("http 401").
+---@param r table the failed attempt (code, status)
+---@return string
+function P.failure_kind(r)
+  local code = r.code or "error"
+  if code == "http" and r.status then return "http " .. r.status end
+  return code
+end
+
 ---"42s", "6m25s", "1h05m", "?"
 ---@param s number|nil seconds
 ---@return string
@@ -212,15 +237,49 @@ function P.progress_line(st, o)
   local line = ("batch: %d/%d done, %d errors, %d retries, %d cut, %.0f tok/s, ETA %s"):format(
     st.skipped + st.done_now, st.total, st.errors, st.retries, st.cut, rate, P.fmt_time(eta))
   local down = o and o.pool and o.pool:down_for()
-  if not down then return line end
+  if not down then return line .. P.endpoints_down(o and o.pool) end
   local quit = o.give_up_after and (", giving up in %s"):format(P.fmt_time(math.max(0, o.give_up_after - down)))
     or ""
   return ("%s; every endpoint down for %s%s"):format(line, P.fmt_time(down), quit)
 end
 
+-- A failure's message without the URL it starts with (the core's
+-- messages name the request's URL first; the line names the endpoint).
+local function reason(msg)
+  return (tostring(msg):gsub("^%a+://%S+: ", "", 1))
+end
+
+---What the progress line says of the endpoints down (resting or probed
+---after failures of their own) while another serves:
+---`; http://gpu2:8080/v1 down for 42s (its last error)` for each; "" when
+---none is (or no pool).
+---@param pool? mirza.Pool
+---@return string
+function P.endpoints_down(pool)
+  if not pool then return "" end
+  local out, now = {}, pool.clock()
+  for _, e in ipairs(pool.endpoints) do
+    if e.failing_since then
+      out[#out + 1] = ("; %s down for %s%s"):format(mirza.redact_url(e.base), P.fmt_time(now - e.failing_since),
+        e.last_error and (" (%s)"):format(reason(e.last_error)) or "")
+    end
+  end
+  return table.concat(out)
+end
+
+---A log line: the local time first (`2026-12-07 05:31:02 batch: ...`),
+---so that a log of a long run says when each line was written.
+---@param line string
+---@return string
+function P.log_line(line)
+  return require("mirza.util").log_time() .. " " .. line
+end
+
 ---A task printing progress (`line_of(stats, opts)`) until cancelled: a
----line every `opts.progress_every` seconds, or redrawn in place 4 times a
----second on a terminal (`progress` true, or "auto" on a terminal).
+---line every `opts.progress_every` seconds, each with its time
+---(`P.log_line`), or redrawn in place 4 times a second on a terminal
+---(`progress` true, or "auto" on a terminal). `opts.log(line, live)`
+---replaces the writer (the line without the time).
 ---@param stats table
 ---@param opts table
 ---@param line_of fun(st: table, o: table): string
@@ -229,7 +288,7 @@ function P.progress_task(stats, opts, line_of)
   local live = opts.progress == true or (opts.progress == "auto" and core.isatty(2))
   local every = live and 0.25 or opts.progress_every
   local log = opts.log or function(line, is_live)
-    io.stderr:write(is_live and ("\r\27[K" .. line) or (line .. "\n"))
+    io.stderr:write(is_live and ("\r\27[K" .. line) or (P.log_line(line) .. "\n"))
   end
   return loop.spawn(function()
     local _ <close> = setmetatable({}, { __close = function() if live then log("", true) end end })
