@@ -2,7 +2,8 @@
 --- LuaCATS of the public API written in Lua: the functions `require "mirza"`
 --- adds to the C core (lua/mirza/init.lua), and the option and result tables
 --- of the modules a script uses that their own files leave as `table`. Not
---- loaded at run time. The C core: _meta.lua; processes: _meta_proc.lua.
+--- loaded at run time. The C core: _meta.lua; processes: _meta_proc.lua;
+--- line editing (mirza.readline): _meta_readline.lua.
 ---
 --- Where the rest is described (each module's LuaCATS is beside its code):
 ---
