@@ -130,7 +130,6 @@ int mz_os_guard_open(mz_os_guard *g) {
 int mz_os_guard_child(mz_os_guard *g, pid_t parent) {
   char b;
   ssize_t n;
-  (void)parent;
   close(g->go[1]);
   do n = read(g->go[0], &b, 1);
   while (n < 0 && errno == EINTR);
@@ -168,10 +167,18 @@ int mz_os_guard_parent(mz_os_guard *g, pid_t child, int grace_ms) {
   pid_t w = watchdog_start(child, grace_ms, &g->life);
   if (w < 0) e = errno;
   else {
+    /* A child that failed before reading the go (its setpgid) has closed
+     * the pipe: EPIPE, not a SIGPIPE that would end a stock lua5.4. */
+    struct sigaction ign, old;
+    memset(&ign, 0, sizeof ign);
+    ign.sa_handler = SIG_IGN;
+    sigemptyset(&ign.sa_mask);
+    sigaction(SIGPIPE, &ign, &old);
     g->watchdog = w;
     do n = write(g->go[1], &b, 1);
     while (n < 0 && errno == EINTR);
     if (n != 1) e = n < 0 ? errno : EIO;
+    sigaction(SIGPIPE, &old, NULL);
   }
   close(g->go[1]); /* without the byte: the child's EOF, it fails */
   g->go[1] = -1;
