@@ -132,7 +132,7 @@ function mirza.spawn(fn, ...) end
 ---(`$MIRZA_CONFIG`, else `~/.config/mirza/config.lua`), this table, the
 ---environment (`MIRZA_*`: docs/engine.md). An unknown key raises.
 ---@class mirza.EngineOptions
----@field base_url? string  the endpoint, e.g. "http://127.0.0.1:8080/v1"; what answers there is detected and used as is (a `/v1` missing is added when /v1/models answers there). Default: the preset's daemon on `host`:`port`
+---@field base_url? string  the endpoint, e.g. "http://127.0.0.1:8080/v1"; what answers there is detected and used as is; taken as written (mirza.url: a bare host gets /v1, a path is kept, a route's URL is that route, a query string goes on every request). Default: the preset's daemon on `host`:`port`
 ---@field preset? "mtplx"|"llama-server"|"ollama"|"vllm"|"mirza-sim"|"custom"  the daemon mirza may start and supervise (mirza.daemon). Not given: what answers is detected, and only with no `base_url` is "mtplx" started when nothing answers
 ---@field host? string  default "127.0.0.1"
 ---@field port? integer  default 8766

@@ -57,7 +57,6 @@ local pool_mod = require "mirza.pool"
 local core = require "mirza.core"
 local input = require "mirza.batch_input"
 local output = require "mirza.batch_output"
-local attempt = require "mirza.batch_attempt"
 local policy = require "mirza.batch_policy"
 local copy = require("mirza.util").copy
 
@@ -120,20 +119,9 @@ local function resolve(opts)
   if o.errors ~= nil and o.errors ~= false and type(o.errors) ~= "string" then
     error("mirza.batch.run: 'errors' must be a path or false, got " .. tostring(o.errors), 3)
   end
-  if not o.pool then
-    -- each endpoint as pasted: a base URL with or without /v1, or a
-    -- route's URL, its query string kept on every request
-    local eps, queries = {}, {}
-    for i, ep in ipairs(o.endpoints or { o.base_url or "http://127.0.0.1:8766/v1" }) do
-      local url = type(ep) == "table" and ep.url or ep
-      local base, query = attempt.split_endpoint(url)
-      eps[i] = type(ep) == "table" and { url = base, limit = ep.limit } or base
-      queries[i] = query
-    end
-    o.pool = pool_mod.new(eps, { limit = o.limit, affinity = o.affinity ~= false })
-    for i, e in ipairs(o.pool.endpoints) do
-      if queries[i] ~= "" then e.query = queries[i] end
-    end
+  if not o.pool then -- each endpoint as pasted (mirza.url makes its requests' URLs)
+    o.pool = pool_mod.new(o.endpoints or { o.base_url or "http://127.0.0.1:8766/v1" },
+      { limit = o.limit, affinity = o.affinity ~= false })
   end
   return o
 end

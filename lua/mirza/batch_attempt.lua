@@ -8,6 +8,7 @@ local pipeline = require "mirza.pipeline"
 local result = require "mirza.result"
 local retry = require "mirza.retry"
 local copy = require("mirza.util").copy
+local resolve = require("mirza.url").resolve
 local json = mirza.json
 
 local A = {}
@@ -15,38 +16,6 @@ local A = {}
 ---An item whose max_tokens (or max_completion_tokens) is at most this is
 ---a short answer (mirza.open's `short`): read to its end as it comes.
 A.SHORT_TOKENS = 32
-
-local ROUTES = { chat = "chat/completions", completions = "completions", embeddings = "embeddings" }
-
----An endpoint as a user may paste it — a base URL with or without `/v1`,
----or a route's full URL (`.../v1/chat/completions`, `.../v1/embeddings`,
----`.../v1/completions`), with a query string (`?api-version=...`) — as
----its base URL (no route, no query; `/v1` added to a bare host) and its
----query string ("" when none), kept on every request.
----@param url string
----@return string base
----@return string query "?..." or ""
-function A.split_endpoint(url)
-  local base, query = url:match("^([^?#]*)(%??[^#]*)")
-  base = base:gsub("/+$", "")
-  for _, r in ipairs { "/chat/completions", "/completions", "/embeddings", "/models" } do
-    if base:sub(-#r) == r then
-      base = base:sub(1, -#r - 1)
-      break
-    end
-  end
-  if not base:match("^%a[%w+.-]*://[^/]+/.") then base = base .. "/v1" end -- a bare host: its /v1
-  return base, query == "?" and "" or query
-end
-
----The URL of a route (`chat`, `completions`, `embeddings`, `models`) on
----endpoint e, its query string kept.
----@param e table a pool endpoint (base, query?)
----@param kind string
----@return string
-function A.url(e, kind)
-  return e.base .. "/" .. (ROUTES[kind] or kind) .. (e.query or "")
-end
 
 -- The request body as sent: defaults filled (not into an embeddings
 -- line: its fields are another endpoint's), the structured answer asked
@@ -165,7 +134,7 @@ local function served_model(e, opts)
     e.model_asked = nil
     asked:broadcast()
   end })
-  local url = A.url(e, "models")
+  local url = resolve(e.url, "models")
   local body, msg, code, status = mirza.request { url = url, method = "GET", headers = opts.headers,
     api_key = opts.api_key, timeout = opts.connect_timeout, deadline = opts.deadline or 30 }
   local list = body and json.decode(body)
@@ -234,7 +203,7 @@ end
 ---@param first? fun()
 ---@return table r
 function A.attempt(item, e, opts, first)
-  local r = { t0 = mirza.now(), endpoint = e.base, url = A.url(e, item.kind) }
+  local r = { t0 = mirza.now(), endpoint = e.base, url = (resolve(e.url, item.kind)) }
   local body = request_body(item, opts)
   if body.model == nil then
     body.model, r.message, r.code, r.status = served_model(e, opts)

@@ -192,8 +192,7 @@ function M.new(opts)
   local d = setmetatable({ _o = o, preset = o.preset, host = o.host, port = o.port, model_id = o.model_id,
     argv = o.argv, keep_alive = o.keep_alive, adopted = false, restarts = 0 }, Daemon)
   d.url = ("http://%s:%d"):format(o.host:find(":", 1, true) and "[" .. o.host .. "]" or o.host, o.port)
-  d.base_url = d.url .. "/v1"
-  d.chat_url = d.base_url .. "/chat/completions"
+  d.chat_url, d.base_url = require("mirza.url").resolve(d.url, "chat") -- a bare host: its /v1
   d.health_url = d.url .. o.health
   d.log_path = o.log
   return d
@@ -223,7 +222,7 @@ end
 -- of /v1/models. Returns a string, a list of ids, or nil (cannot tell).
 function Daemon:_served(info)
   if type(info) == "table" and type(info.model) == "string" then return info.model end
-  local body = self:_get(self.base_url .. "/models")
+  local body = self:_get((require("mirza.url").resolve(self.url, "models")))
   local models = body and json.decode(body)
   if type(models) ~= "table" or type(models.data) ~= "table" then return nil end
   local ids = {}

@@ -11,13 +11,15 @@
 --- /health (MTPLX) or the first id of /v1/models (else /props). A refused
 --- connection means nothing answers (no further probe); any other answer,
 --- even 401 or 404 everywhere, is a server of unknown kind, used as it is
---- in the plain OpenAI dialect. A base URL without its version
---- (`http://127.0.0.1:8080`, as llama-server prints it) is completed with
---- /v1 when /v1/models answers there (`found.url`, `found.completed`).
+--- in the plain OpenAI dialect. The routes are where mirza.url's rule puts
+--- them, never guessed from answers: a bare host (`http://127.0.0.1:8080`,
+--- as llama-server prints it) gets /v1 (`found.url`, `found.completed`), a
+--- base with a path is kept; its query string goes on every probe.
 --- While /health answers 503 (llama-server loading its model) detection
 --- waits, within `wait` seconds, with the daemon module's progress line.
 local mirza = require "mirza"
 local json = require("mirza.core").json
+local resolve = require("mirza.url").resolve
 
 local M = {}
 
@@ -39,8 +41,8 @@ local PROBE_DEADLINE = 3  -- whole-probe limit
 ---@field models string[]|nil every id of /v1/models
 ---@field version string|nil Ollama's and vLLM's version
 ---@field dialect "mtplx"|"llama"|"openai"
----@field url string       the base URL to use ("http://host:port/v1"): the one probed, or it with /v1 added
----@field completed true|nil the base URL had no version and /v1 was added (/v1/models answered there)
+---@field url string       the base URL ("http://host:port/v1"), as mirza.url makes it of the URL given
+---@field completed true|nil the URL given was a bare host and /v1 was added (mirza.url)
 ---@field waited number|nil seconds waited while the server was loading
 ---@field denied integer|nil 401 or 403: /health and /v1/models refused us (a missing or wrong api_key)
 ---@field loading true|nil /health answered 503 (loading) and was not waited for (`wait` = 0)
@@ -98,13 +100,14 @@ local function mtplx_health(h)
   return h.model ~= nil or h.startup ~= nil or h.ok ~= nil
 end
 
--- Wait while /health answers 503; the last health answer (or nil, msg, code).
-local function wait_loading(base, root, o)
+-- Wait while /health (the URL health) answers 503; the last health answer
+-- (or nil, msg, code).
+local function wait_loading(base, health, o)
   local d = require "mirza.daemon"
   local show = { preset = "the daemon", url = mirza.redact_url(base) }
   local t0, limit = mirza.now(), o.wait or 300
   while true do
-    local h, msg, code, status = get(root .. "/health", o)
+    local h, msg, code, status = get(health, o)
     if h or status ~= 503 then
       d.end_progress(show)
       return h, msg, code, status, mirza.now() - t0
@@ -112,8 +115,8 @@ local function wait_loading(base, root, o)
     local elapsed = mirza.now() - t0
     if elapsed >= limit then
       d.end_progress(show)
-      return nil, ("%s/health still answers 503 (loading) after %g s: wait for the model to load, or raise "
-        .. "daemon.deadline"):format(mirza.redact_url(root), limit), "timeout", 503, elapsed
+      return nil, ("%s still answers 503 (loading) after %g s: wait for the model to load, or raise "
+        .. "daemon.deadline"):format(mirza.redact_url(health), limit), "timeout", 503, elapsed
     end
     if o.progress == nil or o.progress == true then d.show_progress(elapsed, show)
     elseif o.progress then o.progress(elapsed, show) end
@@ -129,22 +132,23 @@ end
 ---@field timeout? number   connect timeout of each probe (default 1)
 ---@field deadline? number  whole-probe limit (default 3)
 
----Find out what answers at a base URL. Nothing is started or changed.
----@param base string a base URL ("http://127.0.0.1:8080/v1")
+---Find out what answers at an endpoint. Nothing is started or changed.
+---@param base string the endpoint as written ("http://127.0.0.1:8080/v1", "http://h:8080"; mirza.url)
 ---@param opts? mirza.DetectOptions
 ---@return mirza.Detected|nil found
 ---@return string? message "nothing answers at URL" ...
 ---@return string? code "refused" (nothing listens), "timeout" (still loading, or no answer in time), ...
 function M.detect(base, opts)
-  local o = opts or {}
-  base = base:gsub("/+$", "")
-  local root = base:gsub("/v%d+$", "")
-  local found = { url = base }
-  local h, msg, code, status = get(root .. "/health", o)
+  local o, given = opts or {}, base
+  local function at(route) return (resolve(given, route)) end -- the URL of a probe
+  local _, bare
+  _, base, bare = resolve(given)
+  local found = { url = base, completed = bare or nil }
+  local h, msg, code, status = get(at("/health"), o)
   local shown = mirza.redact_url(base) -- messages name the URL without its credentials
   if not h and code == "refused" then return nil, ("nothing answers at %s"):format(shown), "refused" end
   if status == 503 and (o.wait or 300) > 0 then
-    h, msg, code, status, found.waited = wait_loading(base, root, o)
+    h, msg, code, status, found.waited = wait_loading(base, at("/health"), o)
     if not h and code == "timeout" then return nil, msg, code end
   end
   if not h and not status then -- no HTTP answer at all (timeout, cut): no point in asking more
@@ -156,25 +160,16 @@ function M.detect(base, opts)
     if type(h.model) == "string" then found.model = h.model end
   end
   for _, r in ipairs(found.kind and {} or routes) do
-    local p = get(root .. r[1], o)
+    local p = get(at(r[1]), o)
     local kind = p and r[2](p, found)
     if kind then
       found.kind, found.via = kind, r[1]
       break
     end
   end
-  local models_status, v1
-  if not base:find("/v%d+$") then -- "http://host:port": the OpenAI routes may be under /v1
-    v1 = get(base .. "/v1/models", o)
-    if v1 and type(v1.data) == "table" then
-      base, found.url, found.completed = base .. "/v1", base .. "/v1", true
-    else
-      v1 = nil
-    end
-  end
+  local models_status
   if not found.model then
-    local list, st = v1, nil
-    if not list then list, st = select_status(get(base .. "/models", o)) end
+    local list, st = select_status(get(at("models"), o))
     found.models, models_status = ids_of(list), st
     if found.models and not found.kind then found.kind, found.via = "openai", "/v1/models" end
     found.model = found.models and found.models[1] or found.props_model

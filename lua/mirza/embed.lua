@@ -243,14 +243,14 @@ end
 
 -- ------------------------------------------------------------ requests
 
--- The request of one chunk to endpoint base ("http://h:p/v1").
-local function request_of(opts, base, list)
+-- The request of one chunk to pool endpoint ep (its URL by mirza.url's rule).
+local function request_of(opts, ep, list)
   local body = { model = opts.model, input = list, encoding_format = opts.encoding_format,
     dimensions = opts.dimensions }
   for k, v in pairs(opts.body_extra or {}) do body[k] = v end
-  return { url = base .. "/embeddings", body = body, api_key = opts.api_key, headers = opts.headers,
-    timeout = opts.timeout, header_timeout = opts.header_timeout, stall_timeout = opts.stall_timeout,
-    deadline = opts.deadline, record = opts.record }
+  return { url = (require("mirza.url").resolve(ep.url, "embeddings")), body = body, api_key = opts.api_key,
+    headers = opts.headers, timeout = opts.timeout, header_timeout = opts.header_timeout,
+    stall_timeout = opts.stall_timeout, deadline = opts.deadline, record = opts.record }
 end
 
 -- A message for a server without the route: a 501 is llama-server's
@@ -287,7 +287,7 @@ local function run_chunk(ctx, first, list)
     ep, msg, code = pool:acquire(nil, nil, avoid) -- bounded: rests end, slots come back
     if not ep then return nil, msg, code end
     held.ep = ep
-    local req = request_of(opts, ep.base, list)
+    local req = request_of(opts, ep, list)
     local text
     text, msg, code, status = require("mirza").request(req)
     held.ep = nil
@@ -334,20 +334,19 @@ local function worker(ctx)
 end
 
 -- The pool the chunks go through: the one given (a mirza.pool, or a list
--- of base URLs), else a pool of one over `url`.
+-- of endpoints), else a pool of one over `url` (as written: mirza.url).
 local function pool_of(opts)
   local P = require "mirza.pool"
   local p = opts.pool
   if p and p.acquire then return p end
   if p then return P.new(p) end
-  local base = opts.url:gsub("/+$", ""):gsub("/embeddings$", "")
   -- rests of at most 2 s: a lone daemon loading its model is tried again soon
-  return P.new({ base }, { limit = opts.parallel or M.defaults.parallel, rest_max = 2 })
+  return P.new({ opts.url }, { limit = opts.parallel or M.defaults.parallel, rest_max = 2 })
 end
 
----Embed `opts.input` (see the module comment). Options: `url` (a base URL,
----"http://h:p" or "http://h:p/v1", or the route itself) or `pool` (a
----`mirza.pool`, or a list of base URLs), `input` (a string, a list of
+---Embed `opts.input` (see the module comment). Options: `url` (as written:
+---"http://h:p", a base with a path, or the route itself; mirza.url) or `pool` (a
+---`mirza.pool`, or a list of endpoints), `input` (a string, a list of
 ---strings, or token lists), `model` (default: none sent — the server's
 ---own; Ollama needs one), `batch` (inputs per request, default 64),
 ---`parallel` (requests at once to a lone url, default 4), `attempts`

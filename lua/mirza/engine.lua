@@ -42,6 +42,7 @@ local config = require "mirza.config"
 E.preset_models, E.defaults, E.ENV = config.preset_models, config.defaults, config.ENV
 E.config, E.config_file, E.new_session_id = config.config, config.config_file, config.new_session_id
 local merge = require("mirza.util").merge
+local resolve = require("mirza.url").resolve
 
 ---Create an engine (does not contact the daemon: see `load`). With
 ---`history = path` it continues the conversation saved there (`e:save`,
@@ -80,8 +81,8 @@ function E.new(opts)
   end
   if type(cfg.tools) == "string" then reload.watch(self.watcher, cfg.tools, nil, { load = false }) end
   if cfg.pool or cfg.endpoints then self.pool = cfg.pool or require("mirza.pool").new(cfg.endpoints) end
-  self:_set_base((self.pool and self.pool.endpoints[1].base) or cfg.base_url or (self.daemon and self.daemon.base_url)
-      or ("http://%s:%d/v1"):format(cfg.host, cfg.port))
+  self:_set_base((self.pool and self.pool.endpoints[1].url) or cfg.base_url or (self.daemon and self.daemon.url)
+      or ("http://%s:%d"):format(cfg.host, cfg.port))
   if cfg.system_prompt then -- as e:load(prompt) sets it (load prefills it too)
     self.system_prompt = cfg.system_prompt
     require("mirza.prompt").set_system(self.history, cfg.system_prompt)
@@ -101,12 +102,13 @@ function Engine:save(path)
   return require("mirza.conversation").save(self, path)
 end
 
----Where the next request goes (a pool's engine follows its endpoint).
----@param base string a base URL ("http://h:p/v1")
-function Engine:_set_base(base)
-  self.base_url = base:gsub("/+$", "")
-  self.chat_url = self.base_url .. "/chat/completions"
-  self.root_url = self.base_url:gsub("/v%d+$", "")
+---Where the next request goes (a pool's engine follows its endpoint): the
+---endpoint as written, of which mirza.url's rule makes the base URL and
+---each request's URL (`self._url` kept for the other routes).
+---@param url string "http://h:p", "http://h:p/v1", a route's URL, a query string kept
+function Engine:_set_base(url)
+  self._url = url
+  self.chat_url, self.base_url = resolve(url, "chat")
 end
 
 ---@class mirza.Engine
@@ -188,7 +190,7 @@ end
 
 -- Use what was found as it is: its model (unless one was given; a pool's
 -- endpoint that tells none keeps the last one's), its dialect (unless
--- given), its base URL (/v1 added); a preset's default model does not
+-- given); a preset's default model does not
 -- apply. A server that turns every probe away (401/403) is an error
 -- saying so.
 function Engine:_use(found)
@@ -201,7 +203,6 @@ function Engine:_use(found)
   if cfg._default_model then cfg.model, cfg._default_model = nil, nil end
   if not cfg.model_id and not cfg.model then self.served_model = found.model or self.served_model end
   if not cfg._given_dialect then cfg.dialect = found.dialect end
-  if found.url ~= self.base_url then self:_set_base(found.url) end
   return true
 end
 
@@ -221,28 +222,29 @@ local function remember_probe(base, key, found)
   probes[base .. "\0" .. (key or "")] = { found = found, at = mirza.now() }
 end
 
--- An endpoint used as is: probed once (a base URL's answer is kept in
--- `_found`, under the URL given and the one used), then driven as what
+-- An endpoint used as is: probed once (its answer is kept in `_found`,
+-- under the endpoint as written: `url`), then driven as what
 -- answered. A probe that found nothing usable — no answer, or a server
 -- still loading (asked again at its next use) — leaves plain OpenAI (or
 -- the dialect given): never MTPLX's fields to a server that did not say it
 -- was MTPLX. At load a server refusing every probe (401/403) is an error;
 -- at a turn (a pool's endpoint used for the first time) the request says.
 -- `wait`: seconds a loading server is waited for (nil: the daemon settings').
-function Engine:_as_is(base, wait)
+function Engine:_as_is(url, wait)
   self._found = self._found or {}
-  local f = self._found[base]
+  local f = self._found[url]
   if f and f == self._used and not f.again then return true end
   if not f or f.again then
-    local found, msg, code = recent_probe(base, self.cfg.api_key)
+    local found, msg, code = recent_probe(url, self.cfg.api_key)
     if not found then
-      found, msg, code = self:_probe(base, true, wait)
-      if found and not found.loading then remember_probe(base, self.cfg.api_key, found) end
+      found, msg, code = self:_probe(url, true, wait)
+      if found and not found.loading then remember_probe(url, self.cfg.api_key, found) end
     end
-    if found and found.loading then found, msg, code = nil, base .. "/health answers 503 (loading)", "loading" end
+    if found and found.loading then
+      found, msg, code = nil, resolve(url, "/health") .. " answers 503 (loading)", "loading"
+    end
     f = found or { failed = msg, again = code == "refused" or code == "loading" or nil }
-    self._found[base] = f
-    if found then self._found[found.url] = f end
+    self._found[url] = f
   end
   self._used = f
   if not f.failed then return self:_use(f) end
@@ -256,10 +258,10 @@ end
 -- a `base_url` the user gave is never started on — or say what to do.
 function Engine:_detect_or_start()
   local base = self.base_url
-  local found, msg, code = self:_probe(base, false)
+  local found, msg, code = self:_probe(self._url, false)
   if found then
     self.daemon = nil -- nothing started, nothing to stop on close
-    self._found = { [base] = found, [found.url] = found }
+    self._found = { [self._url] = found }
     self._used = found
     return self:_use(found)
   end
@@ -283,7 +285,7 @@ end
 function Engine:_connect()
   if self.daemon and self.cfg._detect then return self:_detect_or_start() end
   if self.daemon then return self.daemon:start() end
-  return self:_as_is(self.base_url)
+  return self:_as_is(self._url)
 end
 
 ---One line saying what the engine talks to, e.g. `http://127.0.0.1:8080/v1:
@@ -409,7 +411,7 @@ function Engine:clear_cache(opts)
       or ("/admin/sessions/%s/clear"):format(self.cfg.session_id:gsub("[^%w%-_.~]", function(c)
         return ("%%%02X"):format(c:byte())
       end))
-  local res, msg, code = self:_with_warnings(mirza.request, { url = self.root_url .. path, method = "POST",
+  local res, msg, code = self:_with_warnings(mirza.request, { url = (resolve(self._url, path)), method = "POST",
     headers = self:headers(), api_key = self.cfg.api_key, deadline = 2, timeout = 1 })
   if not res then
     self:log("debug", "cache clear failed: " .. msg)
@@ -642,9 +644,9 @@ function Engine:_turn_begin(t, input, opts, schema)
       { prefer = self._endpoint, key = self._prefix_key })
     if not endpoint then return nil, msg, code end
     self._endpoint = endpoint
-    self:_set_base(endpoint.base)
+    self:_set_base(endpoint.url)
   end
-  if not self.daemon then self:_as_is(self.base_url, 0) end -- a pool's endpoint: probed at its first use
+  if not self.daemon then self:_as_is(self._url, 0) end -- a pool's endpoint: probed at its first use
   local merged = opts.merge -- deltas that arrived together as one event: the turn's option, else the engine's
   if merged == nil then merged = self.cfg.merge end
   local req = { api_key = self.cfg.api_key, stall_timeout = self.cfg.stall_timeout, timeout = self.cfg.connect_timeout,
@@ -696,8 +698,8 @@ function Engine:_turn_failover(ep, ev, avoid, key)
   if not nxt then return nil, true end
   self:log("warning", ("%s: %s; trying %s"):format(self.base_url, ev.message or ev.code, nxt.base))
   self._endpoint = nxt
-  self:_set_base(nxt.base)
-  self:_as_is(nxt.base, 0) -- its dialect (probed at its first use)
+  self:_set_base(nxt.url)
+  self:_as_is(nxt.url, 0) -- its dialect (probed at its first use)
   return nxt, true
 end
 

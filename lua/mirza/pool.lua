@@ -49,11 +49,14 @@
 local mirza = require "mirza"
 local loop = require "mirza.loop"
 local retry = require "mirza.retry"
+local resolve = require("mirza.url").resolve
 
 local P = {}
 
 ---@class mirza.Endpoint
----@field base string     base URL, e.g. "http://10.0.0.2:8080/v1"
+---@field url string      the endpoint as given ("http://10.0.0.2:8080", a route's URL, a query string):
+---  `require("mirza.url").resolve(e.url, route)` is the URL of a request to it
+---@field base string     its base URL, e.g. "http://10.0.0.2:8080/v1" (mirza.url)
 ---@field limit integer   most requests in flight
 ---@field inflight integer
 ---@field peak integer     most requests ever in flight at once
@@ -93,19 +96,18 @@ P.defaults = {
   prefix_bytes = 512,    -- a prefix key covers at least this many bytes of the request's start
 }
 
--- "http://h:p", "http://h:p/", "http://h:p/v1" -> "http://h:p/v1"
-local function normalize(base)
-  base = base:gsub("/+$", "")
-  if not base:find("/v%d+$") then base = base .. "/v1" end
-  return base
-end
-
+-- An endpoint as its user wrote it (`url`: its routes made from it by
+-- mirza.url's rule) and its base URL (`base`: what messages and records
+-- name).
 local function new_endpoint(url, limit, i)
-  return { base = normalize(url), limit = limit, inflight = 0, peak = 0, fails = 0, rest_until = 0, served = 0,
+  local _, base = resolve(url)
+  return { url = url, base = base, limit = limit, inflight = 0, peak = 0, fails = 0, rest_until = 0, served = 0,
     failed = 0, index = i, answered = false, refused = 0, faults = 0, bad = {}, nbad = 0 }
 end
 
----A pool over endpoints given as base URLs or `{url=, limit=}` tables.
+---A pool over endpoints given as their users write them (a bare host, a
+---base with a path, a route's URL, a query string kept: mirza.url) or
+---`{url=, limit=}` tables.
 ---`clock` replaces `mirza.now` (tests drive the rests with a fake one).
 ---@param endpoints (string|{url: string, limit?: integer})[]
 ---@param opts? {limit?: integer, rest?: number, rest_max?: number, suspect_items?: integer, suspect_keys?: integer,

@@ -5,8 +5,8 @@
 -- turned off), Ollama and any other OpenAI-compatible server in the plain
 -- OpenAI dialect (OpenAI's fields only: no enable_thinking, no metadata,
 -- no X-MTPLX headers), MTPLX in its own. A probe that finds nothing usable
--- falls back to plain OpenAI, never MTPLX; a dialect given is kept; a base
--- URL without /v1 is completed when /v1/models answers there. Against
+-- falls back to plain OpenAI, never MTPLX; a dialect given is kept; a bare
+-- host gets /v1 and a base with a path keeps it (mirza.url). Against
 -- mirza-sim: --dialect llama, and the Ollama/vLLM poses of --route.
 local mirza = require "mirza"
 local engine = require "mirza.engine"
@@ -211,10 +211,10 @@ describe("an endpoint used as is with its model named", function()
   end)
 end)
 
-describe("a base URL without /v1", function()
+describe("a base URL without /v1 (mirza.url's rule)", function()
   after_each(function() collectgarbage("collect") end)
 
-  it("is completed with /v1 when /v1/models answers there (used as is, and detected)", function()
+  it("is a bare host given /v1 (used as is, and detected)", function()
     local s = sim { "--dialect", "llama", "--model-id", "qwen3-0.6b" }
     finally(s.stop)
     local e = as_is(s.base) -- as llama-server prints it
@@ -233,7 +233,7 @@ describe("a base URL without /v1", function()
     assert.truthy(#r.text > 0)
   end)
 
-  it("is left as it is when /v1/models does not answer there", function()
+  it("is a base with a path, kept as it is", function()
     local s = sim { "--no-route", "/v1/models", "--model-id", "x" }
     finally(s.stop)
     local e = as_is(s.base .. "/api")
