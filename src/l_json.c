@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "decode.h"
+#include "jsonstream.h"
 #include "l_util.h"
 #include "mirza.h"
 
@@ -134,12 +135,52 @@ static int json_decode(lua_State *L) {
   return 1;
 }
 
-/* json.peek(s, key) -> kind, value | nil, message, "json": the kind of
- * the JSON text's top value ("object", "array", "string", "number",
- * "boolean", "null") and, for an object, its member `key` when that is a
- * string or a number (a number as a Lua number), without building any Lua
- * table: what a batch run reads of each of a million input lines before
- * it sends one (the custom_id). Same parser and errors as decode. */
+/* Whether a JSON pointer of one level ("/name", '~' and '/' in the name
+ * written "~0" and "~1") names the member `name`. */
+static int pointer_names(const char *path, size_t plen, const char *name) {
+  if (plen == 0 || path[0] != '/') return 0;
+  size_t i = 1;
+  for (; *name; name++) {
+    const char *want = *name == '~' ? "~0" : *name == '/' ? "~1" : NULL;
+    size_t n = want ? 2 : 1;
+    if (plen - i < n || memcmp(path + i, want ? want : name, n) != 0) return 0;
+    i += n;
+  }
+  return i == plen;
+}
+
+/* The first member `name` of the JSON object s[0..len) as written: where
+ * its text starts in s (and *tlen), or NULL when the strict parser
+ * (jsonstream.h) cannot say: no such member, or a spelling only cJSON
+ * takes ("01"). cJSON keeps a number as a double only; this gives back
+ * its digits. No Lua call while the parser is alive: nothing to leak. */
+static const char *member_text(const char *s, size_t len, const char *name, size_t *tlen) {
+  mz_jsonstream p;
+  if (mz_js_init(&p, 1, len ? len : 1)) return NULL;
+  mz_js_start(&p, '{', 1);
+  const char *found = NULL;
+  size_t off = 0, used = 0;
+  mz_js_value v;
+  while (!found && off <= len && mz_js_feed(&p, s + off, len - off, &used, &v) == MZ_JS_VALUE) {
+    off += used;
+    if (pointer_names(v.path, v.path_len, name)) {
+      found = s + v.offset; /* v.text may be the parser's copy, freed below */
+      *tlen = v.len;
+    }
+  }
+  mz_js_free(&p);
+  return found;
+}
+
+/* json.peek(s, key) -> kind, value[, text] | nil, message, "json": the
+ * kind of the JSON text's top value ("object", "array", "string",
+ * "number", "boolean", "null") and, for an object, its member `key` when
+ * that is a string or a number (a number as a Lua number), without
+ * building any Lua table: what a batch run reads of each of a million
+ * input lines before it sends one (the custom_id). A number of 2^53 or
+ * more (either sign) is a float, which may not be the number written
+ * (1234567890123456789 reads as ...768): its text as written comes third,
+ * when the strict parser can give it. Same parser and errors as decode. */
 static int json_peek(lua_State *L) {
   size_t len, off = 0;
   const char *s = luaL_checklstring(L, 1, &len);
@@ -160,7 +201,14 @@ static int json_peek(lua_State *L) {
                                         : "null");
   const cJSON *v = cJSON_IsObject(t) ? cJSON_GetObjectItemCaseSensitive(t, name) : NULL;
   if (cJSON_IsString(v)) lua_pushlstring(L, v->valuestring, mz_json_strlen(v)); /* "\u0000" kept */
-  else if (cJSON_IsNumber(v)) push_number(L, v->valuedouble);
+  else if (cJSON_IsNumber(v) && fabs(v->valuedouble) >= 9007199254740992.0) {
+    size_t n = 0;
+    const char *text = member_text(s, len, name, &n);
+    lua_pushnumber(L, v->valuedouble);
+    if (!text) return 2;
+    lua_pushlstring(L, text, n);
+    return 3;
+  } else if (cJSON_IsNumber(v)) push_number(L, v->valuedouble);
   else lua_pushnil(L);
   return 2;
 }

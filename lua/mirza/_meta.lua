@@ -407,13 +407,16 @@ function mirza.json.decode(text) end
 
 ---What a JSON text is, without decoding it into tables: the kind of its top
 ---value and, for an object, its member `key` when that is a string or a
----number (mirza.batch reads each line's `custom_id` so). Same parser and
----errors as `decode`.
+---number (mirza.batch reads each line's `custom_id` so). A number of 2^53
+---or more (either sign) comes as a float, which may not be the number
+---written (`1234567890123456789` reads as ...768), and its text as written
+---comes third (not when only cJSON's laxer grammar takes it: `01`). Same
+---parser and errors as `decode`.
 ---@param text string
 ---@param key string
 ---@return "object"|"array"|"string"|"number"|"boolean"|"null"|nil kind nil when the text is not JSON
 ---@return string|number|nil value_or_message the member, or the parse error
----@return string? code "json"
+---@return string? text_or_code a number's text past 2^53; "json" with a parse error
 function mirza.json.peek(text, key) end
 
 ---Mark a table to encode as a JSON array (even when empty): a script's

@@ -6,8 +6,10 @@
 --- 64-bit hash and the line number, 24-48 bytes), never its parsed body: the
 --- input is scanned once before anything is sent (the ids, the duplicates,
 --- the count), then read again line by line as slots free up. A UTF-8 BOM
---- on the first line is skipped; a JSON line that is not an object is an
---- input error naming the line.
+--- at the start of any line is skipped (two exports joined by `cat`); a
+--- JSON line that is not an object is an input error naming the line. A
+--- numeric custom_id is its string, never rounded: an integer past 2^53 as
+--- the digits written, a number Lua would round refused.
 local mirza = require "mirza"
 local core = require "mirza.core"
 local pool_mod = require "mirza.pool"
@@ -23,9 +25,11 @@ local LINE_BITS = 0x7fffffff
 
 local BOM = "\239\187\191"
 
--- A line as read: its CR and (on line 1) a BOM taken off.
-local function clean(line, n)
-  if n == 1 and line:sub(1, 3) == BOM then line = line:sub(4) end
+-- A line as read: its CR and a BOM at its start taken off (on any line:
+-- files joined by `cat` have one wherever a file began; one byte compared
+-- on a line without).
+local function clean(line)
+  if line:byte(1) == 0xEF and line:sub(1, 3) == BOM then line = line:sub(4) end
   if line:byte(-1) == 13 then line = line:sub(1, -2) end
   return line
 end
@@ -42,12 +46,35 @@ local function prompt_body(obj)
 end
 
 -- The custom_id of a decoded line: a string as it is, a number as its
--- string (1 -> "1"); nil and a message for anything else.
-local function read_id(v)
+-- string, never rounded (two ids that differ in a late digit stay two
+-- items): an integer (exact: within 2^53 from JSON, any from a script) by
+-- its digits (1 -> "1"); a JSON integer past 2^53, which decodes as a
+-- float, as the digits written (`text`, json.peek's); another float as
+-- Lua writes it when that reads back as the same number (1.5 -> "1.5").
+-- Else nil and a message (a number Lua's 14 digits would round, another
+-- type).
+local function read_id(v, text)
   if v == nil or v == json.null then return nil end -- null: none (pandas writes it)
   if type(v) == "string" then return v end
-  if type(v) == "number" then return math.tointeger(v) and ("%d"):format(math.tointeger(v)) or tostring(v) end
+  if math.type(v) == "integer" then return ("%d"):format(v) end
+  if text and text:find("^%-?%d+$") then return text end
+  if type(v) == "number" then
+    local s = tostring(v)
+    if tonumber(s) == v then return s end
+    return nil, ("custom_id %s would be rounded (to %s): write it in quotes"):format(text or ("%.17g"):format(v), s)
+  end
   return nil, "custom_id must be a string: write it in quotes"
+end
+
+-- A decoded line's custom_id as read_id reads it: a number JSON holds as
+-- a float past 2^53 is peeked again for its digits (rare: one more parse).
+local function decoded_id(obj, line)
+  local v = obj.custom_id
+  if type(v) == "number" and (v >= 2 ^ 53 or v <= -2 ^ 53) then
+    local _, pv, text = json.peek(line, "custom_id")
+    return read_id(pv, text)
+  end
+  return read_id(v)
 end
 
 ---What a line's url asks for: "chat", "completions", "embeddings", or nil.
@@ -66,20 +93,20 @@ local A_KIND = { array = "an array", string = "a string", number = "a number", b
 
 ---The custom_id a line is recorded under, read without decoding the
 ---line into tables (`mirza.json.peek`): its `custom_id` (a number as its
----string), else "line-N"; false for a blank line. The line as given
----(a BOM and a CR are taken off here).
+---string, read_id), else "line-N"; false for a blank line. The line as
+---given (a BOM and a CR are taken off here).
 ---@param line string
 ---@param n integer line number (1-based)
 ---@return string|false id
 function I.line_id(line, n)
   local id = line:match('^{"custom_id":%s*"([^"\\]*)"') -- the common shape, read at once
-  if id and (n > 1 or line:sub(1, 3) ~= BOM) then return id end
-  line = clean(line, n)
+  if id then return id end
+  line = clean(line)
   if not line:find("%S") then return false end
   if line:match("^%s*{") then
-    local kind, v = json.peek(line, "custom_id")
+    local kind, v, text = json.peek(line, "custom_id")
     if kind == "object" then
-      id = read_id(v)
+      id = read_id(v, text)
       if id then return id end
     end
   end
@@ -95,7 +122,7 @@ end
 ---@return string? message
 ---@return string? custom_id of a rejected line, when readable
 function I.parse_line(line, n)
-  line = clean(line, n)
+  line = clean(line)
   if not line:find("%S") then return false end
   if not line:match("^%s*{") then
     local kind = json.peek(line, "custom_id")
@@ -111,7 +138,7 @@ function I.parse_line(line, n)
   if type(obj) ~= "table" then
     return nil, ("line %d: invalid JSON: %s: write one JSON object per line"):format(n, tostring(err))
   end
-  local id, id_err = read_id(obj.custom_id)
+  local id, id_err = decoded_id(obj, line)
   if id_err then return nil, id_err end
   local function reject(msg) return nil, msg, id end
   id = id or ("line-" .. n)

@@ -115,6 +115,113 @@ describe("batch input", function()
   end)
 end)
 
+-- Numeric custom_ids past 2^53 and BOMs on any line (issue 38 item 4).
+describe("batch input ids as written", function()
+  local json = require("mirza").json
+  local BIG, TWIN = "1234567890123456789", "1234567890123456788" -- one double: 1234567890123456768
+
+  -- The id a line is scanned under and the one parse_line gives it (or
+  -- its rejection's message).
+  local function ids(line, n)
+    local item, msg, rid = input.parse_line(line, n or 3)
+    return input.line_id(line, n or 3), item and item.custom_id or rid, msg
+  end
+
+  it("peeks a number past 2^53 with its text as written, the member asked for", function()
+    local kind, v, text = json.peek('{"custom_id":' .. BIG .. ',"p":1}', "custom_id")
+    assert.equal("object", kind)
+    assert.equal("float", math.type(v))
+    assert.equal(BIG, text)
+    -- not another member's, nor a nested one of the same name
+    assert.equal(TWIN, select(3, json.peek('{"n":' .. BIG .. ',"b":{"custom_id":1},"custom_id":' .. TWIN .. '}',
+      "custom_id")))
+    assert.equal("-9007199254740993", select(3, json.peek('{"a/b~":-9007199254740993}', "a/b~")))
+    assert.equal(3, select("#", json.peek('{"id":9007199254740992}', "id"))) -- 2^53 itself: may be rounded
+    assert.equal(2, select("#", json.peek('{"id":9007199254740991}', "id"))) -- below: exact, an integer
+    assert.equal(9007199254740991, select(2, json.peek('{"id":9007199254740991}', "id")))
+    assert.equal(2, select("#", json.peek('{"id":01234567890123456789}', "id"))) -- only cJSON takes it: no text
+  end)
+
+  it("keeps an integer past 2^53 as its digits: two that one double holds stay two", function()
+    for _, c in ipairs {
+      { BIG, BIG }, { TWIN, TWIN }, { "-" .. BIG, "-" .. BIG },
+      { "9007199254740993", "9007199254740993" }, -- 2^53 + 1: decodes as 2^53
+      { "9007199254740992", "9007199254740992" },
+      { "123456789012345678901234567890", "123456789012345678901234567890" }, -- past 2^64 too
+      -- within 2^53, as before
+      { "42", "42" }, { "42.0", "42" }, { "-7", "-7" }, { "1.5", "1.5" }, { "1e20", "1e+20" },
+    } do
+      local line = '{"custom_id":' .. c[1] .. ',"prompt":"p"}'
+      local scanned, parsed, msg = ids(line)
+      assert.equal(c[2], scanned, line)
+      assert.equal(c[2], parsed, line)
+      assert.is_nil(msg, line)
+      scanned, parsed = ids('{"prompt":"p", "custom_id" : ' .. c[1] .. ' }') -- not first, spaced
+      assert.equal(c[2], scanned, line)
+      assert.equal(c[2], parsed, line)
+    end
+  end)
+
+  it("refuses a number it would round, saying to write it in quotes, never rounding it", function()
+    for _, c in ipairs { { "12345678901234567890.0", "1.2345678901235e+19" }, { "0.30000000000000004", "0.3" },
+      { "1.2345678901234567e18", "1.2345678901235e+18" } } do
+      local line = '{"custom_id":' .. c[1] .. ',"prompt":"p"}'
+      local scanned, parsed, msg = ids(line, 4)
+      assert.equal("line-4", scanned, line)
+      assert.is_nil(parsed, line)
+      assert.equal(("custom_id %s would be rounded (to %s): write it in quotes"):format(c[1], c[2]), msg)
+    end
+  end)
+
+  it("scans ids that differ past 2^53 as two items, and finds them done as OUTPUT records them", function()
+    local path = file_of('{"custom_id":' .. BIG .. ',"prompt":"1"}\n{"custom_id":' .. TWIN .. ',"prompt":"2"}\n'
+      .. '{"custom_id":"' .. BIG .. '","prompt":"3"}\n')
+    local set <close> = core.idset()
+    local ok, msg = input.scan(path, set)
+    assert.is_nil(ok) -- the quoted id is the same id: a duplicate, named as written
+    assert.truthy(msg:find((':3: duplicate custom_id "%s" (first on line 1)'):format(BIG), 1, true), msg)
+    H.write_file(path, '{"custom_id":' .. BIG .. ',"prompt":"1"}\n{"custom_id":' .. TWIN .. ',"prompt":"2"}\n')
+    local set2 <close> = core.idset()
+    set2:put(output.record_id(output.encode_record(output.record({ custom_id = BIG, line = 1 },
+      { ok = true, text = "t", think = "" }), {})), input.DONE) -- OUTPUT's record of the first
+    local n, done = input.scan(path, set2)
+    assert.equal(2, n)
+    assert.equal(1, done)
+    local src = assert(input.source({ input = path }, set2, input.compiler()))
+    local it = assert(src.next())
+    assert.equal(TWIN, it.custom_id)
+    assert.equal("2", it.body.messages[1].content)
+    assert.is_nil(src.next())
+    os.remove(path)
+  end)
+
+  it("skips a BOM at the start of any line, a BOM-only line as blank; one inside a string stays", function()
+    local lines = {
+      BOM .. '{"custom_id":"a","prompt":"1"}', -- line 1: a Windows export
+      '{"custom_id":"b","prompt":"' .. BOM .. 'x"}', -- inside a value: kept
+      BOM, -- a BOM-only line (an empty export): blank
+      BOM .. "\r",
+      BOM .. '{"prompt":"5","custom_id":' .. BIG .. '}\r', -- line 5: a second file joined by cat
+      BOM .. "plain prompt",
+    }
+    local path = file_of(table.concat(lines, "\n") .. "\n")
+    local set <close> = core.idset()
+    assert.equal(4, (input.scan(path, set)))
+    local src = assert(input.source({ input = path }, set, input.compiler()))
+    local got = {}
+    for it in src.next do got[#got + 1] = it end
+    assert.equal(4, #got)
+    assert.same({ "a", "b", BIG, "line-6" }, { got[1].custom_id, got[2].custom_id, got[3].custom_id,
+      got[4].custom_id })
+    for _, it in ipairs(got) do assert.is_nil(it.invalid, it.invalid) end
+    assert.equal("1", got[1].body.messages[1].content)
+    assert.equal(BOM .. "x", got[2].body.messages[1].content)
+    assert.equal("5", got[3].body.messages[1].content)
+    assert.equal("plain prompt", got[4].body.messages[1].content)
+    os.remove(path)
+  end)
+end)
+
 describe("batch output", function()
   local rec = output.encode_record(output.record({ custom_id = "a", line = 1 }, { ok = true, text = "t", think = "" }),
     {})
