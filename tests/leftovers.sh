@@ -29,15 +29,17 @@ stamp=$build/Testing/leftovers-start
 # This script's own children must not look like the suite's.
 unset MIRZA_BUILD_DIR MIRZA_TEST_NAME
 
-# Start time of a process, in clock ticks since boot (field 22 of /proc/PID/stat).
+# Start time of a process, in clock ticks since boot (field 22 of
+# /proc/PID/stat), into $st: no subshell, so a scan of every process forks
+# nothing for the many that started before the run.
 starttime() {
   local stat
-  read -r stat 2>/dev/null <"/proc/$1/stat" || return 1
+  { read -r stat <"/proc/$1/stat"; } 2>/dev/null || return 1
   stat=${stat##*) } # the fields after "(comm) "
   # shellcheck disable=SC2086
   set -- $stat
   [ "$1" = Z ] && return 1 # a zombie is gone already
-  echo "${20}"
+  st=${20}
 }
 
 # Without /proc: "PID STAT LSTART(5 words) COMMAND ENVIRONMENT" of every
@@ -63,7 +65,8 @@ start)
     { echo ps; ps_known; } >"$stamp.tmp" && mv "$stamp.tmp" "$stamp"
     exit 0
   fi
-  since=$(starttime $$)
+  starttime $$
+  since=$st
   echo "$since" >"$stamp"
   # Return only once the clock has ticked past our own start: every process
   # of the run then started after `since`, every earlier one at or before it.
@@ -96,13 +99,13 @@ ours() {
     ours_ps
     return
   fi
-  local dir pid t
+  local dir pid st
   for dir in /proc/[0-9]*; do
     pid=${dir#/proc/}
     [ "$pid" = $$ ] && continue
-    t=$(starttime "$pid") || continue
-    [ "$t" -gt "$since" ] || continue
-    tr '\0' '\n' <"$dir/environ" 2>/dev/null | grep -qxF "$marker" || continue
+    starttime "$pid" || continue
+    [ "$st" -gt "$since" ] || continue
+    { tr '\0' '\n' <"$dir/environ"; } 2>/dev/null | grep -qxF "$marker" || continue
     echo "$pid"
   done
 }
@@ -124,14 +127,14 @@ ours_ps() {
 # command line.
 test_of() {
   if [ "$use_proc" = 1 ]; then
-    tr '\0' '\n' <"/proc/$1/environ" 2>/dev/null | sed -n 's/^MIRZA_TEST_NAME=//p'
+    { tr '\0' '\n' <"/proc/$1/environ"; } 2>/dev/null | sed -n 's/^MIRZA_TEST_NAME=//p'
   else
     ps_all | awk -v pid="$1" '$1 == pid { for (i = 8; i <= NF; i++) if ($i ~ /^MIRZA_TEST_NAME=/) { sub(/^MIRZA_TEST_NAME=/, "", $i); print $i; exit } }'
   fi
 }
 args_of() {
   if [ "$use_proc" = 1 ]; then
-    tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null
+    { tr '\0' ' ' <"/proc/$1/cmdline"; } 2>/dev/null
   else
     ps -ww -o args= -p "$1" 2>/dev/null
   fi
