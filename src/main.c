@@ -10,11 +10,17 @@
  * started daemons), one line "interrupted" goes to stderr, and the exit
  * code is 130 (SIGINT) or 143 (SIGTERM). A second signal while the script
  * still runs ends the process at the next Lua instruction or wait, even
- * inside pcall: started daemons stopped (mz_l_stop_started), output
- * flushed, "interrupted", exit 130/143, the state left unclosed (the
- * streams' sockets close with the process). During the closing of the
- * state it changes nothing (that cleanup runs to its end); a third signal
- * kills at once.
+ * inside pcall: what the script wrote to files and pipes flushed first,
+ * then started daemons stopped (mz_l_stop_started), "interrupted", exit
+ * 130/143, the state left unclosed (the streams' sockets close with the
+ * process). During the closing of the state it changes nothing (that
+ * cleanup runs to its end); a third signal kills at once.
+ *
+ * Only reads are interrupted: a signal restarts a write (SA_RESTART), and
+ * the script's reads (io.read, io.lines, file:read, file:lines) run without
+ * it, so a read blocked at a prompt or on a pipe returns. stdio drops what
+ * it had buffered when write(2) fails with EINTR: a signal that came while
+ * the script wrote to a full pipe or a slow file would lose those bytes.
  *
  *   mirza [options] [script [args]]
  */
@@ -35,6 +41,7 @@
 static lua_State *globalL; /* for the signal handler only, as in lua.c */
 static volatile sig_atomic_t signal_number, signal_count;
 static int said_interrupted; /* the line "interrupted" is printed once */
+static int reading;          /* reads in progress (interruptible), see reads_interrupted */
 
 static const char usage_text[] = "usage: mirza [options] [script|job [args]]\n"
                                  "Run a Lua 5.4 script with the mirza library (require \"mirza\") built in;\n"
@@ -58,10 +65,15 @@ static void say_interrupted(void) {
   fflush(stderr);
 }
 
-/* The second signal: stop the daemons the script started, flush what it
- * wrote, and leave without unwinding (no pcall can catch it, no handler
- * of the script runs). */
+static void restart_writes(int restart);
+
+/* The second signal: flush what the script wrote (first: stopping the
+ * daemons takes their grace, and a third signal meanwhile kills), stop
+ * the daemons it started, and leave without unwinding (no pcall can catch
+ * it, no handler of the script runs). */
 static _Noreturn void end_now(lua_State *L) {
+  restart_writes(1); /* even when raised from inside a read */
+  fflush(NULL);
   say_interrupted();
   mz_l_stop_started(L);
   fflush(NULL);
@@ -101,16 +113,81 @@ static void on_signal(int sig) {
   mz_l_signal(); /* wake a wait inside the client */
 }
 
-/* Without SA_RESTART: a read blocked in the script (io.read) fails with
- * EINTR instead of waiting for its line, and the hook fires right after. */
+/* With SA_RESTART a write (a flush, a close) interrupted by the signal
+ * goes on, nothing lost. */
 static void catch_signals(void) {
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_signal;
+  sa.sa_flags = SA_RESTART;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
   signal(SIGPIPE, SIG_IGN);
+}
+
+/* SA_RESTART on or off for our handler; without it (while the script
+ * reads) a read blocked in the script (io.read) fails with EINTR instead
+ * of waiting for its line, and the hook fires right after. Another
+ * handler (the interactive prompt's) or the default action (after a third
+ * signal) is left as it is. */
+static void restart_writes(int restart) {
+  static const int sigs[] = {SIGINT, SIGTERM};
+  for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+    struct sigaction sa;
+    if (sigaction(sigs[i], NULL, &sa) != 0 || sa.sa_handler != on_signal) continue;
+    sa.sa_flags = restart ? sa.sa_flags | SA_RESTART : sa.sa_flags & ~SA_RESTART;
+    sigaction(sigs[i], &sa, NULL);
+  }
+}
+
+/* A read-side io function (upvalue 1) called without SA_RESTART; `lines`
+ * (upvalue 2 true) returns its iterator wrapped the same way. */
+static int interruptible(lua_State *L);
+
+static void push_interruptible(lua_State *L, int is_lines) { /* [fn] -> [wrapped] */
+  lua_pushboolean(L, is_lines);
+  lua_pushcclosure(L, interruptible, 2);
+}
+
+static int interruptible(lua_State *L) {
+  int n = lua_gettop(L);
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_insert(L, 1); /* [fn, args...] */
+  if (reading++ == 0) restart_writes(0);
+  int status = lua_pcall(L, n, LUA_MULTRET, 0);
+  if (--reading == 0) restart_writes(1);
+  if (status != LUA_OK) return lua_error(L);
+  if (lua_toboolean(L, lua_upvalueindex(2)) && lua_gettop(L) >= 1 && lua_iscfunction(L, 1)) {
+    lua_pushvalue(L, 1);
+    push_interruptible(L, 0);
+    lua_replace(L, 1); /* [iter', nil, nil, file] */
+  }
+  return lua_gettop(L);
+}
+
+/* t[name] = interruptible(t[name]), t at the top of the stack. */
+static void wrap_read(lua_State *L, const char *name) {
+  if (lua_getfield(L, -1, name) != LUA_TFUNCTION) {
+    lua_pop(L, 1);
+    return;
+  }
+  push_interruptible(L, strcmp(name, "lines") == 0);
+  lua_setfield(L, -2, name);
+}
+
+/* io.read, io.lines, and the files' read and lines: interruptible. */
+static void reads_interrupted(lua_State *L) {
+  int top = lua_gettop(L);
+  if (lua_getglobal(L, "io") == LUA_TTABLE) { /* [io] */
+    wrap_read(L, "read");
+    wrap_read(L, "lines");
+  }
+  if (luaL_getmetatable(L, LUA_FILEHANDLE) == LUA_TTABLE && lua_getfield(L, -1, "__index") == LUA_TTABLE) {
+    wrap_read(L, "read"); /* [io, mt, methods] */
+    wrap_read(L, "lines");
+  }
+  lua_settop(L, top);
 }
 
 /* Call the function under the traceback handler; report errors. */
@@ -251,6 +328,7 @@ static int pmain(lua_State *L) {
   lua_pushcfunction(L, on_interrupt);
   lua_setfield(L, LUA_REGISTRYINDEX, MZ_HOST_ON_INTERRUPT);
   luaL_openlibs(L);
+  reads_interrupted(L);
   mz_host_preload(L, o->dev_dir);
   mz_repl_preload(L); /* mirza.readline, with readline */
   create_arg_table(L, argv, argc, o->script ? o->script : argc);
