@@ -317,8 +317,9 @@ end
 function I.scan_items(items, set)
   local done = 0
   for i, it in ipairs(items) do
-    local id = it.custom_id
-    if type(id) == "number" then it.custom_id = read_id(id) end -- recorded as the string a resume reads
+    local id, why = it.custom_id, nil
+    if type(id) == "number" then it.custom_id, why = read_id(id) end -- recorded as the string a resume reads
+    if why then error(("mirza.batch.run: items[%d]: %s"):format(i, why), 4) end -- never rounded
     if type(it.custom_id) ~= "string" then
       error(("mirza.batch.run: items[%d] needs a custom_id (a string), got %s"):format(i, tostring(id)), 4)
     end

@@ -195,6 +195,18 @@ describe("batch input ids as written", function()
     os.remove(path)
   end)
 
+  it("takes a script's numeric ids exactly too, and refuses one it would round", function()
+    local items = { { custom_id = math.maxinteger }, { custom_id = math.maxinteger - 1 }, { custom_id = 1.5 } }
+    local set <close> = core.idset()
+    assert.equal(3, (input.scan_items(items, set)))
+    assert.same({ "9223372036854775807", "9223372036854775806", "1.5" },
+      { items[1].custom_id, items[2].custom_id, items[3].custom_id })
+    local ok, err = pcall(input.scan_items, { { custom_id = "a" }, { custom_id = 0.1 + 0.2 } }, core.idset())
+    assert.is_false(ok)
+    assert.truthy(err:find("items[2]: custom_id 0.30000000000000004 would be rounded (to 0.3): write it in quotes", 1,
+      true), err)
+  end)
+
   it("skips a BOM at the start of any line, a BOM-only line as blank; one inside a string stays", function()
     local lines = {
       BOM .. '{"custom_id":"a","prompt":"1"}', -- line 1: a Windows export
