@@ -68,6 +68,8 @@ static const struct option long_opts[] = {{"host", 1, 0, 'H'},
                                           {"prompt-cache", 1, 0, 0x10a},
                                           {"slot-prompt-similarity", 1, 0, 0x10b},
                                           {"prefill-rate", 1, 0, 0x10c},
+                                          {"threads-http", 1, 0, 0x10d},
+                                          {"metrics", 0, 0, 0x10e},
                                           {0, 0, 0, 0}};
 
 static void usage(FILE *out) {
@@ -117,7 +119,15 @@ static void usage(FILE *out) {
         "  --fault SPEC            fault applied to every chat request (see below)\n"
         "  --seed N                seed of the text generator (default 0)\n"
         "  --keepalive-ms N        close idle keep-alive connections after N ms\n"
-        "                          (default 5000)\n"
+        "                          (default 5000, as llama-server's cpp-httplib)\n"
+        "  --threads-http N        N threads serve the connections, each one connection\n"
+        "                          for its whole life, keep-alive waits included; more\n"
+        "                          connections wait unserved (llama dialect default:\n"
+        "                          max(parallel + 4, cores - 1), as llama-server; 0, the\n"
+        "                          MTPLX dialect's: a thread per connection)\n"
+        "  --metrics               llama dialect: GET /metrics answers (Prometheus text:\n"
+        "                          llamacpp:requests_processing, requests_deferred...);\n"
+        "                          without it 501, as llama-server without --metrics\n"
         "  --quiet                 log nothing to stderr but fatal startup errors\n"
         "  --verbose               log one line per request (method, path, status, time)\n"
         "  --help                  show this help\n"
@@ -223,6 +233,7 @@ static void parse_args(server *s, int argc, char **argv) {
                     .parallel = 1,
                     .slot_similarity = 0.1,
                     .keepalive_ms = 5000,
+                    .threads_http = -1,
                     .retry_after = 1,
                     .embedding_dims = 16};
   faults_clear(&s->faults);
@@ -250,6 +261,8 @@ static void parse_args(server *s, int argc, char **argv) {
       break;
     case 0x10b: c->slot_similarity = real(nm, optarg, 1); break;
     case 0x10c: c->prefill_rate = real(nm, optarg, 1e12); break;
+    case 0x10d: c->threads_http = num(nm, optarg, 0, 65536); break;
+    case 0x10e: c->metrics = true; break;
     case 't': c->ttft_ms = num(nm, optarg, 0, BIG); break;
     case 'b': c->heartbeat_ms = num(nm, optarg, 0, BIG); break;
     case 'g': c->progress_every = num(nm, optarg, 0, BIG); break;
@@ -294,6 +307,7 @@ static void parse_args(server *s, int argc, char **argv) {
     }
   }
   if (optind < argc) die("unexpected argument '%s'", argv[optind]);
+  if (c->threads_http < 0) c->threads_http = c->dialect == DIALECT_LLAMA ? pool_default_threads(c->parallel) : 0;
   char err[300];
   if (c->fault && faults_parse(&s->faults, c->fault, err, sizeof err)) die("%s", err);
 }
@@ -377,7 +391,10 @@ static void *conn_thread(void *p) {
   return NULL;
 }
 
+/* Accept connections: to the HTTP pool when there is one (pool.c, the
+ * llama dialect), else a thread each. */
 static void accept_loop(server *s) {
+  http_pool *pool = s->cfg.threads_http > 0 ? pool_new(s, s->cfg.threads_http) : NULL;
   pthread_attr_t attr;
   pthread_attr_init(&attr);
   pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
@@ -390,6 +407,10 @@ static void accept_loop(server *s) {
     }
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one); /* frames leave when due */
+    if (pool) {
+      if (pool_submit(pool, fd)) close(fd);
+      continue;
+    }
     conn_arg *a = malloc(sizeof *a);
     pthread_t t;
     if (!a || (a->srv = s, a->fd = fd, pthread_create(&t, &attr, conn_thread, a))) {

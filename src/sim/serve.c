@@ -188,6 +188,7 @@ static int route_props(conn *c) {
   cJSON *g = cJSON_AddObjectToObject(r, "default_generation_settings");
   cJSON_AddNumberToObject(g, "n_ctx", (double)s->cfg.context_window);
   cJSON_AddNumberToObject(r, "total_slots", (double)s->cfg.parallel);
+  cJSON_AddBoolToObject(r, "endpoint_metrics", s->cfg.metrics); /* b9928's /props has it */
   char path[300];
   snprintf(path, sizeof path, "/models/%s.gguf", s->cfg.model_id);
   cJSON_AddStringToObject(r, "model_path", path);
@@ -593,6 +594,7 @@ static int route(conn *c, const http_request *r) {
   if (custom >= 0) return custom;
   if (strcmp(p, "/health") == 0 && get) return route_health(c);
   if (is_llama(s) && strcmp(p, "/props") == 0 && get) return route_props(c);
+  if (is_llama(s) && strcmp(p, "/metrics") == 0 && get) return route_metrics(c);
   if (strcmp(p, "/v1/models") == 0 && get) return route_models(c);
   if (strcmp(p, "/v1/chat/completions") == 0 && post) return route_chat(c, r, false);
   if (strcmp(p, "/v1/completions") == 0 && post) return route_chat(c, r, true);

@@ -7,6 +7,8 @@
  * so that mirza's client, supervisor and policies can be tested and
  * benchmarked offline. The files:
  *   main.c    options, startup behaviour, signals, accept loop
+ *   pool.c    llama-server's HTTP thread pool (--threads-http)
+ *   metrics.c GET /metrics (llama dialect, --metrics)
  *   buf.c     growable byte buffer and JSON string escaping
  *   http.c    request parsing, plain and chunked responses, socket waits
  *   state.c   sessions, the slots and their prompt caches, the scheduler, the
@@ -71,6 +73,8 @@ typedef struct sim_config {
   double slot_similarity;             /* --slot-prompt-similarity (0.1) */
   double prefill_rate;                /* --prefill-rate: prompt tokens/s; 0 = free */
   long keepalive_ms;
+  long threads_http;       /* --threads-http: the llama dialect's HTTP pool (pool.c); 0: a thread per connection */
+  bool metrics;            /* --metrics: GET /metrics answers (llama dialect), else 501 */
   long health_pid;         /* pid reported by /health; 0 = our own */
   long fail_first;         /* the first N chat requests answer 429 */
   long retry_after;        /* Retry-After seconds on 429/503 (default 1) */
@@ -297,7 +301,17 @@ int sched_acquire(server *s, sched_tick tick, void *arg, const char *prompt, siz
                   long *cached_bytes);
 void sched_prefilled(server *s, int slot_index, const char *prompt, size_t n);
 void sched_release(server *s, int slot_index);
+void sched_counts(server *s, long *processing, long *deferred); /* /metrics */
 long slots_clear(server *s);
+
+/* ---- metrics.c ------------------------------------------------------ */
+int route_metrics(conn *c); /* GET /metrics, llama dialect */
+
+/* ---- pool.c --------------------------------------------------------- */
+typedef struct http_pool http_pool;
+long pool_default_threads(long parallel); /* llama-server's max(parallel + 4, cores - 1) */
+http_pool *pool_new(server *s, long max_threads);
+int pool_submit(http_pool *p, int fd); /* -1: not queued (out of memory) */
 
 /* ---- slots.c -------------------------------------------------------- */
 size_t sim_common_prefix(const char *a, size_t an, const char *b, size_t bn);

@@ -252,3 +252,14 @@ void sched_release(server *s, int slot_index) {
   pthread_cond_broadcast(&s->cv);
   pthread_mutex_unlock(&s->mu);
 }
+
+/* What llama-server's /metrics calls requests_processing (its busy slots)
+ * and requests_deferred (the requests waiting for one: queued here). */
+void sched_counts(server *s, long *processing, long *deferred) {
+  long n = 0;
+  pthread_mutex_lock(&s->mu);
+  for (const waiter *w = s->queue_head; w; w = w->next) n++;
+  *processing = s->busy_slots;
+  *deferred = n;
+  pthread_mutex_unlock(&s->mu);
+}

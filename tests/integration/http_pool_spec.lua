@@ -1,0 +1,123 @@
+-- llama-server's HTTP pool and mirza's connections to it (issue 41 items
+-- 3 and 5). The sim's llama dialect serves connections with a fixed pool
+-- of threads (--threads-http, default max(parallel + 4, cores - 1)), each
+-- held by its connection for the connection's whole life, keep-alive
+-- waits included (--keepalive-ms); /props says total_slots and /metrics
+-- (--metrics) requests_processing and requests_deferred.
+local mirza = require "mirza"
+local json = mirza.json
+local H = require "tests.helper"
+
+local sims = {}
+teardown(function() for _, s in pairs(sims) do s.stop() end end)
+
+local function sim(args)
+  local argv = { "--dialect", "llama", "--tok-rate", "0", "--ttft-ms", "0", "--answer-tokens", "8",
+    "--reasoning-tokens", "0", "--quiet" }
+  for _, a in ipairs(args) do argv[#argv + 1] = a end
+  local s = H.start_sim(argv)
+  sims[#sims + 1] = s
+  return s
+end
+
+local function open(s, q) return mirza.open { url = s.url, body = H.chat_body(q), stall_timeout = 20 } end
+
+local function get(s, path)
+  local st <close> = mirza.open { url = s.base .. path, plain = true, timeout = 10 }
+  local ev = st:next(10)
+  assert(ev.type == "response", ev.message)
+  return ev.body, ev.status, ev.headers
+end
+
+-- A gauge of the sim's /metrics.
+local function gauge(s, name)
+  local body = get(s, "/metrics")
+  return tonumber(body:match("\nllamacpp:" .. name .. " (%S+)\n"))
+end
+
+-- Another process holds `n` connections to s idle (kept alive after a
+-- request each) until it is stopped. Its streams are not closed at their
+-- done event: one closed before libcurl read the end of its body closes
+-- its connection.
+local function holder(s, n)
+  local run = H.spawn_mirza(([[
+    local mirza = require "mirza"
+    local t = {}
+    for i = 1, %d do
+      t[i] = mirza.open { url = %q, body = { model = "m", stream = true,
+        messages = { { role = "user", content = "hold " .. i } } } }
+    end
+    for i = 1, #t do
+      repeat local ev = t[i]:next(20); assert(ev and ev.type ~= "error") until ev.type == "done"
+    end
+    mirza.sleep(0.3) -- the streams stay open: libcurl reads their ends and keeps their connections
+    print("held")
+    io.stdout:flush()
+    mirza.sleep(60)
+  ]]):format(n, s.url))
+  assert(run.expect("held", 20), run.output())
+  return run
+end
+
+describe("mirza-sim's llama HTTP pool", function()
+  it("serves a connection beyond --threads-http once one of the pool's connections closes", function()
+    local s = sim { "--threads-http", "1", "--keepalive-ms", "60000" }
+    local run = holder(s, 1)
+    local st <close> = open(s, "waits for a thread")
+    local t0 = mirza.now()
+    local ev = st:next(0.5) -- the pool's one thread waits for the holder's next request
+    assert.is_nil(ev, ev and (ev.type .. " " .. tostring(ev.message or ev.text) .. " " .. run.output()))
+    assert.is_true(mirza.now() - t0 >= 0.45)
+    run.signal("TERM")
+    run.wait(10)
+    local r = H.drain(st, 10)
+    assert.equal("done", r.last.type)
+  end)
+
+  it("closes a kept-alive connection after --keepalive-ms, freeing its thread", function()
+    local s = sim { "--threads-http", "1", "--keepalive-ms", "300" }
+    local run = holder(s, 1)
+    local st <close> = open(s, "served after the holder's keep-alive")
+    local r = H.drain(st, 10)
+    assert.equal("done", r.last.type)
+    run.signal("TERM")
+    run.wait(10)
+  end)
+
+  it("defaults to max(parallel + 4, cores - 1) threads: more connections wait, even for /health", function()
+    local s = sim { "--parallel", "2", "--tok-rate", "5", "--answer-tokens", "1000" }
+    local t = {}
+    for i = 1, 6 do t[i] = open(s, "holds a thread " .. i) end -- 2 streaming, 4 waiting for a slot
+    local p = assert(io.popen(H.source .. "/scripts/ncpu"))
+    local cores = assert(tonumber(p:read("l")))
+    p:close()
+    local health <close> = mirza.open { url = s.base .. "/health", plain = true, timeout = 10 }
+    local ev = health:next(0.5)
+    if cores - 1 <= 6 then assert.is_nil(ev) end -- the pool is 6 threads: none for the seventh connection
+    t[1]:close()
+    ev = ev or health:next(10)
+    assert.equal("response", ev.type)
+    for i = 2, 6 do t[i]:close() end
+  end)
+
+  it("answers /props total_slots and /metrics requests_processing and requests_deferred", function()
+    local s = sim { "--parallel", "2", "--metrics", "--tok-rate", "20", "--answer-tokens", "200" }
+    local props = json.decode((get(s, "/props")))
+    assert.equal(2, props.total_slots)
+    assert.is_true(props.endpoint_metrics)
+    local body, status, headers = get(s, "/metrics")
+    assert.equal(200, status)
+    assert.truthy(headers["content-type"]:match("^text/plain; version=0.0.4"))
+    assert.truthy(body:match("# HELP llamacpp:requests_processing Number of requests processing.\n" ..
+      "# TYPE llamacpp:requests_processing gauge\nllamacpp:requests_processing 0\n"))
+    local t = {}
+    for i = 1, 3 do t[i] = open(s, "busy " .. i) end
+    assert.truthy(H.wait_for(function() return gauge(s, "requests_processing") == 2 end, 10))
+    assert.truthy(H.wait_for(function() return gauge(s, "requests_deferred") == 1 end, 10))
+    for i = 1, 3 do t[i]:close() end
+    assert.truthy(H.wait_for(function() return gauge(s, "requests_processing") == 0 end, 10))
+    local plain <close> = mirza.open { url = sim({}).base .. "/metrics", plain = true, timeout = 10 }
+    local ev = plain:next(10) -- without --metrics, as llama-server
+    assert.equal(501, ev.status)
+  end)
+end)
