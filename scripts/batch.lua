@@ -152,15 +152,8 @@ local function parse(argv)
   if #eps == 0 then eps[1] = { url = os.getenv("MIRZA_BASE_URL") or "http://127.0.0.1:8766/v1" } end
   opts.endpoints = eps
   opts.model = opts.model or os.getenv("MIRZA_MODEL")
-  -- the key: --api-key, else MIRZA_API_KEY, else OPENAI_API_KEY (an empty one is none)
-  local key = nil
-  for _, v in ipairs { opts.api_key or "", os.getenv("MIRZA_API_KEY") or "", os.getenv("OPENAI_API_KEY") or "" } do
-    if v ~= "" then
-      key = v
-      break
-    end
-  end
-  opts.api_key = key
+  -- the key: --api-key, else MIRZA_API_KEY, else OPENAI_API_KEY (an empty one is none), as the engine takes it
+  opts.api_key = require("mirza.config").api_key(opts.api_key)
   if opts.max_tokens then opts.body.max_tokens, opts.max_tokens = opts.max_tokens, nil end
   opts.resume_command = command_line()
   return opts
