@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 BUILD=${1:-build}
 [ $# -gt 0 ] && shift
 
-PACKAGES="build-essential cmake pkg-config liblua5.4-dev lua5.4 libcurl4-openssl-dev libcjson-dev libcmocka-dev lua-busted procps curl jq python3 valgrind openssl ${MIRZA_EXTRA_PACKAGES:-}"
+PACKAGES="build-essential cmake pkg-config liblua5.4-dev lua5.4 libcurl4-openssl-dev libcjson-dev libcmocka-dev lua-busted procps lsof curl jq python3 valgrind openssl ${MIRZA_EXTRA_PACKAGES:-}"
 PACKAGES="$PACKAGES libreadline-dev" # line editing in the interactive prompt
 # Node.js and npm for the OpenAI SDK conformance test (tests/sdk): only when
 # missing, so a Node.js that ships its own npm is left alone.
