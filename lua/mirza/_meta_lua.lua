@@ -117,12 +117,16 @@ function mirza.daemon(opts) end
 
 ---Run `fn(...)` as a task of the default scheduler (`mirza.loop.spawn`).
 ---The task starts when the scheduler runs: `t:join()`, `loop.run()`, or
----from inside another task. Not a process: a program is started with
----`require("mirza.core").spawn{argv = ...}` (_meta_proc.lua) or supervised
----with `mirza.daemon`.
----@param fn function
+---from inside another task. Given a table instead, start a program:
+---`mirza.spawn{argv = {"sleep", "5"}}` is `mirza.core.spawn` (_meta_proc.lua:
+---a `mirza.Process`, or nil, message, "spawn"); a daemon to supervise is
+---`mirza.daemon`'s.
+---@param fn function|mirza.SpawnOptions
 ---@param ... any fn's arguments
----@return mirza.Task
+---@return mirza.Task|mirza.Process|nil
+---@return string? message when a program cannot be started
+---@return string? code "spawn"
+---@overload fun(opts: mirza.SpawnOptions): mirza.Process|nil, string?, string?
 function mirza.spawn(fn, ...) end
 
 -- ---------------------------------------------------------------- the engine

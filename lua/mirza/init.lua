@@ -134,7 +134,9 @@ function M.collect(opts)
   end
   local result = require "mirza.result"
   local s <close> = again(opts)
-  local r, msg, code, partial = result.result(result.drain(result.new { calls = true }, function() return s:next() end))
+  local acc = result.drain(result.new { calls = true }, s:puller())
+  local r, msg, code, partial = result.result(acc)
+  if partial then state.failure = acc.final end -- the error after text too (puller does not look at it)
   return r, msg, code, annotate(partial, state)
 end
 
@@ -181,11 +183,13 @@ function M.daemon(opts)
   return require("mirza.daemon").new(opts)
 end
 
----Run fn(...) as a task of the default scheduler (see `mirza.loop`).
----@param fn function
+---Run fn(...) as a task of the default scheduler (see `mirza.loop`), or,
+---given a table, start a program (`mirza.core.spawn`: what users try).
+---@param fn function|mirza.SpawnOptions
 ---@param ... any
----@return mirza.Task
+---@return mirza.Task|mirza.Process|nil
 function M.spawn(fn, ...)
+  if type(fn) == "table" then return core.spawn(fn) end
   return require("mirza.loop").spawn(fn, ...)
 end
 

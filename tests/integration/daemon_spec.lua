@@ -294,6 +294,23 @@ describe("mirza.daemon with mirza-sim", function()
   end)
 end)
 
+describe("mirza.spawn as users try it", function()
+  it("starts a program from a table (mirza.core.spawn), and a task from a function", function()
+    local mirza = require "mirza"
+    local p <close> = assert(mirza.spawn { argv = { "sleep", "30" } })
+    assert.equal("mirza.Process", getmetatable(p).__name)
+    local pid = p:pid()
+    assert.is_true((p:poll())) -- still running
+    p:close()
+    assert.truthy(H.wait_for(function() return not core.pid_alive(pid) or H.ps(pid) == nil end, 15))
+    local p2, msg, code = mirza.spawn { argv = { "/nonexistent/prog" } }
+    assert.same({ nil, "spawn" }, { p2, code })
+    assert.truthy(msg:find("/nonexistent/prog", 1, true), msg)
+    local t = mirza.spawn(function(a, b) return a + b end, 40, 2)
+    assert.same({ true, 42 }, { t:join() })
+  end)
+end)
+
 describe("mirza.daemon across mirza runs", function()
   after_each(function() collectgarbage("collect") end)
 
