@@ -235,6 +235,18 @@ function Retrying:next(...)
   end
 end
 
+---`next` as a function of no arguments, for a reader that takes every
+---event (mirza.result.drain): once text came, the stream's own `next`
+---without this one's checks (an error then is not retried; the reader's
+---reducer keeps it).
+---@return fun(): table|nil
+function Retrying:puller()
+  return function()
+    if self.got then return self.s:next() end
+    return self:next()
+  end
+end
+
 ---Close the request in flight (idempotent; also `<close>`).
 function Retrying:close()
   self.s:close()
