@@ -80,6 +80,19 @@ static void on_line(char *line) {
   rl_callback_handler_remove(); /* the prompt is not shown again */
 }
 
+/* The line in progress dropped and the terminal restored: a cancel (the
+ * REPL's read_line, a script's mirza.readline). */
+static void drop_line(void) {
+  rl_free_line_state();
+#ifdef MIRZA_HAVE_RL_SIGCLEANUP
+  rl_callback_sigcleanup();
+#endif
+  rl_cleanup_after_signal();
+  rl_callback_handler_remove();
+  fputs("\n", stdout);
+  fflush(stdout);
+}
+
 /* Read one line with readline; *out is malloc'ed (or NULL at EOF). */
 static int read_line(const char *prompt, char **out, const volatile sig_atomic_t *quit) {
   line_done = 0;
@@ -88,13 +101,7 @@ static int read_line(const char *prompt, char **out, const volatile sig_atomic_t
   while (!line_done) {
     int ready = wait_stdin() == 0;
     if (cancelled || *quit) { /* even if a key came too: drop the line, as bash does */
-      rl_free_line_state();
-#ifdef MIRZA_HAVE_RL_SIGCLEANUP
-      rl_callback_sigcleanup();
-#endif
-      rl_cleanup_after_signal();
-      rl_callback_handler_remove();
-      fputs("\n", stdout);
+      drop_line();
       return LINE_CANCEL;
     }
     if (ready) rl_callback_read_char();
@@ -289,19 +296,6 @@ int mz_repl(lua_State *L, const volatile sig_atomic_t *quit) {
  * host's (main.c), not the REPL's: a Ctrl-C while it waits for a key drops
  * the line, gives the terminal back and raises "interrupted" here. */
 #ifdef MIRZA_HAVE_READLINE
-/* The line in progress dropped and the terminal restored, as read_line
- * does on a cancel (its lines are the lead's to change for libedit). */
-static void drop_script_line(void) {
-  rl_free_line_state();
-#ifdef MIRZA_HAVE_RL_SIGCLEANUP
-  rl_callback_sigcleanup();
-#endif
-  rl_cleanup_after_signal();
-  rl_callback_handler_remove();
-  fputs("\n", stdout);
-  fflush(stdout);
-}
-
 static int l_readline_read(lua_State *L) {
   const char *prompt = luaL_optstring(L, 1, "");
   fflush(stdout);
@@ -311,7 +305,7 @@ static int l_readline_read(lua_State *L) {
   while (!line_done) {
     if (wait_stdin() < 0) { /* a signal: Ctrl-C or SIGTERM raise, another one (SIGWINCH) does not */
       if (!mz_l_was_interrupted()) continue;
-      drop_script_line();
+      drop_line();
       return mz_l_raise_interrupt(L);
     }
     rl_callback_read_char();
