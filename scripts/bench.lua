@@ -348,14 +348,15 @@ function runners.batchjob(p)
   os.remove(output)
   -- with p.progress, the CPU of the progress line itself: making the line
   -- and writing it (to stderr, as on a terminal: redraw in place)
-  local spent, lines, line_of = 0, 0, batch.progress_line
+  local policy = require "mirza.batch_policy"
+  local spent, lines, line_of = 0, 0, policy.progress_line
   local log = p.progress and function(line, live)
     local c = os.clock()
     io.stderr:write(live and ("\r\27[K" .. line) or (line .. "\n"))
     spent, lines = spent + os.clock() - c, lines + 1
   end
   if p.progress then
-    batch.progress_line = function(...)
+    policy.progress_line = function(...)
       local c = os.clock()
       local l = line_of(...)
       spent = spent + os.clock() - c
@@ -367,7 +368,7 @@ function runners.batchjob(p)
     model = "bench", quiet = not p.progress, progress = p.progress or false, tick = p.tick,
     repetition = p.repetition, log = log }
   local cpu, wall, w1 = os.clock() - c0, mirza.now() - t0, write_calls()
-  batch.progress_line = line_of
+  policy.progress_line = line_of
   os.remove(input)
   os.remove(output)
   assert(st, err)

@@ -71,7 +71,7 @@ end
 ---@return integer failures
 function H.batch_records(output)
   local json, by, n = require("mirza").json, {}, { [false] = 0, [true] = 0 }
-  for path, failed in pairs { [output] = false, [require("mirza.batch").errors_path(output)] = true } do
+  for path, failed in pairs { [output] = false, [require("mirza.batch_output").errors_path(output)] = true } do
     local f = io.open(path)
     for line in f and f:lines() or function() end do
       local r = assert(json.decode(line))

@@ -91,20 +91,6 @@ B.defaults = {
                           -- up to that late; ttft_ms is when the first token was read all the same; 0: each read
 }
 
--- The input's functions, as they were when batch was one file.
-B.parse_line = input.parse_line
-B.prepare = input.prepare
-B.read_input = input.read_input
--- The output's.
-B.resume = output.resume
-B.record = output.record
-B.encode_record = output.encode_record
-B.errors_path = output.errors_path
--- The run policy's.
-B.retryable = policy.retryable
-B.backoff = policy.backoff
-B.progress_line = policy.progress_line
-
 local function resolve(opts)
   local o = copy(B.defaults)
   for k, v in pairs(opts) do o[k] = v end
@@ -191,7 +177,7 @@ local function work(ctx, queue)
     local job = next_job(ctx, queue)
     if not job then return end
     local r, at = policy.step(job, ctx)
-    if r then ctx.write(B.record(job.item, r), r)
+    if r then ctx.write(output.record(job.item, r), r)
     elseif not at then return
     else
       job.at = at
@@ -227,7 +213,7 @@ local function make_writer(run, stats)
       f, err = output.errors_file(sink)
     end
     local ok = false
-    if f then ok, err = f:write(B.encode_record(rec, r) .. "\n") end -- unbuffered: one write(2) per record
+    if f then ok, err = f:write(output.encode_record(rec, r) .. "\n") end -- unbuffered: one write(2) per record
     if not ok then
       run.write_error = ("cannot write %s: %s (the records before are kept; free space or choose another file,"
         .. " then run the same command again)"):format(name, err)
@@ -268,7 +254,7 @@ local function drive(o, run)
     if release_tick then release_tick() end
   end })
   for i = 1, math.min(o.pool:capacity(), run.total - run.skipped) do workers[i] = loop.spawn(work, ctx, queue) end
-  progress = o.progress and policy.progress_task(stats, o, function(...) return B.progress_line(...) end)
+  progress = o.progress and policy.progress_task(stats, o, function(...) return policy.progress_line(...) end)
   if o.batch_deadline then
     for _, t in ipairs(workers) do t:deadline(o.batch_deadline) end
   end

@@ -22,9 +22,6 @@ local copy = require("mirza.util").copy
 
 local P = {}
 
----Is a failed attempt worth retrying? (mirza.retry)
-P.retryable = retry.retryable
-
 ---Seconds to wait before retry number `n` (1-based): the server's
 ---Retry-After when given, else exponential backoff with jitter (mirza.retry.delay).
 ---@param n integer
@@ -218,7 +215,7 @@ function P.step(job, ctx)
     return r
   end
   if give_up(ctx, r) then return nil end
-  if not P.retryable(r.code, r.status) or job.n > opts.max_retries then return r end
+  if not retry.retryable(r.code, r.status) or job.n > opts.max_retries then return r end
   ctx.stats.retries = ctx.stats.retries + 1
   return nil, mirza.now() + P.backoff(job.n, opts, r.retry_after)
 end

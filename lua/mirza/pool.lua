@@ -596,26 +596,6 @@ function Pool:acquire(timeout, prefer, avoid, key)
   end
 end
 
----Whether an engine's turn fails over on a failure: "endpoint" (its own:
----refused, cut, timeout, exited, HTTP 502/503/504), "request" (another
----5xx: it answered, perhaps to this request only), or nil (an error frame,
----408/409/429, a 4xx, a bad frame, ...). The rule is mirza.retry's.
-P.blame = retry.blame
-
----The class of a failure (mirza.retry.class): "unsupported", "item",
----"retry" or "endpoint"; only "endpoint" rests an endpoint at once.
-P.class = retry.class
-
----Does an engine's turn fail over to another endpoint on this failure
----(`P.blame` not nil)? Only "endpoint" rests it; an HTTP 500 counts toward
----its run of server faults (the module comment).
----@param code string|nil error code of the failed request
----@param status integer|nil HTTP status
----@return boolean
-function P.endpoint_failure(code, status)
-  return retry.blame(code, status) ~= nil
-end
-
 -- It answered: reachable, and no longer resting or probing.
 local function healthy(e)
   e.fails, e.failing_since, e.faulting = 0, nil, nil

@@ -9,6 +9,7 @@ local mirza = require "mirza"
 local loop = require "mirza.loop"
 local pool = require "mirza.pool"
 local batch = require "mirza.batch"
+local batch_input = require "mirza.batch_input"
 local json = mirza.json
 local H = require "tests.helper"
 
@@ -140,7 +141,7 @@ describe("a batch stopped before its end", function()
   it("interrupted (SIGINT) in a script calling mirza.batch.run: it raises 'interrupted', says how many are saved",
     function()
       local input, output = write_input(N), H.tmpname(".jsonl")
-      local items = assert(batch.read_input(input))
+      local items = assert(batch_input.read_input(input))
       assert(batch.run { items = { items[1], items[2] }, output = output, endpoints = { sim.base }, model = "m",
         quiet = true, progress = false }) -- an earlier run saved two: the interrupted one skips them
       local runner = H.spawn_mirza(([[

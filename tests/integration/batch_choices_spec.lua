@@ -7,6 +7,7 @@
 -- them.
 local mirza = require "mirza"
 local batch = require "mirza.batch"
+local batch_output = require "mirza.batch_output"
 local json = mirza.json
 local H = require "tests.helper"
 
@@ -22,7 +23,7 @@ local function run_lines(sim, lines)
   finally(function()
     os.remove(input)
     os.remove(output)
-    os.remove(batch.errors_path(output))
+    os.remove(batch_output.errors_path(output))
   end)
   local st = assert(batch.run { input = input, output = output, endpoints = { sim.base }, quiet = true,
     progress = false })

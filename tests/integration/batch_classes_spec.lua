@@ -7,6 +7,7 @@
 -- that are not objects, and a short item not held to the tick.
 local mirza = require "mirza"
 local batch = require "mirza.batch"
+local batch_output = require "mirza.batch_output"
 local json = mirza.json
 local H = require "tests.helper"
 
@@ -80,7 +81,7 @@ describe("batch failures by class", function()
       give_up_after = 60 })
     assert.is_true(mirza.now() - t0 < 5, ("%.1f s"):format(mirza.now() - t0))
     local ok, nok = records(out)
-    local bad, nbad = records(batch.errors_path(out))
+    local bad, nbad = records(batch_output.errors_path(out))
     assert.equal(20, nok)
     assert.equal(10, nbad)
     assert.equal(10, st.errors)
@@ -103,7 +104,7 @@ describe("batch failures by class", function()
     assert.equal(0, st.retries)
     os.remove(input)
     os.remove(out)
-    os.remove(batch.errors_path(out))
+    os.remove(batch_output.errors_path(out))
   end)
 
   it("retries lines that get a 500 while the endpoint answers the others first", function()
@@ -113,7 +114,7 @@ describe("batch failures by class", function()
     local st = assert(batch.run { input = input, output = out, base_url = sim.base, quiet = true,
       retry_base = 0.05, max_retries = 3, give_up_after = 60, limit = 4 })
     local ok, nok = records(out)
-    local bad, nbad = records(batch.errors_path(out))
+    local bad, nbad = records(batch_output.errors_path(out))
     assert.equal(20, nok)
     assert.equal(10, nbad)
     assert.equal(30, st.retries) -- each bad line 3 times more, none given up on early
@@ -130,7 +131,7 @@ describe("batch failures by class", function()
       fastest_bad))
     os.remove(input)
     os.remove(out)
-    os.remove(batch.errors_path(out))
+    os.remove(batch_output.errors_path(out))
   end)
 
   it("takes a 404 that names a model for the line's own failure, not a missing route", function()
@@ -140,13 +141,13 @@ describe("batch failures by class", function()
     local out = H.tmpname(".jsonl")
     local st = assert(batch.run { input = input, output = out, base_url = sim.base, quiet = true, limit = 1 })
     local ok, nok = records(out)
-    local bad, nbad = records(batch.errors_path(out))
+    local bad, nbad = records(batch_output.errors_path(out))
     assert.equal(3, nok)
     assert.truthy(ok.ok1 and ok.ok2 and ok.ok3)
     assert.equal(1, nbad)
     assert.equal("http", bad.bad.error.code)
     assert.equal(1, st.errors)
-    for _, p in ipairs { input, out, batch.errors_path(out) } do os.remove(p) end
+    for _, p in ipairs { input, out, batch_output.errors_path(out) } do os.remove(p) end
   end)
 
   it("splits <think>...</think> out of the content before the schema check, as the engine does", function()
@@ -171,7 +172,7 @@ describe("batch failures by class", function()
     assert(batch.run { input = input, output = out, base_url = sim.base, quiet = true })
     local _, n = records(out)
     assert.equal(2, n)
-    assert.is_nil(io.open(batch.errors_path(out)))
+    assert.is_nil(io.open(batch_output.errors_path(out)))
     os.remove(input)
     os.remove(out)
   end)
@@ -231,10 +232,10 @@ describe("batch endpoints and keys as users give them", function()
     local out = H.tmpname(".jsonl")
     local rc, _, err = cli(nil, input, out, "--endpoint", keyed.base .. "/v1")
     assert.equal(1, rc, err)
-    local bad = records(batch.errors_path(out))
+    local bad = records(batch_output.errors_path(out))
     assert.truthy(bad.a.error.message:find("give the server's key: --api-key KEY or MIRZA_API_KEY", 1, true),
       bad.a.error.message)
-    os.remove(batch.errors_path(out))
+    os.remove(batch_output.errors_path(out))
     for _, case in ipairs {
       { env = nil, args = { "--api-key", "s3cret-key" } },
       { env = { MIRZA_API_KEY = "s3cret-key", OPENAI_API_KEY = "wrong" }, args = {} },
@@ -262,7 +263,7 @@ describe("batch endpoints and keys as users give them", function()
       keyed.base .. "/v1/chat/completions", keyed.base .. "/v1/embeddings?api-version=2024-10-21" } do
       local out = H.tmpname(".jsonl")
       local rc, _, err = cli(nil, input, out, "--endpoint", ep .. "@2", "--api-key", "s3cret-key", "--quiet")
-      local ef = io.open(batch.errors_path(out))
+      local ef = io.open(batch_output.errors_path(out))
       assert.equal(0, rc, ep .. ": " .. err .. (ef and ef:read("a") or ""))
       if ef then ef:close() end
       local ok, n = records(out)
@@ -293,7 +294,7 @@ describe("batch input as other tools write it", function()
     local st = assert(batch.run { input = input, output = out, base_url = sim.base, quiet = true })
     assert.equal(5, st.total)
     local ok = records(out)
-    local bad = records(batch.errors_path(out))
+    local bad = records(batch_output.errors_path(out))
     assert.truthy(ok.first, "the BOM line read as its JSON") -- not "line-1" with the BOM in its prompt
     assert.truthy(ok["line-5"])
     for n, kind in pairs { [2] = "an array", [3] = "a string", [4] = "null" } do
@@ -303,7 +304,7 @@ describe("batch input as other tools write it", function()
       assert.truthy(r.error.message:find(("line %d is JSON but %s, not an object"):format(n, kind), 1, true),
         r.error.message)
     end
-    for _, p in ipairs { input, out, batch.errors_path(out) } do os.remove(p) end
+    for _, p in ipairs { input, out, batch_output.errors_path(out) } do os.remove(p) end
   end)
 
   it("reads a short item (small max_tokens) to its end as it comes, not a tick late", function()

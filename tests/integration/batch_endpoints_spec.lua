@@ -8,6 +8,7 @@
 -- prompt (its cached tokens recorded).
 local mirza = require "mirza"
 local batch = require "mirza.batch"
+local batch_output = require "mirza.batch_output"
 local json = mirza.json
 local H = require "tests.helper"
 
@@ -101,7 +102,7 @@ describe("batch lines for /v1/embeddings", function()
     -- failures go to the error file beside OUTPUT, none to OUTPUT; a route the
     -- daemon does not serve (501) is "unsupported", its message says what to do
     assert.same({}, (records(output)))
-    by = records(batch.errors_path(output))
+    by = records(batch_output.errors_path(output))
     assert.equal(501, by.a.response.status_code)
     assert.equal("unsupported", by.a.error.code)
     assert.truthy(by.a.error.message:find("/v1/embeddings", 1, true), by.a.error.message)
@@ -110,7 +111,7 @@ describe("batch lines for /v1/embeddings", function()
     noemb.stop()
     os.remove(input)
     os.remove(output)
-    os.remove(batch.errors_path(output))
+    os.remove(batch_output.errors_path(output))
   end)
 end)
 
@@ -138,14 +139,14 @@ describe("batch lines for /v1/completions", function()
       assert(batch.run { input = input, output = output, endpoints = { sim.base }, model = "m",
         quiet = true, progress = false, limit = 1, body = { max_tokens = 2 },
         schema = { type = "object", required = { "n" }, properties = { n = { type = "integer" } } } })
-      local by = records(batch.errors_path(output)) -- a schema violation is a failure: in the error file
+      local by = records(batch_output.errors_path(output)) -- a schema violation is a failure: in the error file
       assert.is_nil(records(output).text)
       local t = by.text.response.body
       assert.same({ "text_completion", "length" }, { t.object, t.choices[1].finish_reason }) -- 2 tokens: cut
       assert.equal(2, t.usage.completion_tokens)
       assert.equal("schema", by.text.error.code) -- not JSON: the run's schema applies to completions
       os.remove(output)
-      os.remove(batch.errors_path(output))
+      os.remove(batch_output.errors_path(output))
       local st = assert(batch.run { input = input, output = output, endpoints = { sim.base }, model = "m", quiet = true,
         progress = false, limit = 1,
         schema = { type = "object", required = { "n" }, properties = { n = { type = "integer" } } } })
@@ -159,6 +160,6 @@ describe("batch lines for /v1/completions", function()
       assert.is_number(batch.cached_share(st))
       os.remove(input)
       os.remove(output)
-      os.remove(batch.errors_path(output))
+      os.remove(batch_output.errors_path(output))
     end)
 end)

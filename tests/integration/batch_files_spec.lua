@@ -8,6 +8,7 @@
 -- over every attempt.
 local mirza = require "mirza"
 local batch = require "mirza.batch"
+local batch_output = require "mirza.batch_output"
 local json = mirza.json
 local H = require "tests.helper"
 
@@ -73,7 +74,7 @@ describe("batch output files", function()
     assert.equal(2, rc)
     assert.truthy(err:find("same file", 1, true), err)
     assert.equal("hello\nworld\n", H.read_file(p))
-    assert.is_nil(io.open(batch.errors_path(link)), "an error file was written") -- nothing written at all
+    assert.is_nil(io.open(batch_output.errors_path(link)), "an error file was written") -- nothing written at all
     os.remove(p)
     os.remove(link)
   end)
@@ -97,7 +98,7 @@ describe("batch output files", function()
       assert.is_nil(st, msg)
       assert.equal("output", code)
       assert.equal(text, H.read_file(path))
-      assert.is_nil(io.open(batch.errors_path(path)), "an error file was written") -- nothing written at all
+      assert.is_nil(io.open(batch_output.errors_path(path)), "an error file was written") -- nothing written at all
       os.remove(path)
     end
     -- a single line without its newline that is not ours: not cut
@@ -139,7 +140,7 @@ describe("batch output files", function()
     assert.equal(2, #lines_of(got))
     os.remove(input)
     os.remove(out)
-    os.remove(batch.errors_path(out))
+    os.remove(batch_output.errors_path(out))
   end)
 
   it("says a directory is not an OUTPUT, and an empty INPUT is nothing to do (exit 2, no traceback)", function()
@@ -157,7 +158,7 @@ describe("batch output files", function()
     assert.equal(2, rc)
     assert.truthy(err:find("nothing to do", 1, true), err)
     assert.is_nil(io.open(out))
-    assert.is_nil(io.open(batch.errors_path(out)))
+    assert.is_nil(io.open(batch_output.errors_path(out)))
     os.remove(dir)
     os.remove(input)
   end)
@@ -227,7 +228,7 @@ describe("batch records", function()
     local by = H.batch_records(output)
     os.remove(input)
     os.remove(output)
-    os.remove(batch.errors_path(output))
+    os.remove(batch_output.errors_path(output))
     return by, st
   end
 
@@ -290,7 +291,7 @@ describe("batch records", function()
     os.execute("rm -rf " .. H.q(dir))
     os.remove(input)
     os.remove(output)
-    os.remove(batch.errors_path(output))
+    os.remove(batch_output.errors_path(output))
   end)
 
   it("--header-timeout S: an attempt with no response head in S seconds fails with the header timeout", function()
@@ -298,7 +299,7 @@ describe("batch records", function()
     finally(function()
       os.remove(input)
       os.remove(output)
-      os.remove(batch.errors_path(output))
+      os.remove(batch_output.errors_path(output))
     end)
     write(input, item("queued", { fault = "head-delay=5000" }) .. "\n" .. item("quick") .. "\n")
     local t0 = mirza.now()
@@ -331,7 +332,7 @@ describe("batch records", function()
     fsim.stop()
     os.remove(input)
     os.remove(output)
-    os.remove(batch.errors_path(output))
+    os.remove(batch_output.errors_path(output))
   end)
 end)
 
@@ -370,6 +371,6 @@ describe("batch interrupted", function()
     sim.stop()
     os.remove(input)
     os.remove(out)
-    os.remove(batch.errors_path(out))
+    os.remove(batch_output.errors_path(out))
   end)
 end)

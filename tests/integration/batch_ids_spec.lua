@@ -6,6 +6,7 @@
 -- BOM-only line read as their JSON. The units: lua/batch_io_spec.
 local mirza = require "mirza"
 local batch = require "mirza.batch"
+local batch_output = require "mirza.batch_output"
 local json = mirza.json
 local H = require "tests.helper"
 
@@ -30,7 +31,7 @@ describe("batch input lines as they come", function()
   it("records ids past 2^53 as the digits written, two items, and a rerun finds each done", function()
     local input, out = H.tmpname(".jsonl"), H.tmpname(".jsonl")
     finally(function()
-      for _, p in ipairs { input, out, batch.errors_path(out) } do os.remove(p) end
+      for _, p in ipairs { input, out, batch_output.errors_path(out) } do os.remove(p) end
     end)
     H.write_file(input, table.concat({
       '{"custom_id":' .. BIG .. ',"prompt":"one"}',
@@ -69,7 +70,7 @@ describe("batch input lines as they come", function()
   it("reads files joined by cat: a BOM on line 1, on line 5, alone on a line", function()
     local input, out = H.tmpname(".jsonl"), H.tmpname(".jsonl")
     finally(function()
-      for _, p in ipairs { input, out, batch.errors_path(out) } do os.remove(p) end
+      for _, p in ipairs { input, out, batch_output.errors_path(out) } do os.remove(p) end
     end)
     local function export(first, n) -- a Windows tool's export: a BOM, CRLF lines
       local t = {}

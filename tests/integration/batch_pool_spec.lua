@@ -8,6 +8,7 @@ local mirza = require "mirza"
 local loop = require "mirza.loop"
 local pool = require "mirza.pool"
 local batch = require "mirza.batch"
+local batch_output = require "mirza.batch_output"
 local json = mirza.json
 local H = require "tests.helper"
 
@@ -79,7 +80,7 @@ describe("batch over a dead endpoint", function()
     assert.equal(0, select(2, all_records(output))) -- nothing recorded: a rerun does them all
     os.remove(input)
     os.remove(output)
-    os.remove(batch.errors_path(output))
+    os.remove(batch_output.errors_path(output))
   end)
 
   it("says so for a pool whose endpoints all refuse, naming each", function()
@@ -97,7 +98,7 @@ describe("batch over a dead endpoint", function()
     assert.equal(0, select(2, all_records(output)))
     os.remove(input)
     os.remove(output)
-    os.remove(batch.errors_path(output))
+    os.remove(batch_output.errors_path(output))
   end)
 
   it("says on the progress line that every endpoint is down and gives up after give_up_after", function()
@@ -133,7 +134,7 @@ describe("batch over a dead endpoint", function()
     assert.truthy(said, "no progress line said so:\n" .. table.concat(lines, "\n"))
     os.remove(input)
     os.remove(output)
-    os.remove(batch.errors_path(output))
+    os.remove(batch_output.errors_path(output))
   end)
 end)
 
@@ -172,7 +173,7 @@ describe("batch with a few items that always fail", function()
       end)
       local by = all_records(output) -- the good in OUTPUT, the failing ones in the error file
       os.remove(output)
-      os.remove(batch.errors_path(output))
+      os.remove(batch_output.errors_path(output))
       return t_good, by
     end
     local t_alone = time_good(good, pool.new({ sim.base }, { limit = 4 }))
@@ -227,7 +228,7 @@ describe("batch over a pool with a dead member", function()
     assert.is_true(p.endpoints[1].failed >= 1) -- it was probed, not forgotten
     os.remove(input)
     os.remove(output)
-    os.remove(batch.errors_path(output))
+    os.remove(batch_output.errors_path(output))
   end)
 end)
 
@@ -261,7 +262,7 @@ describe("batch model", function()
     assert.equal("own", by.b.mirza.model)
     os.remove(input)
     os.remove(output)
-    os.remove(batch.errors_path(output))
+    os.remove(batch_output.errors_path(output))
   end)
 
   it("stops with a clear error when the endpoint answers but lists no model", function()
@@ -276,6 +277,6 @@ describe("batch model", function()
     assert.equal(0, select(2, all_records(output)))
     os.remove(input)
     os.remove(output)
-    os.remove(batch.errors_path(output))
+    os.remove(batch_output.errors_path(output))
   end)
 end)

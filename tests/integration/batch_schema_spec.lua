@@ -9,6 +9,7 @@
 -- failures (a violation too: it keeps the answer) in the error file.
 local mirza = require "mirza"
 local batch = require "mirza.batch"
+local batch_output = require "mirza.batch_output"
 local json = mirza.json
 local H = require "tests.helper"
 
@@ -43,7 +44,7 @@ describe("batch items with a schema", function()
     local by = H.batch_records(output)
     os.remove(input)
     os.remove(output)
-    os.remove(batch.errors_path(output))
+    os.remove(batch_output.errors_path(output))
     return by, st, msg, code
   end
 

@@ -5,6 +5,10 @@
 -- duplicated.
 local mirza = require "mirza"
 local batch = require "mirza.batch"
+local batch_input = require "mirza.batch_input"
+local batch_output = require "mirza.batch_output"
+local batch_policy = require "mirza.batch_policy"
+local retry = require "mirza.retry"
 local json = mirza.json
 local H = require "tests.helper"
 
@@ -29,7 +33,7 @@ end
 -- Remove a run's OUTPUT and its error file.
 local function remove_output(output)
   os.remove(output)
-  os.remove(batch.errors_path(output))
+  os.remove(batch_output.errors_path(output))
 end
 
 local function content(rec)
@@ -72,7 +76,7 @@ describe("mirza.batch", function()
     assert.equal(5, st.total)
     assert.equal(2, st.errors)
     assert.same({ input = 1, http = 1 }, st.by_code)
-    assert.equal(batch.errors_path(output), st.errors_file)
+    assert.equal(batch_output.errors_path(output), st.errors_file)
     local a = by.a
     assert.equal("batch_req_000001", a.id)
     assert.equal(json.null, a.error)
@@ -111,7 +115,7 @@ describe("mirza.batch", function()
     assert.equal("input", code)
     assert.truthy(msg:find("duplicate custom_id \"x\"", 1, true))
     assert.is_nil(io.open(output), "OUTPUT was written")
-    assert.is_nil(io.open(batch.errors_path(output)), "the error file was written")
+    assert.is_nil(io.open(batch_output.errors_path(output)), "the error file was written")
     os.remove(input)
   end)
 
@@ -313,39 +317,40 @@ end)
 describe("mirza.batch pieces", function()
   it("parses the input shapes and rejects bad ones with a reason", function()
     local line = '{"custom_id":"c","method":"POST","url":"/v1/chat/completions","body":{"model":"m"}}'
-    local it = batch.parse_line(line, 1)
+    local it = batch_input.parse_line(line, 1)
     assert.same({ custom_id = "c", body = { model = "m" }, line = 1, kind = "chat", url = "/v1/chat/completions" }, it)
-    it = batch.parse_line('{"prompt":"hi","system":"sys","max_tokens":5}', 2)
+    it = batch_input.parse_line('{"prompt":"hi","system":"sys","max_tokens":5}', 2)
     assert.equal("line-2", it.custom_id)
     assert.same({ { role = "system", content = "sys" }, { role = "user", content = "hi" } }, it.body.messages)
     assert.equal(5, it.body.max_tokens)
     assert.is_nil(it.body.prompt)
-    it = batch.parse_line("just text\r", 3)
+    it = batch_input.parse_line("just text\r", 3)
     assert.same({ { role = "user", content = "just text" } }, it.body.messages)
-    assert.is_false(batch.parse_line("   ", 4))
-    local bad, msg = batch.parse_line('{"custom_id":"x","url":"/v1/audio/speech","body":{}}', 5)
+    assert.is_false(batch_input.parse_line("   ", 4))
+    local bad, msg = batch_input.parse_line('{"custom_id":"x","url":"/v1/audio/speech","body":{}}', 5)
     assert.is_nil(bad)
     assert.truthy(msg:find("unsupported url", 1, true))
-    assert.equal("1", batch.parse_line('{"custom_id":1,"prompt":"p"}', 6).custom_id) -- a number: its string
-    assert.truthy(select(2, batch.parse_line('{"custom_id":true,"prompt":"p"}', 6)):find("custom_id must be a string"))
-    assert.truthy(select(2, batch.parse_line('{"foo":1}', 7)):find("needs", 1, true))
+    assert.equal("1", batch_input.parse_line('{"custom_id":1,"prompt":"p"}', 6).custom_id) -- a number: its string
+    local _, not_string = batch_input.parse_line('{"custom_id":true,"prompt":"p"}', 6)
+    assert.truthy(not_string:find("custom_id must be a string"))
+    assert.truthy(select(2, batch_input.parse_line('{"foo":1}', 7)):find("needs", 1, true))
   end)
 
   it("retries only retryable failures, backs off exponentially and honours retry_after", function()
     for _, c in ipairs { { "refused" }, { "closed" }, { "timeout" }, { "server" }, { "http", 408 }, { "http", 409 },
       { "http", 429 }, { "http", 500 }, { "http", 503 } } do
-      assert.is_true(batch.retryable(c[1], c[2]), c[1] .. tostring(c[2]))
+      assert.is_true(retry.retryable(c[1], c[2]), c[1] .. tostring(c[2]))
     end
     for _, c in ipairs { { "http", 400 }, { "http", 401 }, { "http", 404 }, { "http", 422 }, { "protocol" },
       { "input" } } do
-      assert.is_false(batch.retryable(c[1], c[2]), c[1] .. tostring(c[2]))
+      assert.is_false(retry.retryable(c[1], c[2]), c[1] .. tostring(c[2]))
     end
     local o = { retry_base = 1, retry_max = 5 }
     for n, hi in ipairs { 1, 2, 4, 5, 5 } do
-      local d = batch.backoff(n, o)
+      local d = batch_policy.backoff(n, o)
       assert.is_true(d >= hi / 2 and d <= hi, ("retry %d waited %g"):format(n, d))
     end
-    local d = batch.backoff(1, o, 7)
+    local d = batch_policy.backoff(1, o, 7)
     assert.is_true(d >= 7 and d < 7.1)
   end)
 
@@ -355,12 +360,12 @@ describe("mirza.batch pieces", function()
     local a, b = '{"custom_id":"a","error":null,"response":null}', '{"custom_id":"b","error":null,"response":null}'
     f:write(a, "\n", b, "\n", a, "\n", '{"custom_id":"c"')
     f:close()
-    local done, n = batch.resume(path)
+    local done, n = batch_output.resume(path)
     assert.equal(2, n)
     assert.same({ a = true, b = true }, done)
     assert.equal(a .. "\n" .. b .. "\n" .. a .. "\n", H.read_file(path))
     os.remove(path)
-    local none, zero = batch.resume(path) -- no file yet
+    local none, zero = batch_output.resume(path) -- no file yet
     assert.same({}, none)
     assert.equal(0, zero)
   end)

@@ -7,6 +7,7 @@
 local mirza = require "mirza"
 local json = mirza.json
 local batch = require "mirza.batch"
+local batch_output = require "mirza.batch_output"
 local loop = require "mirza.loop"
 local H = require "tests.helper"
 
@@ -36,7 +37,7 @@ local function output_path()
   local out = H.tmpname(".jsonl")
   finally(function()
     os.remove(out)
-    os.remove(batch.errors_path(out))
+    os.remove(batch_output.errors_path(out))
   end)
   return out
 end
@@ -59,7 +60,7 @@ describe("the summary of a failed batch", function()
     assert.equal("", err) -- --quiet: no summary
     rc, err = cli(input_of(lines), out, "--endpoint", sim.base, "--api-key", "WRONG", "--model", "m")
     assert.equal(1, rc, err)
-    assert.truthy(err:find("batch: 15 failed, recorded in " .. batch.errors_path(out), 1, true), err)
+    assert.truthy(err:find("batch: 15 failed, recorded in " .. batch_output.errors_path(out), 1, true), err)
     assert.truthy(err:find("15 http 401 (first: line-1): " .. sim.base .. "/v1/chat/completions answered HTTP 401 "
       .. "(no key, or a wrong one): give the server's key: --api-key KEY", 1, true), err)
     assert.truthy(err:find("running the same command again fails them the same way: fix the cause above first",

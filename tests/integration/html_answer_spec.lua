@@ -126,16 +126,18 @@ describe("an engine's turn and a batch item against a web page", function()
 
   it("records the batch item's error after one attempt: no retry", function()
     local batch = require "mirza.batch"
+    local batch_input = require "mirza.batch_input"
+    local batch_output = require "mirza.batch_output"
     local input, output = H.tmpname(".jsonl"), H.tmpname(".jsonl")
-    finally(function() os.remove(input) os.remove(output) os.remove(batch.errors_path(output)) end)
+    finally(function() os.remove(input) os.remove(output) os.remove(batch_output.errors_path(output)) end)
     H.write_file(input, json.encode { custom_id = "a", prompt = "Bonjour" } .. "\n")
     local before = settled(sim)
-    local st = assert(batch.run { items = assert(batch.read_input(input)),
+    local st = assert(batch.run { items = assert(batch_input.read_input(input)),
       output = output, endpoints = { sim.base }, model = "m", quiet = true, progress = false, max_retries = 3,
       retry_base = 0.05 })
     assert.equal(1, st.errors)
     assert.equal("", H.read_file(output)) -- a failure: in the error file beside OUTPUT
-    local rec = json.decode(H.read_file(batch.errors_path(output)))
+    local rec = json.decode(H.read_file(batch_output.errors_path(output)))
     assert.equal("a", rec.custom_id)
     assert.equal("protocol", rec.error.code)
     assert.equal(not_a_stream(sim.url, "text/html", TITLE), rec.error.message)

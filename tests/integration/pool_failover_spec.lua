@@ -13,6 +13,7 @@
 local mirza = require "mirza"
 local pool = require "mirza.pool"
 local batch = require "mirza.batch"
+local batch_output = require "mirza.batch_output"
 local json = mirza.json
 local H = require "tests.helper"
 
@@ -29,7 +30,7 @@ local function run_one(first, good, opts)
   assert(batch.run(o))
   local by, n, nbad = H.batch_records(output)
   os.remove(output)
-  os.remove(batch.errors_path(output))
+  os.remove(batch_output.errors_path(output))
   assert.equal(1, n + nbad)
   return by.it, p.endpoints[1]
 end

@@ -178,11 +178,12 @@ describe("default timeouts", function()
     local st = assert(require("mirza.batch").run { input = input, output = output, endpoints = { sim.base },
       header_timeout = 0.3, max_retries = 0, quiet = true, progress = false })
     assert.equal(1, st.errors)
-    assert.matches("header timeout", H.read_file(require("mirza.batch").errors_path(output)), 1, true) -- a failure
+    local errors = require("mirza.batch_output").errors_path(output)
+    assert.matches("header timeout", H.read_file(errors), 1, true) -- a failure
     assert.is_true(mirza.now() - t0 < 4)
     os.remove(input)
     os.remove(output)
-    os.remove(require("mirza.batch").errors_path(output))
+    os.remove(errors)
   end)
 end)
 

@@ -158,11 +158,12 @@ describe("each form of an endpoint, on the wire", function()
     finally(function() os.remove(input) end)
     for _, form in ipairs(FORMS) do
       local batch = require "mirza.batch"
+      local batch_output = require "mirza.batch_output"
       local out = H.tmpname(".jsonl")
       assert(batch.run { input = input, output = out, quiet = true, endpoints = { srv.base .. form[2] },
         max_retries = 0 })
       local by, answers = H.batch_records(out)
-      for _, f in ipairs { out, batch.errors_path(out) } do os.remove(f) end
+      for _, f in ipairs { out, batch_output.errors_path(out) } do os.remove(f) end
       for id, r in pairs(by) do
         assert.equal(mirza.json.null, r.error, ("%s: %s: %s"):format(form[1], id, mirza.json.encode(r.error)))
         assert.equal(srv.base .. form[3], r.mirza.endpoint, form[1])

@@ -63,14 +63,10 @@ describe("mirza.retry.classify", function()
     end
   end)
 
-  it("is the rule of batch, pool and the daemon (one table, not copies)", function()
-    assert.equal(retry.retryable, require("mirza.batch").retryable)
-    local pool = require "mirza.pool"
-    assert.equal(retry.blame, pool.blame)
-    assert.equal(retry.class, pool.class)
-    assert.is_true(pool.endpoint_failure("http", 500))
-    assert.is_false(pool.endpoint_failure("http", 429))
-    assert.is_false(pool.endpoint_failure("http", 501)) -- no such route: another daemon of the pool is no better
+  it("fails an engine's turn over on a 500, not on a 429 or a 501 (the rule batch, pool and engine call)", function()
+    assert.is_not_nil(retry.blame("http", 500))
+    assert.is_nil(retry.blame("http", 429))
+    assert.is_nil(retry.blame("http", 501)) -- no such route: another daemon of the pool is no better
   end)
 end)
 
@@ -92,10 +88,10 @@ describe("mirza.retry.backoff", function()
   end)
 
   it("keeps each user's formula: batch retry, pool rest, turn 409 wait", function()
-    local batch = require "mirza.batch"
+    local batch_policy = require "mirza.batch_policy"
     with_random(1, function()
-      assert.equal(1, batch.backoff(2, { retry_base = 0.5, retry_max = 30 }))
-      assert.equal(7.05, batch.backoff(2, { retry_base = 0.5, retry_max = 30 }, 7)) -- Retry-After wins
+      assert.equal(1, batch_policy.backoff(2, { retry_base = 0.5, retry_max = 30 }))
+      assert.equal(7.05, batch_policy.backoff(2, { retry_base = 0.5, retry_max = 30 }, 7)) -- Retry-After wins
       assert.same({ 0.05, 0.1, 0.8, 0.8 }, { retry.backoff(1, 0.05, 0.8), retry.backoff(2, 0.05, 0.8),
         retry.backoff(5, 0.05, 0.8), retry.backoff(9, 0.05, 0.8) })
     end)
@@ -116,8 +112,8 @@ describe("mirza.retry.delay", function()
 
   it("is the one wait of a batch retry and mirza.collect's (the OpenAI SDKs' defaults)", function()
     with_random(0.5, function()
-      local batch = require "mirza.batch"
-      assert.equal(retry.delay(3, nil, 0.5, 30), batch.backoff(3, { retry_base = 0.5, retry_max = 30 }))
+      local batch_policy = require "mirza.batch_policy"
+      assert.equal(retry.delay(3, nil, 0.5, 30), batch_policy.backoff(3, { retry_base = 0.5, retry_max = 30 }))
     end)
     assert.same({ retries = 2, base = 0.5, max = 8, wait_max = 60 }, retry.REQUEST)
   end)
