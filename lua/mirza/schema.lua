@@ -270,6 +270,15 @@ function M.compile(S)
   return setmetatable({ schema = s, root = root, unchecked = ctx.unchecked }, Compiled)
 end
 
+-- `c` compiled (M.compile returns a compiled schema as it is); one that
+-- does not compile raises at the caller of the public function that
+-- called this one (level 3), as a bad argument of that function.
+local function compiled(c)
+  local r, msg = M.compile(c)
+  if not r then error(msg, 3) end
+  return r
+end
+
 -- ------------------------------------------------------------ values
 
 local null = json.null
@@ -659,11 +668,7 @@ end
 ---@return string? message "/items/2/price: expected number, got string \"12\"" ("(root)" for the whole value)
 ---@return string? pointer the JSON pointer of the first violation ("" for the whole value; array indices from 0)
 function M.validate(c, value)
-  if getmetatable(c) ~= Compiled then
-    local msg
-    c, msg = M.compile(c)
-    if not c then error(msg, 2) end
-  end
+  c = compiled(c)
   local m, e = check(c.root, value, 0)
   if m then return false, m, e end
   return true
@@ -742,11 +747,7 @@ end
 ---@param c mirza.Schema|table|string
 ---@return "object"|"array"|nil
 function M.root(c)
-  if getmetatable(c) ~= Compiled then
-    local msg
-    c, msg = M.compile(c)
-    if not c then error(msg, 2) end
-  end
+  c = compiled(c)
   return root_of(c.root, {})
 end
 
@@ -778,11 +779,7 @@ end
 ---@return string? raw the answer as given
 ---@return string? pointer the violation's JSON pointer (a value that decoded but did not validate)
 function M.decode(c, text)
-  if getmetatable(c) ~= Compiled then
-    local msg
-    c, msg = M.compile(c)
-    if not c then error(msg, 2) end
-  end
+  c = compiled(c)
   text = text or ""
   local root = root_of(c.root, {})
   local i = text:find(START[root] or "[%[{]")
@@ -831,11 +828,7 @@ end
 ---@param name? string the schema's name (default: its title, made a valid name, or "answer")
 ---@return table rf `{type = "json_schema", json_schema = {name =, schema =, strict = true}}`
 function M.response_format(c, name)
-  if getmetatable(c) ~= Compiled then
-    local msg
-    c, msg = M.compile(c)
-    if not c then error(msg, 2) end
-  end
+  c = compiled(c)
   local s = c.schema
   if not name then
     local title = type(s) == "table" and type(s.title) == "string" and s.title:gsub("[^%w_%-]", "_"):sub(1, 64)
