@@ -15,7 +15,7 @@ set(FUZZ_TARGETS sse frame http_error json jsonstream guard)
 
 function(mirza_fuzz_link target name)
   if(name STREQUAL "json")
-    target_link_libraries(${target} PRIVATE mirza_lua)
+    target_link_libraries(${target} PRIVATE mirza_lua PkgConfig::LUA)
   else()
     target_link_libraries(${target} PRIVATE mirza_core)
   endif()
