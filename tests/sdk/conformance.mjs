@@ -170,7 +170,10 @@ await check('abort() in the middle of a stream frees the slot: the next request 
   for await (const chunk of s) {
     if (chunk.choices[0]?.delta?.content && ++n === 2) s.controller.abort();
   }
-  assert.equal(n, 2);
+  // chunks that came in the same read as the second are still handed over
+  // (a loaded machine reads several at once): the abort ends the stream
+  // there, long before its 400 tokens
+  assert.ok(n >= 2 && n < 20, `${n} chunks after the abort at the second`);
   const t0 = Date.now();
   const r = await client({ timeout: 5_000 }).chat.completions.create(ask('Bonjour !'));
   assert.equal(r.choices[0].message.content, plainText);
