@@ -5,6 +5,9 @@
  *  - even: the rest is JSON text. If json.decode takes it, the value must
  *    encode, and decoding that text must give an equal value (deep
  *    compare; integers and floats compare by value), and so on once more.
+ *    Of an object, each member json.peek gives past 2^53 with its text:
+ *    that text must read as the same number (the digits of that member,
+ *    not another's).
  *  - odd: the rest is a recipe for a Lua value (strings of any bytes,
  *    integers within +-2^53, finite floats, booleans, json.null, arrays,
  *    objects with string keys free of NUL (encode refuses those), empty
@@ -63,9 +66,22 @@ static const char CHECKER[] =
     "    if next(t) == nil then t.x = 1 end; return t\n"
     "  else return {} end\n"
     "end\n"
+    "local function peeks(v)\n"
+    "  if type(v) ~= 'table' then return end\n"
+    "  for k in pairs(v) do\n"
+    "    local _, pv, text = json.peek(s, tostring(k))\n"
+    "    if text then\n"
+    "      local n = tonumber(text); if math.type(n) == 'integer' then n = n + 0.0 end\n"
+    "      assert(type(pv) == 'number' and (pv >= 2^53 or pv <= -2^53), 'peek: a text for ' .. tostring(pv))\n"
+    "      assert(n == pv and s:find(text, 1, true), 'peek: member ' .. tostring(k) .. ' is ' .. tostring(pv)\n"
+    "        .. ', its text ' .. text)\n"
+    "    end\n"
+    "  end\n"
+    "end\n"
     "if mode == 0 then\n"
     "  local v = json.decode(s)\n"
     "  if v == nil then return end\n"
+    "  peeks(v)\n"
     "  local v2 = again(v, 'decoded')\n"
     "  if v2 ~= nil then again(v2, 'decoded twice') end\n"
     "else\n"
