@@ -19,6 +19,6 @@
 #define MZ_E_CLOSED "closed"     /* stream cut without [DONE] */
 #define MZ_E_PROTOCOL "protocol" /* malformed frame, oversized event */
 #define MZ_E_SERVER "server"     /* error frame sent by the server */
-#define MZ_E_IO "io" /* other transport error */
+#define MZ_E_IO "io"             /* other transport error */
 
 #endif
