@@ -196,10 +196,11 @@ size_t mz_client_streams(const mz_client *c);
 /* The URL as it may be shown: userinfo (`user:pass@`) becomes
  * `[redacted]@`, and the value of each query parameter whose name looks
  * like a credential (contains auth, cookie, key, token, secret, password
- * or passwd, any case: lua/mirza/record.lua's is_secret) becomes
+ * or passwd, any case: mz_is_secret) becomes
  * `[redacted]`. malloc'd (free it); NULL when out of memory. */
 char *mz_redact_url(const char *url);
-/* 1 when a name (header or query parameter) looks like a credential. */
+/* 1 when a name (header or query parameter) looks like a credential: the
+ * one list of credential words, also Lua's (mirza.core.is_secret). */
 int mz_is_secret(const char *name, size_t len);
 /* 1 when url goes in clear (http://, or no scheme) to a host that is not
  * loopback (127.0.0.0/8, ::1, localhost, *.localhost): a credential sent

@@ -356,6 +356,16 @@ static int l_redact_url(lua_State *L) {
   return 1;
 }
 
+/* mirza.core.is_secret(name) -> whether a header or query parameter name
+ * looks like a credential (mz_is_secret: the one list, used by
+ * redact_url and by mirza.record for request headers). */
+static int l_is_secret(lua_State *L) {
+  size_t len;
+  const char *name = luaL_checklstring(L, 1, &len);
+  lua_pushboolean(L, mz_is_secret(name, len));
+  return 1;
+}
+
 /* mirza.isatty(fd) -> whether the descriptor is a terminal (progress lines
  * redraw in place there); asked without spawning a shell. */
 static int l_isatty(lua_State *L) {
@@ -430,6 +440,7 @@ int luaopen_mirza_core(lua_State *L) {
                                    {"mkdir_p", l_mkdir_p},
                                    {"ready", l_ready},
                                    {"redact_url", l_redact_url},
+                                   {"is_secret", l_is_secret},
                                    {"on_warning", l_on_warning},
                                    {"plain_remote", l_plain_remote},
                                    {"isatty", l_isatty},

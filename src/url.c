@@ -1,10 +1,11 @@
 /*
  * url.c - URLs as they may be shown, and whether a credential would go in
  * clear (client.h: mz_redact_url, mz_is_secret, mz_url_plain_remote).
- * Pure text: no curl, no DNS, no allocation but the result. The rule is
- * lua/mirza/record.lua's, so a message of the core and a recording agree
- * on what is hidden: the userinfo, and the value of each query parameter
- * whose name looks like a credential.
+ * Pure text: no curl, no DNS, no allocation but the result. The list of
+ * credential words is here only: lua/mirza/record.lua asks it through
+ * mirza.core.is_secret, so a message of the core and a recording agree on
+ * what is hidden: the userinfo, and the value of each query parameter (or
+ * header) whose name looks like a credential.
  */
 #include <arpa/inet.h>
 #include <ctype.h>

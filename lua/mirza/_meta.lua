@@ -365,6 +365,13 @@ function mirza.mkdir_p(path, mode) end
 ---@return string url
 function mirza.redact_url(url) end
 
+---Whether a header or query parameter name looks like a credential
+---(contains one of `redact_url`'s words, in any case): the one list, which
+---mirza.record asks for request headers. Only in `require("mirza.core")`.
+---@param name string
+---@return boolean
+function mirza.is_secret(name) end
+
 ---Route the library's warnings (e.g. the one below) to `fn(message)`
 ---instead of stderr (`mirza: warning: ...`); nil restores stderr. An
 ---engine given a `log` function passes those its own requests raise to

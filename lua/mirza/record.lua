@@ -15,10 +15,11 @@
 --- Secrets never reach the files: `api_key` (the Authorization header) is
 --- not written, a header whose name looks like a credential (*auth*, as in
 --- Authorization and Proxy-Authorization, *cookie*, *key*, *token*,
---- *secret*, *password*, *passwd*) has its value replaced by `[redacted]`,
---- and so do the URL's userinfo (`http://user:pass@host`) and its
---- credential-like query parameters (`mirza.redact_url`, the rule of the C
---- core's messages); runs.jsonl shows its endpoint and errors the same way.
+--- *secret*, *password*, *passwd*: mirza.core.is_secret, the C core's
+--- list) has its value replaced by `[redacted]`, and so do the URL's
+--- userinfo (`http://user:pass@host`) and its credential-like query
+--- parameters (`mirza.redact_url`, the rule of the C core's messages);
+--- runs.jsonl shows its endpoint and errors the same way.
 --- The body is kept verbatim: replay matches requests by it.
 ---
 --- An engine recording also appends one JSON line per turn to `runs.jsonl`
@@ -86,19 +87,6 @@ local function next_id(dir)
   return ("%06d"):format(n)
 end
 
-local SECRET = { "auth", "cookie", "key", "token", "secret", "password", "passwd" }
-
----Whether a header or parameter name looks like a credential.
----@param name string
----@return boolean
-function M.is_secret(name)
-  name = name:lower()
-  for _, w in ipairs(SECRET) do
-    if name:find(w, 1, true) then return true end
-  end
-  return false
-end
-
 ---A URL as it may be written: userinfo and credential-like query
 ---parameters as `[redacted]` (`mirza.redact_url`).
 ---@param url string
@@ -123,7 +111,7 @@ local function header_lines(headers, api_key)
     local name, value = k, v
     if type(k) ~= "string" then name, value = tostring(v):match("^([^:]*):%s*(.*)$") end
     if name then
-      out[#out + 1] = ("%s: %s"):format(name, M.is_secret(name) and "[redacted]" or value)
+      out[#out + 1] = ("%s: %s"):format(name, core.is_secret(name) and "[redacted]" or value)
     end
   end
   table.sort(out)
