@@ -90,8 +90,8 @@ end
 -- the think-tag splitter (reasoning sent as `<think>…</think>` in the
 -- content goes to `think`, as an engine's turn splits it: the answer
 -- checked is the answer alone), and through the repetition guard, into a
--- result (mirza.result), tool-call fragments merged. (Every item through
--- the splitter: 5 % more CPU on the bench's paced batch rows.) The other
+-- result (mirza.result), tool-call fragments merged. (Only an item with a
+-- schema pays for the splitter: its answer is the one checked.) The other
 -- choices' deltas go to `others` (apart), choice 0's through the stages.
 local function read_stream(s, opts, first, check, others)
   local stages = {}

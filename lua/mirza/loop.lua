@@ -44,10 +44,10 @@ local running_loop = nil
 -- is freed at the next collection, and a map of n streams that churns
 -- (a batch: a new stream per item) would then insert a new key per wait.
 -- Lua sizes a hash part to fit exactly, so at 255 or 256 live streams
--- every insert rehashed the whole part (5 µs at 256, 9 at 512). Weak
--- keys: a stream collected drops out. Its values are held weakly too (an
--- ephemeron: only while the stream lives, and a waiting task's stream is
--- on that task's stack), so each loop holds its live tasks itself (live).
+-- every insert would rehash the whole part. Weak keys: a stream collected
+-- drops out. Its values are held weakly too (an ephemeron: only while the
+-- stream lives, and a waiting task's stream is on that task's stack), so
+-- each loop holds its live tasks itself (live).
 local waiter = setmetatable({}, { __mode = "k" })
 
 -- ----------------------------------------------------------------- heap
@@ -123,14 +123,14 @@ end
 ---reads every stream that has bytes. What arrives meanwhile waits in the
 ---sockets and is read together: one read and one resume per stream per
 ---tick instead of one per token, for many paced streams whose latency does
----not matter. mirza.batch sets 0.25 while it runs (256 streams at 100
----tokens/s: 16 -> 2.4 µs of CPU per token at 0.05). Timers, sleeps and a
----task's stream timeouts still fire on time (a pause ends at the next
----timer); a new stream's request goes out at once, and its bytes are read
----as they come until its answer begins (up to 64 such streams at a time),
----so `first_at` is the first token's. What comes up to a tick late is the
----rest of the streams' data (the end among it) and the C clocks (stall,
----header and connect timeouts). Streams opened with `hold` (`mirza.open`) are
+---not matter. mirza.batch sets 0.25 while it runs (docs/performance.md
+---has what it saves). Timers, sleeps and a task's stream timeouts still
+---fire on time (a pause ends at the next timer); a new stream's request
+---goes out at once, and its bytes are read as they come until its answer
+---begins (up to 64 such streams at a time), so `first_at` is the first
+---token's. What comes up to a tick late is the rest of the streams' data
+---(the end among it) and the C clocks (stall, header and connect
+---timeouts). Streams opened with `hold` (`mirza.open`) are
 ---read once per tick too while they hold what came, and wake their task
 ---only when they hand it over.
 ---@param opts? {on_error?: fun(task: mirza.Task, message: string), tick?: number}
