@@ -58,9 +58,9 @@ end
 -- A collect calls nothing before the end unless it has `on_json`: in a
 -- mirza.loop task it holds its stream to the end (`hold = math.huge`,
 -- merged), so the task wakes for the whole answer, not for each token
--- (1,024 collects of 100 paced tokens: 2,048 resumes, not 50-97k). The end, an
--- error, a stall or header timeout come at once, with what was received;
--- `first_at()` is the first token's read. Outside a task, or with a
+-- (docs/performance.md counts the resumes). The end, an error, a stall or
+-- header timeout come at once, with what was received; `first_at()` is
+-- the first token's read. Outside a task, or with a
 -- `hold` or `on_json` of the caller's own, the options go as they are (a
 -- blocking wait on a held stream pauses up to 20 ms at a time: its end
 -- could come that late).
