@@ -20,6 +20,7 @@
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -87,6 +88,115 @@ static void check_stalls(mz_client *c, double now) {
   }
 }
 
+/* ------------------------------------------------------ connections per server */
+
+/* A finished request's connection carries the next request to its server
+ * or is closed. libcurl keeps it for reuse (its connection cache), and a
+ * server that gives each connection a thread for as long as it lives
+ * (llama-server's HTTP pool, its 5 s keep-alive waits included) then holds
+ * a thread on the idle connection while our requests queued behind that
+ * pool get none: 64 items @64 to llama-server -np 4 (8 threads) took 35 s,
+ * the idle connections freed 8 at a time by the server's keep-alive
+ * timeout. So a transfer's connection, once the transfer is done, is noted
+ * here (its socket, its server, its local address, the time), and looked
+ * at MZ_IDLE_GRACE_S later, time for the script to send its next request
+ * (a batch task sends its next item as soon as it has recorded the last):
+ * in use again (a new transfer watches its socket), it is left alone;
+ * idle while a request to the same server that was already waiting for
+ * its response head when the transfer ended still waits, it is shut down,
+ * and the server's thread is free at once (libcurl finds the connection
+ * dead and closes it, as one the server closed); else it stays for the
+ * next request. A request opened since does not count: it is on its way
+ * (counting it, a batch of short items reconnected most of them). The
+ * time, not the script's next call: tasks yield to each other between an
+ * item's end and the next item's request. Each connection is looked at
+ * once; nothing is noted while no transfer ends: streaming costs nothing. */
+
+#define MZ_IDLE_GRACE_S 0.02
+
+/* The server of a URL: a hash of its scheme and authority (the redacted
+ * URL keeps host and port), never 0. */
+static unsigned origin_of(const char *url) {
+  const char *p = strstr(url, "://");
+  size_t n = (size_t)(p ? p + 3 - url : 0);
+  n += strcspn(url + n, "/?#");
+  unsigned h = 2166136261u; /* FNV-1a */
+  for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)url[i]) * 16777619u;
+  return h ? h : 1;
+}
+
+static void idle_drop(mz_client *c, size_t i) {
+  memmove(&c->idle[i], &c->idle[i + 1], (c->nidle - i - 1) * sizeof *c->idle);
+  c->nidle--;
+}
+
+/* A running transfer to origin, opened before `since`, still waits for
+ * its head: queued at the server (for a slot, or for a thread that an
+ * idle connection holds). One opened since is on its way: no reason. */
+static int waited_on(mz_client *c, unsigned origin, double since) {
+  for (mz_stream *s = c->streams; s; s = s->next) {
+    if (!s->easy || s->head_done || s->term || s->t_open >= since) continue;
+    if (!s->origin) s->origin = origin_of(s->url);
+    if (s->origin == origin) return 1;
+  }
+  return 0;
+}
+
+/* The transfer e of s is done (its easy handle still attached): note its
+ * connection if libcurl kept it and a request to the same server waits
+ * for its head (none: none can be waiting when the note is looked at,
+ * and libcurl 7.88's CURLINFO_ACTIVESOCKET costs a poll and 16
+ * sigactions: a fifth more CPU per short item). A note of the same socket
+ * number is an older connection's, or this one's before its last
+ * transfer: dropped. */
+static void note_idle(mz_client *c, CURL *e, mz_stream *s) {
+  curl_socket_t fd = CURL_SOCKET_BAD;
+  double now = mz_io_now(c);
+  if (!s->origin) s->origin = origin_of(s->url);
+  if (!waited_on(c, s->origin, now)) return;
+  if (curl_easy_getinfo(e, CURLINFO_ACTIVESOCKET, &fd) != CURLE_OK || fd == CURL_SOCKET_BAD) return;
+  for (size_t i = 0; i < c->nidle; i++)
+    if (c->idle[i].fd == fd) idle_drop(c, i--);
+  if (c->nidle == c->idle_cap) {
+    size_t n = c->idle_cap ? 2 * c->idle_cap : 16;
+    mz_idle *p = realloc(c->idle, n * sizeof *p);
+    if (!p) return; /* not noted: kept by libcurl, as before */
+    c->idle = p, c->idle_cap = n;
+  }
+  mz_idle *d = &c->idle[c->nidle];
+  d->len = sizeof d->local;
+  if (getsockname(fd, (struct sockaddr *)&d->local, &d->len)) return;
+  d->fd = fd, d->origin = s->origin, d->at = now;
+  c->nidle++;
+}
+
+static int in_use(const mz_client *c, curl_socket_t fd) {
+  for (const mz_stream *s = c->streams; s; s = s->next)
+    if (s->easy && s->sock == fd) return 1;
+  return 0;
+}
+
+/* The same connection: the socket number still names our local address
+ * (a number libcurl closed and reused names another, or none). */
+static int same_socket(const mz_idle *d) {
+  struct sockaddr_storage a;
+  socklen_t len = sizeof a;
+  return !getsockname(d->fd, (struct sockaddr *)&a, &len) && len == d->len && !memcmp(&a, &d->local, len);
+}
+
+/* Each note whose time came, once (oldest first): in use again, or shut
+ * down while a request to its server waits, or left to libcurl's cache.
+ * The waits wake for the next one (next_stall, pause_for), apart from the
+ * stall clocks: noting it in c->next_check would make every wait scan
+ * every stream while items end. */
+static void close_idle(mz_client *c, double now) {
+  while (c->nidle && c->idle[0].at + MZ_IDLE_GRACE_S <= now) {
+    mz_idle d = c->idle[0];
+    idle_drop(c, 0);
+    if (!in_use(c, d.fd) && waited_on(c, d.origin, d.at) && same_socket(&d)) shutdown(d.fd, SHUT_RDWR);
+  }
+}
+
 /* ------------------------------------------------------ the driver */
 
 /* libcurl's socket callback: watch `fd` for `what`, or forget it. */
@@ -132,6 +242,7 @@ static void reap(mz_client *c) {
     }
     if (s) {
       mz_on_complete(s, m->data.result);
+      note_idle(c, m->easy_handle, s);
       mz_detach_easy(s);
     }
   }
@@ -183,7 +294,8 @@ static size_t drive(mz_client *c, int ms) {
   for (size_t i = 0; i < k; i++) socket_ready(c, f[i].fd, f[i].ev, now);
   run_due_timers(c);
   reap(c);
-  check_stalls(c, mz_now());
+  check_stalls(c, now = mz_now());
+  close_idle(c, now);
   return k;
 }
 
@@ -205,9 +317,11 @@ static int count_ready(const mz_client *c) {
   return n;
 }
 
-/* Seconds until the nearest stall or header deadline (or `cap`). */
+/* Seconds until the nearest stall or header deadline, or a noted
+ * connection's look (close_idle), or `cap`. */
 static double next_stall(const mz_client *c, double now, double cap) {
   double left = c->next_check - now;
+  if (c->nidle && c->idle[0].at + MZ_IDLE_GRACE_S - now < left) left = c->idle[0].at + MZ_IDLE_GRACE_S - now;
   return left < cap ? (left > 0 ? left : 0) : cap;
 }
 
@@ -330,8 +444,11 @@ static int pause_for(mz_client *c, long timeout_ms, int all) {
   for (long ms = timeout_ms; ms > 0 && c->ended == ended; ms = (long)ceil((end - mz_now()) * 1000.0)) {
     struct pollfd p[MZ_FRESH_MAX + 1];
     nfds_t n = fresh_sockets(c, p, rounds > 0 ? MZ_FRESH_MAX + 1 : 1, all);
-    int r = poll(p, n, ms > INT_MAX ? INT_MAX : (int)ms);
+    long idle_ms = c->nidle ? (long)ceil((c->idle[0].at + MZ_IDLE_GRACE_S - mz_now()) * 1000.0) : ms;
+    int r = poll(p, n, idle_ms < ms ? (idle_ms > 0 ? (int)idle_ms : 0) : ms > INT_MAX ? INT_MAX : (int)ms);
     if (r < 0 && errno == EINTR) c->eintr = 1;
+    if (c->nidle) close_idle(c, mz_now()); /* not a tick late: the server's thread waits on it */
+    if (r == 0 && idle_ms < ms) continue;
     if (r <= 0) break;
     if (p[0].revents) {
       drain_wake(c);
@@ -483,6 +600,7 @@ void mz_client_free(mz_client *c) {
   close(c->wake[1]);
   mz_watch_free(c->watch);
   free(c->fd_rx);
+  free(c->idle);
   free(c);
   curl_global_cleanup();
 }

@@ -22,6 +22,7 @@
 
 #include <curl/curl.h>
 #include <stdio.h>
+#include <sys/socket.h>
 
 #include "client.h"
 #include "sse.h"
@@ -99,7 +100,18 @@ struct mz_stream {
   double first_at;          /* the first think/text delta queued; 0: none */
   int answering;            /* a think, text or tool call delta was queued */
   int short_answer;         /* mz_request.short_answer: a pause serves it to its end */
+  unsigned origin;          /* its server: a hash of scheme://host:port (client.c); 0: not yet taken */
 };
+
+/* A connection libcurl kept after a transfer, looked at MZ_IDLE_GRACE_S
+ * later (client.c, connections per server). */
+typedef struct mz_idle {
+  curl_socket_t fd;
+  unsigned origin;               /* its server (mz_stream.origin) */
+  struct sockaddr_storage local; /* its local address: the same connection still */
+  socklen_t len;
+  double at; /* when the transfer ended */
+} mz_idle;
 
 /* The driver is event-based (curl_multi_socket_action): libcurl tells
  * which sockets to watch (on_socket) and when its next timeout is due
@@ -123,6 +135,8 @@ struct mz_client {
   int eintr;           /* a signal cut the last wait short (MZ_NEXT_SIGNAL) */
   double io_now;       /* while libcurl runs a read: when it began (0: not in one), see mz_io_now */
   unsigned long ended; /* streams given their terminal event so far: a pause ends when one is */
+  mz_idle *idle;       /* connections whose transfer ended, oldest first (client.c) */
+  size_t nidle, idle_cap;
 };
 
 /* The time of the read libcurl is running, for its callbacks' stamps (the
