@@ -54,7 +54,7 @@ else()
 endif()
 
 # --- The benchmarks are built and run briefly, so that they cannot rot
-# (their figures are not checked here; see README "Performance").
+# (their figures are not checked here; see docs/performance.md).
 if(TARGET mirza_core)
   file(GLOB C_BENCHES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/c/bench_*.c)
   foreach(src ${C_BENCHES})
