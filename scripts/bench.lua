@@ -599,6 +599,11 @@ local timeout_tool
 local function timeout_prefix(n)
   if not timeout_tool then
     local beside = (SCRIPT:match("^(.*)/[^/]*$") or ".") .. "/timeout"
+    if beside:sub(1, 1) ~= "/" then -- absolute: the commands it bounds may cd first
+      local pwd = io.popen("pwd")
+      beside = (pwd and pwd:read("l") or ".") .. "/" .. beside
+      if pwd then pwd:close() end
+    end
     local f = io.open(beside)
     if f then
       f:close()
