@@ -63,6 +63,14 @@ local function holder(s, n)
     io.stdout:flush()
     mirza.sleep(60)
   ]]):format(n, s.url))
+  local stop, stopped = run.signal, false
+  function run.stop()
+    if stopped then return end
+    stopped = true
+    stop("TERM")
+    run.wait(10)
+  end
+  finally(run.stop) -- a failing case does not leave it waiting out its sleep
   assert(run.expect("held", 20), run.output())
   return run
 end
@@ -76,8 +84,7 @@ describe("mirza-sim's llama HTTP pool", function()
     local ev = st:next(0.5) -- the pool's one thread waits for the holder's next request
     assert.is_nil(ev, ev and (ev.type .. " " .. tostring(ev.message or ev.text) .. " " .. run.output()))
     assert.is_true(mirza.now() - t0 >= 0.45)
-    run.signal("TERM")
-    run.wait(10)
+    run.stop()
     local r = H.drain(st, 10)
     assert.equal("done", r.last.type)
   end)
@@ -88,8 +95,7 @@ describe("mirza-sim's llama HTTP pool", function()
     local st <close> = open(s, "served after the holder's keep-alive")
     local r = H.drain(st, 10)
     assert.equal("done", r.last.type)
-    run.signal("TERM")
-    run.wait(10)
+    run.stop()
   end)
 
   it("defaults to max(parallel + 4, cores - 1) threads: more connections wait, even for /health", function()
