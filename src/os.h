@@ -99,9 +99,9 @@ void mz_os_close_from3(int keep);
  * earlier steps failed or were skipped.
  */
 typedef struct mz_os_guard {
-  int go[2];       /* parent -> child: "the guard is up", -1 when unused */
-  int life;        /* the write end the watchdog waits on, -1 when unused */
-  pid_t watchdog;  /* 0 when none */
+  int go[2];      /* parent -> child: "the guard is up", -1 when unused */
+  int life;       /* the write end the watchdog waits on, -1 when unused */
+  pid_t watchdog; /* 0 when none */
 } mz_os_guard;
 
 /* Before fork. 0, or -1 (errno). */

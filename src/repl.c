@@ -272,7 +272,7 @@ int mz_repl(lua_State *L, const volatile sig_atomic_t *quit) {
 #ifdef MIRZA_HAVE_READLINE
   rl_readline_name = "mirza";
 #ifdef MIRZA_HAVE_RL_SIGCLEANUP /* GNU readline (macOS libedit has no such switch) */
-  rl_catch_signals = 0;          /* SIGINT is ours: see read_line */
+  rl_catch_signals = 0;         /* SIGINT is ours: see read_line */
 #endif
 #endif
   mz_cli_version(stdout);

@@ -16,9 +16,9 @@
 #include <strings.h>
 #include <sys/socket.h>
 
-#include "os.h"
 #include "client_int.h"
 #include "mirza.h"
+#include "os.h"
 
 /* The transfer out of the multi handle and freed: a running one closes its
  * connection (the daemon stops generating). Idempotent; the stream and its

@@ -38,11 +38,11 @@
 #include <unistd.h>
 
 struct mz_proc {
-  pid_t pid;       /* also the process group id */
-  int exited;      /* reaped: status is final */
-  int status;      /* raw wait status once exited */
-  int stopped;     /* mz_proc_stop has run to the end */
-  int stop_result; /* what it returned, for idempotent calls */
+  pid_t pid;         /* also the process group id */
+  int exited;        /* reaped: status is final */
+  int status;        /* raw wait status once exited */
+  int stopped;       /* mz_proc_stop has run to the end */
+  int stop_result;   /* what it returned, for idempotent calls */
   mz_os_guard guard; /* dies with mirza (not for keep_alive) */
 };
 

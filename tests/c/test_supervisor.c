@@ -459,8 +459,7 @@ static void test_watchdog_escalates(void **state) {
   char pidf[PATH_MAX], script[PATH_MAX * 4];
   tmp_path("stubborn-daemon.pid", pidf, sizeof pidf);
   unlink(pidf);
-  snprintf(script, sizeof script, "trap '' TERM; sleep 300 & echo $$ > %s.tmp && mv %s.tmp %s; wait", pidf, pidf,
-           pidf);
+  snprintf(script, sizeof script, "trap '' TERM; sleep 300 & echo $$ > %s.tmp && mv %s.tmp %s; wait", pidf, pidf, pidf);
   const char *const argv[] = {"/bin/sh", "-c", script, NULL};
   pid_t m;
   pid_t c = spawn_argv_via_middle(argv, 0, 200, &m);
