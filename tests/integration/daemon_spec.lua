@@ -296,7 +296,6 @@ end)
 
 describe("mirza.spawn as users try it", function()
   it("starts a program from a table (mirza.core.spawn), and a task from a function", function()
-    local mirza = require "mirza"
     local p <close> = assert(mirza.spawn { argv = { "sleep", "30" } })
     assert.equal("mirza.Process", getmetatable(p).__name)
     local pid = p:pid()
