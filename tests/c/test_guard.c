@@ -196,7 +196,8 @@ static void test_not_loops(void **state) {
       "1. Crack three eggs.\n2. Add salt.\n3. Beat them.\n4. Melt butter.\n5. Pour.\n6. Stir.\n7. Fold.\n",
       "Pi is 3.14159 and e is 2.71828. Mr. Smith said e.g. this works. Fine... really… yes.\n",
       ("Row, row, row your boat,\nGently down the stream.\nMerrily, merrily, merrily, merrily,\nLife is but a dream.\n"
-       "Row, row, row your boat,\nGently down the stream.\nMerrily, merrily, merrily, merrily,\nLife is but a dream.\n"),
+       "Row, row, row your boat,\nGently down the stream.\nMerrily, merrily, merrily, merrily,\nLife is but a "
+       "dream.\n"),
       "- item\n- item\n- item\n- item\n- item\n- item\n- item\n- item\n- item\n", /* too short to count */
   };
   for (size_t i = 0; i < sizeof texts / sizeof *texts; i++) {
