@@ -156,29 +156,34 @@ static pid_t watchdog_start(pid_t child, int grace_ms, int *life) {
   return w;
 }
 
+/* The go byte to the child: 0, or an errno. A child that failed before
+ * reading it (its setpgid) has closed the pipe: EPIPE, not a SIGPIPE that
+ * would end a stock lua5.4. */
+static int send_go(int fd) {
+  struct sigaction ign, old;
+  char b = 1;
+  ssize_t n;
+  memset(&ign, 0, sizeof ign);
+  ign.sa_handler = SIG_IGN;
+  sigemptyset(&ign.sa_mask);
+  sigaction(SIGPIPE, &ign, &old);
+  do n = write(fd, &b, 1);
+  while (n < 0 && errno == EINTR);
+  int e = n == 1 ? 0 : n < 0 ? errno : EIO;
+  sigaction(SIGPIPE, &old, NULL);
+  return e;
+}
+
 /* The life pipe is made after the child's fork, so the daemon never holds
  * its write end (an end it held would keep the watchdog from seeing EOF). */
 int mz_os_guard_parent(mz_os_guard *g, pid_t child, int grace_ms) {
-  int e = 0;
-  char b = 1;
-  ssize_t n = 0;
   close(g->go[0]);
   g->go[0] = -1;
   pid_t w = watchdog_start(child, grace_ms, &g->life);
-  if (w < 0) e = errno;
-  else {
-    /* A child that failed before reading the go (its setpgid) has closed
-     * the pipe: EPIPE, not a SIGPIPE that would end a stock lua5.4. */
-    struct sigaction ign, old;
-    memset(&ign, 0, sizeof ign);
-    ign.sa_handler = SIG_IGN;
-    sigemptyset(&ign.sa_mask);
-    sigaction(SIGPIPE, &ign, &old);
+  int e = w < 0 ? errno : 0;
+  if (w > 0) {
     g->watchdog = w;
-    do n = write(g->go[1], &b, 1);
-    while (n < 0 && errno == EINTR);
-    if (n != 1) e = n < 0 ? errno : EIO;
-    sigaction(SIGPIPE, &old, NULL);
+    e = send_go(g->go[1]);
   }
   close(g->go[1]); /* without the byte: the child's EOF, it fails */
   g->go[1] = -1;
