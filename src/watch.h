@@ -2,7 +2,8 @@
  * watch.h - the wait of the client's driver, behind one interface with one
  * backend per file (as libuv keeps src/unix/linux.c and kqueue.c apart):
  * watch_epoll.c (Linux) and watch_poll.c (anywhere POSIX; cmake
- * -DMIRZA_POLL=ON builds it on Linux too, scripts/test's sanitizer build).
+ * -DMIRZA_POLL=ON or -DMIRZA_PORTABLE=ON builds it on Linux too, as
+ * scripts/test's sanitizer build does).
  * CMake picks the file; the driver and its structs never see which.
  *
  * The set holds the wake pipe's read end (given to mz_watch_new, never

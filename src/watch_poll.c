@@ -1,6 +1,7 @@
 /*
  * watch_poll.c - the wait backend of watch.h with poll(), for systems
- * without epoll (and the sanitizer build on Linux: cmake -DMIRZA_POLL=ON).
+ * without epoll (macOS; on Linux with cmake -DMIRZA_POLL=ON, or
+ * -DMIRZA_PORTABLE=ON: scripts/test's sanitizer build).
  * The set is an array of pollfd: [0] is the wake pipe, then libcurl's
  * sockets in no order (a removal moves the last one into the hole). A
  * wait costs every socket watched; there are few (one per transfer).
