@@ -136,7 +136,8 @@ static int json_decode(lua_State *L) {
 }
 
 /* Whether a JSON pointer of one level ("/name", '~' and '/' in the name
- * written "~0" and "~1") names the member `name`. */
+ * written "~0" and "~1") names the member `name` as cJSON names it: a key
+ * ends at its first NUL ("\u0000x" is ""), so both find the same member. */
 static int pointer_names(const char *path, size_t plen, const char *name) {
   if (plen == 0 || path[0] != '/') return 0;
   size_t i = 1;
@@ -146,7 +147,7 @@ static int pointer_names(const char *path, size_t plen, const char *name) {
     if (plen - i < n || memcmp(path + i, want ? want : name, n) != 0) return 0;
     i += n;
   }
-  return i == plen;
+  return i == plen || path[i] == '\0';
 }
 
 /* The first member `name` of the JSON object s[0..len) as written: where
