@@ -39,8 +39,6 @@
 ---                        sharing a long prefix go where it went last, while it has
 ---                        room, so the daemon's prompt cache serves it)
 ---   --progress-every S   seconds between progress lines when not a terminal (default 10)
----   --tick S             read the streams every S seconds (default 0.25; 0: as
----                        each token comes): one read per stream per tick
 ---   --hold S             hand an item's text to its task every S seconds
 ---                        (default 1; 0: each read): the end comes at once
 ---   --quiet              no progress and no summary
@@ -102,7 +100,7 @@ local function usage(msg)
   io.stderr:write("batch: ", msg, "\nusage: mirza scripts/batch.lua INPUT OUTPUT [--endpoint URL[@N]]... ",
     "[--api-key KEY] [--errors FILE] [--limit N] [--model ID] [--max-tokens N] [--max-retries N] [--retry-base S] ",
     "[--deadline S] [--batch-deadline S] [--give-up-after S] [--stall-timeout S] [--header-timeout S] ",
-    "[--no-repetition] [--schema FILE] [--attempts N] [--no-affinity] [--progress-every S] [--tick S] [--hold S] ",
+    "[--no-repetition] [--schema FILE] [--attempts N] [--no-affinity] [--progress-every S] [--hold S] ",
     "[--quiet]\n")
   os.exit(2)
 end
@@ -112,7 +110,7 @@ local NUM = { ["--limit"] = "limit", ["--max-tokens"] = "max_tokens", ["--max-re
   ["--retry-base"] = "retry_base", ["--deadline"] = "deadline", ["--batch-deadline"] = "batch_deadline",
   ["--give-up-after"] = "give_up_after",
   ["--stall-timeout"] = "stall_timeout", ["--header-timeout"] = "header_timeout",
-  ["--progress-every"] = "progress_every", ["--tick"] = "tick", ["--hold"] = "hold" }
+  ["--progress-every"] = "progress_every", ["--hold"] = "hold" }
 
 -- "URL" or "URL@N" -> {url=, limit=}
 local function endpoint(s)
@@ -135,6 +133,9 @@ local function parse(argv)
       elseif a == "--api-key" then opts.api_key = v
       elseif a == "--errors" then opts.errors = v
       else opts.schema = v end
+      i = i + 1
+    elseif a == "--tick" then -- earlier versions' read clock: its value taken, nothing to tune now
+      io.stderr:write("batch: --tick is ignored: each stream is read by one rule (docs/performance.md)\n")
       i = i + 1
     elseif a == "--no-repetition" then opts.repetition = false
     elseif a == "--no-affinity" then opts.affinity = false

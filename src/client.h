@@ -91,24 +91,9 @@ typedef struct mz_request {
                                   for a reader that wants the whole answer
                                   (with merge: one event per channel run).
                                   The end, an error, a timeout come at
-                                  once, or while a wait for this stream
-                                  pauses (it does, rather than wake per
-                                  frame) up to MZ_HOLD_PAUSE_MS late.
-                                  0: as they come */
-  int short_answer;           /* 1: a short answer (a batch item with a
-                                  small max_tokens): a scheduler's pause
-                                  reads it as it comes to its end, not
-                                  only until its first token, so its end
-                                  is not a tick late */
+                                  once (as read: see client.c's rule of
+                                  when a stream is read). 0: as they come */
 } mz_request;
-
-/* The longest a wait for one stream that holds its events pauses without
- * reading (see hold_ms): what else comes is at most that late. */
-#define MZ_HOLD_PAUSE_MS 20
-/* The longest a scheduler's wait without a tick pauses while every
- * stream under way holds what comes (mz_client_wait_ready_paced): a held
- * stream's end, in the middle of its answer, is that late at most. */
-#define MZ_HELD_PAUSE_MS 50
 
 /* MZ_NEXT_SIGNAL: a signal handler ran during the wait (EINTR) and the
  * interrupt flag is not set (stock lua5.4's SIGINT handler, which only
@@ -162,33 +147,6 @@ int mz_client_sleep(mz_client *c, long timeout_ms);
  * mz_client_ready() takes up to n streams off the list, oldest first,
  * skipping any drained since they were listed, and never blocks. */
 int mz_client_wait_ready(mz_client *c, long timeout_ms);
-/* The same at a scheduler's tick (tick_ms > 0): between two looks at the
- * transfers it pauses (mz_client_pause) up to tick_ms instead of waiting
- * on the sockets, so a wait for streams that hold their events (hold_ms)
- * reads them once per tick, not as each frame comes; each look reads
- * every socket that is ready, however many. */
-int mz_client_wait_ready_paced(mz_client *c, long timeout_ms, long tick_ms);
-/* Sleep timeout_ms without reading the transfers under way: what arrives
- * for them meanwhile is read together by the next wait (a scheduler's
- * tick: one read per socket instead of one per frame, for many paced
- * streams). libcurl's due timers run first, so a stream opened since the
- * last wait sends its request before the sleep, not after it; and the
- * streams still waiting for their answer (up to MZ_FRESH_MAX) are served
- * as their sockets come ready (a new connection made and asked, the head
- * read) until their first think, text or tool call delta, so the first
- * token is timed to the byte; a stream opened as a short answer
- * (mz_request.short_answer) is served to its end. A stream that ends (its terminal
- * event: a short answer done, an error) ends the pause: the scheduler
- * hands it over at once and its task sends the next request, not a tick
- * later. A wake-up or a signal ends it early too.
- * Returns 0, MZ_NEXT_INTERRUPTED or MZ_NEXT_SIGNAL. */
-enum { MZ_FRESH_MAX = 64 };
-/* How many streams have been given their terminal event so far: a
- * scheduler compares it around mz_client_pause to know that a pause ended
- * early for a stream's end (and hands that over without a look at the
- * streams under way, whose tick goes on). */
-unsigned long mz_client_ended(const mz_client *c);
-int mz_client_pause(mz_client *c, long timeout_ms);
 size_t mz_client_ready(mz_client *c, mz_stream **out, size_t n);
 /* Number of open streams. */
 size_t mz_client_streams(const mz_client *c);

@@ -2,8 +2,12 @@
  * client_int.h - the private side of client.h, shared by its units (the
  * role of curl's urldata.h / multihandle.h):
  *
- *   client.c      the libcurl multi driver: the client, the waits, our own
- *                 deadlines
+ *   client.c      the libcurl multi driver: the client, the waits
+ *   due.c         when a stream is read (the one rule), and every timed
+ *                 look at a stream (a read's due time, a hold, a stall
+ *                 or header deadline): one heap
+ *   conn.c        connections per server: an idle one is closed while a
+ *                 request to its server waits
  *   request.c     a request made a stream: headers, the easy handle's
  *                 options, its socket; mz_stream_open and mz_stream_close
  *   queue.c       the per-stream event queue: arena, items, ready list,
@@ -79,6 +83,12 @@ struct mz_stream {
   int got_rx, head_done;        /* a response byte came; the final head ended */
   curl_socket_t sock;           /* the socket libcurl last watched for it (stall clock) */
   int sock_what;                /* what libcurl watches it for (CURL_POLL_IN/OUT/INOUT) */
+  int muted;                    /* its socket is not watched until read_at (due.c) */
+  double read_at;               /* muted: when its socket is watched again */
+  double due_at;                /* its key in the client's due heap; INFINITY: not in it */
+  size_t due_pos;               /* its index in the heap + 1; 0: not in it */
+  int multiplexed;              /* HTTP/2 or later: its socket may carry other streams (never muted) */
+  size_t reads;                 /* reads of its socket (the driver's; tests) */
   long connect_ms, deadline_ms; /* to name the clock that fired (0: none) */
   mz_buf headers;               /* "name: value\n" lines, names in lowercase */
   /* the terminal event */
@@ -99,12 +109,12 @@ struct mz_stream {
   int holding;              /* queued events not yet handed over (hold_s) */
   double first_at;          /* the first think/text delta queued; 0: none */
   int answering;            /* a think, text or tool call delta was queued */
-  int short_answer;         /* mz_request.short_answer: a pause serves it to its end */
-  unsigned origin;          /* its server: a hash of scheme://host:port (client.c); 0: not yet taken */
+  unsigned origin;          /* its server: a hash of scheme://host:port (conn.c) */
+  mz_stream *oprev, *onext; /* its server's streams in the order opened (conn.c) */
 };
 
 /* A connection libcurl kept after a transfer, looked at MZ_IDLE_GRACE_S
- * later (client.c, connections per server). */
+ * later (conn.c). */
 typedef struct mz_idle {
   curl_socket_t fd;
   unsigned origin;               /* its server (mz_stream.origin) */
@@ -112,6 +122,13 @@ typedef struct mz_idle {
   socklen_t len;
   double at; /* when the transfer ended */
 } mz_idle;
+
+/* A server the client sent to: its streams in the order opened, those
+ * still waiting for their head first once looked at (conn.c). */
+typedef struct mz_origin {
+  unsigned hash;
+  mz_stream *head, *tail;
+} mz_origin;
 
 /* The driver is event-based (curl_multi_socket_action): libcurl tells
  * which sockets to watch (on_socket) and when its next timeout is due
@@ -129,14 +146,18 @@ struct mz_client {
   mz_watch *watch;          /* libcurl's sockets and the wake pipe */
   double timer_at;          /* libcurl's next timeout (INFINITY: none) */
   double *fd_rx;            /* [fd]: when that socket last became readable */
+  mz_stream **fd_owner;     /* [fd]: the stream libcurl watches that socket for, or NULL */
   size_t nfd_rx;
-  double next_check;   /* no stall or header deadline before this */
-  int wake[2];         /* the wake pipe (mz_client_wakeup), non-blocking */
-  int eintr;           /* a signal cut the last wait short (MZ_NEXT_SIGNAL) */
-  double io_now;       /* while libcurl runs a read: when it began (0: not in one), see mz_io_now */
-  unsigned long ended; /* streams given their terminal event so far: a pause ends when one is */
-  mz_idle *idle;       /* connections whose transfer ended, oldest first (client.c) */
+  size_t nrunning; /* streams whose transfer is attached (easy) */
+  int wake[2];     /* the wake pipe (mz_client_wakeup), non-blocking */
+  int eintr;       /* a signal cut the last wait short (MZ_NEXT_SIGNAL) */
+  double io_now;   /* while libcurl runs a read: when it began (0: not in one), see mz_io_now */
+  mz_stream **due; /* the due heap (due.c): the earliest due_at first */
+  size_t ndue, due_cap;
+  mz_idle *idle; /* connections whose transfer ended, oldest first (conn.c) */
   size_t nidle, idle_cap;
+  mz_origin *origins; /* the servers sent to (conn.c) */
+  size_t norigins;
 };
 
 /* The time of the read libcurl is running, for its callbacks' stamps (the
@@ -195,11 +216,27 @@ void mz_on_complete(mz_stream *s, CURLcode rc);
 /* The transfer out of the multi handle and freed (see request.c). */
 void mz_detach_easy(mz_stream *s);
 
-/* ---- client.c */
+/* ---- due.c: when a stream is read; its timed looks */
 
-/* A deadline of one stream: the stall check runs no later than it. */
-static inline void mz_note_deadline(mz_client *c, double t) {
-  if (t < c->next_check) c->next_check = t;
-}
+/* Look at s no later than t (a hold's hand-over, a stall or header
+ * deadline, a muted read): an earlier look already due stays. */
+void mz_due_at(mz_stream *s, double t);
+void mz_due_drop(mz_stream *s);             /* out of the heap (closed) */
+int mz_due_reserve(mz_client *c, size_t n); /* room for n streams' entries; -1: out of memory */
+double mz_due_next(const mz_client *c);     /* the earliest look due; INFINITY: none */
+void mz_due_run(mz_client *c, double now);
+/* Its socket was just read (the driver): muted until its next read is due
+ * when the rule says so (due.c). */
+void mz_due_read(mz_client *c, mz_stream *s, double now);
+void mz_due_unmute(mz_client *c, mz_stream *s); /* watched again now */
+
+/* ---- conn.c: connections per server */
+
+void mz_conn_open(mz_stream *s);  /* s opened: listed under its server */
+void mz_conn_close(mz_stream *s); /* s closed: off the list */
+/* The transfer e of s is done (its easy handle still attached). */
+void mz_conn_done(mz_client *c, CURL *e, mz_stream *s);
+double mz_conn_next(const mz_client *c); /* the next idle connection's look; INFINITY: none */
+void mz_conn_run(mz_client *c, double now);
 
 #endif

@@ -270,20 +270,16 @@ void mz_l_stream_opened(lua_State *L, mz_stream *s, int idx) {
   lua_pop(L, 1);
 }
 
-/* mirza.ready([timeout [, list [, tick [, listed]]]]) -> list, n: the
- * streams that got events since the last call (each once), waiting up to
- * timeout for news (nil: until some, or until nothing runs), looking at
- * the transfers at most every tick seconds meanwhile
- * (mz_client_wait_ready_paced); with listed, only those already listed,
- * nothing read (after a pause a stream's end cut short). list (reused
- * when given) holds them in [1..n]; entries past n are cleared. Never
- * yields. */
+/* mirza.ready([timeout [, list]]) -> list, n: the streams that got events
+ * since the last call (each once), waiting up to timeout for news (nil:
+ * until some, or until nothing runs; each stream read as client.c's rule
+ * says). list (reused when given) holds them in [1..n]; entries past n
+ * are cleared. Never yields. */
 static int l_ready(lua_State *L) {
   mz_ctx *ctx = mz_l_ctx(L);
   long ms = mz_l_opt_ms(L, 1);
-  long tick = mz_l_opt_ms(L, 3);
-  int listed = lua_toboolean(L, 4); /* before the list is pushed (at 4 when called with 3 arguments) */
-  if (lua_isnoneornil(L, 2)) {
+  lua_settop(L, 2);
+  if (lua_isnil(L, 2)) {
     lua_newtable(L);
   } else {
     luaL_checktype(L, 2, LUA_TTABLE);
@@ -291,9 +287,7 @@ static int l_ready(lua_State *L) {
   }
   int out = lua_gettop(L), rc = 0;
   double end = mz_l_end_of(ms);
-  while (!listed &&
-         (rc = mz_client_wait_ready_paced(ctx->client, mz_l_left_ms(end), tick > 0 ? tick : 0)) == MZ_NEXT_SIGNAL)
-    mz_l_after_signal(L);
+  while ((rc = mz_client_wait_ready(ctx->client, mz_l_left_ms(end))) == MZ_NEXT_SIGNAL) mz_l_after_signal(L);
   if (rc == MZ_NEXT_INTERRUPTED) return mz_l_raise_interrupt(L);
   push_stream_map(L); /* [list, map] */
   mz_stream *batch[64];
@@ -374,27 +368,6 @@ static int l_isatty(lua_State *L) {
   return 1;
 }
 
-/* core.pause(seconds) -> ended: sleep without reading the transfers under
- * way (a scheduler's tick, mz_client_pause: new requests go out, first
- * tokens and short answers are read as they come); true when a stream's
- * end cut it short (mirza.ready(0, list, tick, true) lists it without a
- * look at the others). Ctrl-C ends it as it ends mirza.sleep. */
-static int l_pause(lua_State *L) {
-  mz_ctx *ctx = mz_l_ctx(L);
-  long ms = mz_l_opt_ms(L, 1);
-  luaL_argcheck(L, ms >= 0, 1, "number expected");
-  double end = mz_l_end_of(ms);
-  unsigned long ended = mz_client_ended(ctx->client);
-  int rc;
-  while ((rc = mz_client_pause(ctx->client, mz_l_left_ms(end))) == MZ_NEXT_SIGNAL) {
-    mz_l_after_signal(L);
-    if (mz_client_ended(ctx->client) != ended) break;
-  }
-  if (rc == MZ_NEXT_INTERRUPTED) return mz_l_raise_interrupt(L);
-  lua_pushboolean(L, mz_client_ended(ctx->client) != ended);
-  return 1;
-}
-
 /* mirza.fd_limit() -> soft, hard, before: the open-files limit (each
  * stream holds a socket), raised from `before` to the hard limit when the
  * module loaded (the state's client: mz_client_new); math.huge for
@@ -445,7 +418,6 @@ int luaopen_mirza_core(lua_State *L) {
                                    {"plain_remote", l_plain_remote},
                                    {"isatty", l_isatty},
                                    {"fd_limit", l_fd_limit},
-                                   {"pause", l_pause},
                                    {"guard", mz_l_guard},
                                    {"idset", mz_l_idset},
                                    {"task", l_task},

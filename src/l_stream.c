@@ -422,8 +422,7 @@ static int s_tostring(lua_State *L) {
 
 static const char *const request_keys[] = {
     "url",    "body",  "headers",        "api_key",      "timeout",     "stall_timeout", "deadline", "max_event_bytes",
-    "method", "plain", "header_timeout", "on_bad_frame", "record_file", "merge",         "hold",     "short",
-    NULL};
+    "method", "plain", "header_timeout", "on_bad_frame", "record_file", "merge",         "hold",     NULL};
 
 /* The default clocks of mirza.open (and so of collect, request, the engine
  * and batch), in seconds: nothing waits forever unless told to with
@@ -588,9 +587,7 @@ static int l_open(lua_State *L) {
   r.plain = lua_toboolean(L, -1);
   lua_getfield(L, 1, "merge");
   r.merge = lua_toboolean(L, -1);
-  lua_getfield(L, 1, "short");
-  r.short_answer = lua_toboolean(L, -1);
-  lua_pop(L, 3);
+  lua_pop(L, 2);
   r.max_event_bytes = (size_t)mz_l_opt_field(L, 1, &max_event_bytes, 0);
   r.body = get_body(L, 1, &r.body_len); /* stays on the stack */
   r.headers = build_headers(L, 1);      /* stays on the stack */

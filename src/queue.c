@@ -120,7 +120,6 @@ void mz_set_terminal(mz_stream *s, mz_evtype t, const char *code, const char *fm
   s->holding = 0; /* what was held comes with the end */
   mark_ready(s);
   s->term = t;
-  s->c->ended++; /* a ticking scheduler's pause ends for it (mz_client_pause) */
   s->term_code = code;
   s->term_msg[0] = '\0';
   if (fmt) {
@@ -151,14 +150,14 @@ static item *q_push(mz_stream *s, mz_evtype t, int index) {
    * under a 5 ms hold) has each event handed over at once, no later and
    * with no wake-up more than without a hold. A hold to the end starts
    * with the first event and is never due: no deadline (held_until is
-   * INFINITY, which mz_note_deadline and mz_release_held leave alone); the
+   * INFINITY, which mz_due_at and mz_release_held leave alone); the
    * end hands it over (mz_set_terminal). */
   double now = s->hold_s > 0 ? mz_io_now(s->c) : 0, gap = now - s->pushed_at;
   s->pushed_at = now;
   if (s->hold_s > 0 && !s->term && !s->holding && s->qhead == s->qlen && (gap < s->hold_s || holds_to_end(s))) {
     s->holding = 1; /* the first of a new hold */
     s->held_until = holds_to_end(s) ? INFINITY : now + s->hold_s;
-    mz_note_deadline(s->c, s->held_until); /* the driver hands it over then (mz_release_held) */
+    mz_due_at(s, s->held_until); /* the driver hands it over then (mz_release_held) */
   } else if (!s->holding) {
     mark_ready(s); /* no hold, a slow stream, or handed over and not yet taken: it goes with the rest */
   }
@@ -345,7 +344,7 @@ double mz_stream_first_at(const mz_stream *s) { return s->first_at; }
 int mz_release_held(mz_stream *s, double now) {
   if (!s->holding) return 0;
   if (now < s->held_until) {
-    mz_note_deadline(s->c, s->held_until);
+    mz_due_at(s, s->held_until);
     return 0;
   }
   s->holding = 0;

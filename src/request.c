@@ -10,6 +10,7 @@
  * start at the next wait, when libcurl's timer says so.
  */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,9 +26,13 @@
  * queue stay until mz_stream_close. */
 void mz_detach_easy(mz_stream *s) {
   if (!s->easy) return;
-  curl_multi_remove_handle(s->c->multi, s->easy);
+  mz_client *c = s->c;
+  mz_due_unmute(c, s); /* its connection may go back to libcurl's cache: watched as libcurl wants */
+  curl_multi_remove_handle(c->multi, s->easy);
   curl_easy_cleanup(s->easy);
   s->easy = NULL;
+  c->nrunning--;
+  if (s->sock >= 0 && (size_t)s->sock < c->nfd_rx && c->fd_owner[s->sock] == s) c->fd_owner[s->sock] = NULL;
 }
 
 /* libcurl's socket, opened here so that a failure keeps its errno: with
@@ -121,7 +126,6 @@ mz_stream *mz_stream_open(mz_client *c, const mz_request *r, char *err, size_t e
   s->plain = r->plain;
   s->skip_bad = r->skip_bad_frames;
   s->merge = r->merge;
-  s->short_answer = r->short_answer;
   s->hold_s = r->plain ? 0 : (double)r->hold_ms / 1000.0; /* a plain answer is one event anyway */
   s->stall_s = (double)r->stall_timeout_ms / 1000.0;
   s->header_s = (double)r->header_timeout_ms / 1000.0;
@@ -130,7 +134,7 @@ mz_stream *mz_stream_open(mz_client *c, const mz_request *r, char *err, size_t e
   s->connect_ms = r->connect_timeout_ms > 0 ? r->connect_timeout_ms : r->connect_timeout_ms < 0 ? 0 : 10000;
   s->deadline_ms = r->deadline_ms > 0 ? r->deadline_ms : 0;
   s->retry_after = -1;
-  if (s->header_s > 0) mz_note_deadline(c, s->t_open + s->header_s);
+  s->due_at = INFINITY;
   mz_sse_init(&s->sse, r->max_event_bytes, mz_on_sse_event, s);
   if (build_headers(s, r)) goto oom;
   if (setup_easy(s, r)) {
@@ -141,7 +145,10 @@ mz_stream *mz_stream_open(mz_client *c, const mz_request *r, char *err, size_t e
     snprintf(err, errlen, "cannot record into %s: %s", r->record_path, strerror(errno));
     goto fail;
   }
-  if (curl_multi_add_handle(c->multi, s->easy) != CURLM_OK) goto oom;
+  if (mz_due_reserve(c, c->nstreams + 1) || curl_multi_add_handle(c->multi, s->easy) != CURLM_OK) goto oom;
+  c->nrunning++;
+  if (s->header_s > 0) mz_due_at(s, s->t_open + s->header_s);
+  mz_conn_open(s);
   s->next = c->streams;
   if (c->streams) c->streams->prev = s;
   c->streams = s;
@@ -166,6 +173,8 @@ void mz_stream_close(mz_stream *s) {
   mz_client *c = s->c;
   mz_detach_easy(s);
   mz_unmark_ready(s);
+  mz_due_drop(s);
+  mz_conn_close(s);
   if (s->prev) s->prev->next = s->next;
   else c->streams = s->next;
   if (s->next) s->next->prev = s->prev;

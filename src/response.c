@@ -330,7 +330,7 @@ static void received(mz_stream *s) {
   s->last_rx = mz_io_now(s->c);
   if (!s->got_rx) {
     s->got_rx = 1;
-    if (s->stall_s > 0) mz_note_deadline(s->c, s->last_rx + s->stall_s);
+    if (s->stall_s > 0) mz_due_at(s, s->last_rx + s->stall_s);
   }
 }
 
@@ -389,6 +389,7 @@ size_t mz_on_header(char *p, size_t size, size_t n, void *ud) {
   received(s);
   if (len >= 5 && memcmp(p, "HTTP/", 5) == 0) {
     s->headers.len = 0;
+    s->multiplexed = len > 5 && p[5] >= '2' && p[5] <= '9'; /* "HTTP/2", "HTTP/3": a shared connection */
     return len;
   }
   while (len && (p[len - 1] == '\n' || p[len - 1] == '\r')) len--;

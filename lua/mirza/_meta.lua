@@ -19,8 +19,7 @@
 ---@field header_timeout? number|false  seconds from the start until the whole response head arrived (a queued request or a long prefill waits that long), else code "timeout"; default 600 (`mirza.defaults.header_timeout`); false or 0: none
 ---@field on_bad_frame? "error"|"skip"  a frame that is not JSON: "error" (default) ends the stream with code "protocol", text before it kept; "skip" drops it and counts it in done.skipped_frames
 ---@field record_file? string        write the response as received into this file (created or truncated): the head (status line, headers) then the body as libcurl delivers it (de-chunked, decoded); closed when the transfer ends. Use `record = DIR` (mirza.record) for whole recordings
----@field hold? number|false        seconds: an event that comes less than this after the previous one is handed over at most this long after the first one still waiting came, all at once (with `merge`, one event per channel run), instead of as each read queues one: fewer wake-ups for a reader that wants the whole answer, not each token (mirza.batch holds 1 s, an engine's say 5 ms). An event that comes later than that after the previous one (a slow stream) is handed over at once. A wait on the stream pauses rather than wake per frame meanwhile, and so does a scheduler without a tick while every stream under way holds (up to the least hold, 50 ms at most: such a stream's end is that late at most). The end, an error, a timeout come at once, or up to 20 ms late during such a pause; `first_at()` keeps when the first token was read. `math.huge`: nothing before the end, the first event included (what `mirza.collect` does in a task without `on_json`). Default false: as they come
----@field short? boolean          a short answer (a few tokens: mirza.batch sets it for items of max_tokens <= 32): a ticking scheduler's pause reads it to its end as it comes, not only until its first token, so its end is not a tick late. Default false
+---@field hold? number|false        seconds: an event that comes less than this after the previous one is handed over at most this long after the first one still waiting came, all at once (with `merge`, one event per channel run), instead of as each read queues one: fewer wake-ups for a reader that wants the whole answer, not each token (mirza.batch holds 1 s, an engine's say 5 ms). An event that comes later than that after the previous one (a slow stream) is handed over at once. A held stream is also read less often as its answer runs: at most an eighth of its answer's age late, at most the hold, at most 250 ms (docs/performance.md, "When a stream is read"); the end, an error, a timeout come as read; `first_at()` keeps when the first token was read. `math.huge`: nothing before the end, the first event included (what `mirza.collect` does in a task without `on_json`). Default false: as they come
 ---@field merge? boolean            join what arrived together: a think or text delta comes with the deltas of the same channel already queued right behind it, as one event with `deltas` = how many (never waits for more; what a sink that only needs text wants: one event per read instead of per token). Default false: one event per delta
 ---@field record? string|false       (Lua `mirza.open`) record the request and its response into directory DIR (mirza.record); false: not even with MIRZA_RECORD
 --- A wrong value raises a message naming the option, what it must be and
@@ -174,11 +173,9 @@ function mirza.wait(timeout) end
 ---you take are the scheduler's wake-ups).
 ---@param timeout? number seconds; nil waits until something is ready or nothing runs
 ---@param list? mirza.Stream[] reused for the result (entries past n cleared)
----@param tick? number seconds: while waiting, look at the transfers at most this often (what arrives meanwhile is read together, every ready socket at each look; streams opened with `hold` are handed over at the first look after their time, not as each frame comes; a stall or header timeout is seen at a look too; a stream's first token and a short answer's end are read as they come, see `pause`); nil: as bytes come
----@param listed? boolean only the streams already listed, nothing read (after a `pause` that a stream's end cut short)
 ---@return mirza.Stream[] list the ready streams in [1..n]
 ---@return integer n
-function mirza.ready(timeout, list, tick, listed) end
+function mirza.ready(timeout, list) end
 
 ---Sleep while every open transfer keeps making progress. Inside a
 ---`mirza.loop` task the scheduler sleeps instead: the other tasks run
@@ -199,25 +196,6 @@ function mirza.sleep(seconds) end
 ---@param slice? number events a task may take in a row (default 64)
 ---@return function|false previous the hook that was in effect, or false
 function mirza.task(hook, slice) end
-
----Sleep without reading the transfers under way: what the daemons send
----them meanwhile waits in the sockets and the next wait reads it together
----(mirza.loop's `tick`). A stream opened since the last wait sends its
----request first, and the streams still waiting for their answer (up to
----64) are served as their sockets come ready (connected, asked, read)
----until their first think, text or tool call delta (a stream opened with
----`short = true`: to its end), so the first token is timed to the byte
----(`s:first_at()`), not to the tick, and a short answer's end is read as
----it comes. A stream that ends
----meanwhile (its terminal event) ends the pause: the scheduler hands it
----over at once (`mirza.ready(0, list, tick, true)`), its task sends the
----next request, and the others' tick goes on. Unlike `mirza.sleep`, no
----stream under way makes progress meanwhile; a signal (Ctrl-C) ends it as
----it ends `mirza.sleep`. Only in `require("mirza.core")` (not re-exported
----by `mirza`).
----@param seconds number
----@return boolean ended a stream's end cut the pause short
-function mirza.pause(seconds) end
 
 ---@class mirza.RepetitionGuard
 ---@field triggered boolean

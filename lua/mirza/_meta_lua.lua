@@ -8,7 +8,7 @@
 --- Where the rest is described (each module's LuaCATS is beside its code):
 ---
 ---   mirza.loop      loop.lua: `loop.run`, `spawn`, `gather`, `as_completed`,
----                   `condition`, `new{on_error=, tick=}`; mirza.Loop,
+---                   `condition`, `new{on_error=}`; mirza.Loop,
 ---                   mirza.Task, mirza.Condition
 ---   mirza.engine    engine.lua: `engine.new` (mirza.EngineOptions, below),
 ---                   mirza.Engine and its methods; turn.lua: `e:turn`
@@ -284,7 +284,6 @@ function mirza.spawn(fn, ...) end
 ---@field attempts? integer  answers an item with a schema may give (default 1)
 ---@field affinity? boolean  items sharing a prefix go where it went last (default true)
 ---@field lookahead? integer  with affinity: how many next items a free slot may choose from (default 64)
----@field tick? number|false  the scheduler's tick while it runs (default 0.25)
 ---@field hold? number|false  an item's text goes to its task at most this often (default 1)
 ---@field progress? boolean|"auto"  the progress line (default "auto": live on a terminal)
 ---@field progress_every? number  seconds between progress lines off a terminal (default 10)

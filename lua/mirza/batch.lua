@@ -82,13 +82,10 @@ B.defaults = {
   attempts = 1,           -- answers a chat item with a schema may give (a violation is told to the model)
   affinity = true,        -- items sharing a prefix go where it went last (mirza.pool prefix affinity)
   lookahead = 64,         -- with affinity: how many of the next items a free slot may choose from
-  tick = 0.25,            -- the scheduler reads the streams in the middle of their answer at most every tick
-                          -- seconds (mirza.loop's tick): at a daemon's pace one read per stream per tick, not
-                          -- one per token; a new request, a first token, a short answer's end and a retry due
-                          -- are handled as they come; false or 0: every read at once
   hold = 1,               -- an item's text goes to its task at most every hold seconds (mirza.open's hold): one
-                          -- wake-up per stream per second, not per tick; the end comes at once, a repetition cut
-                          -- up to that late; ttft_ms is when the first token was read all the same; 0: each read
+                          -- wake-up per stream per second, not per token; the end comes as read, a repetition
+                          -- cut up to that late; ttft_ms is when the first token was read all the same; 0: each
+                          -- read
 }
 
 local function resolve(opts)
@@ -242,16 +239,10 @@ local function drive(o, run)
   local workers, progress = {}, nil
   local ctx = { opts = o, stats = stats, pool = o.pool, write = make_writer(run, stats), workers = workers,
     unsupported = {}, unsupported_result = {} }
-  -- The scheduler's tick while the batch runs (a longer one of the
-  -- script's own is kept): the records lose nothing (a first token and a
-  -- short answer's end are read as they come), the end of a long answer
-  -- is seen up to a tick late, the CPU per token drops (docs/batch.md, "CPU").
-  local release_tick = o.tick and o.tick > 0 and loop.current().loop:hold_tick(o.tick)
   -- Cancelling the task running the batch cancels its workers too.
   local _ <close> = setmetatable({}, { __close = function()
     for _, t in ipairs(workers) do t:cancel() end
     if progress then progress:cancel() end
-    if release_tick then release_tick() end
   end })
   for i = 1, math.min(o.pool:capacity(), run.total - run.skipped) do workers[i] = loop.spawn(work, ctx, queue) end
   progress = o.progress and policy.progress_task(stats, o, function(...) return policy.progress_line(...) end)

@@ -13,10 +13,6 @@ local json = mirza.json
 
 local A = {}
 
----An item whose max_tokens (or max_completion_tokens) is at most this is
----a short answer (mirza.open's `short`): read to its end as it comes.
-A.SHORT_TOKENS = 32
-
 -- The request body as sent: defaults filled (not into an embeddings
 -- line: its fields are another endpoint's), the structured answer asked
 -- for, a chat streamed, the others not.
@@ -213,9 +209,6 @@ function A.attempt(item, e, opts, first)
   if item.kind ~= "chat" then return plain_attempt(item, opts, body, r, first) end
   local ro = request_opts(r, opts, body)
   ro.merge, ro.hold = true, opts.hold or false -- only the text is kept: what arrived together is one event
-  -- a small budget: a short answer, read to its end as it comes (its end not a tick late)
-  local budget = math.tointeger(body.max_completion_tokens) or math.tointeger(body.max_tokens)
-  ro.short = budget ~= nil and budget <= A.SHORT_TOKENS
   local s <close> = mirza.open(ro)
   local others = {}
   local acc = read_stream(s, opts, first, item.check, others)

@@ -61,9 +61,7 @@ end
 -- (docs/performance.md counts the resumes). The end, an error, a stall or
 -- header timeout come at once, with what was received; `first_at()` is
 -- the first token's read. Outside a task, or with a
--- `hold` or `on_json` of the caller's own, the options go as they are (a
--- blocking wait on a held stream pauses up to 20 ms at a time: its end
--- could come that late).
+-- `hold` or `on_json` of the caller's own, the options go as they are.
 local function held(opts)
   if type(opts) ~= "table" or opts.hold ~= nil or opts.on_json ~= nil or opts.plain then return opts end
   local loop = package.loaded["mirza.loop"] -- no task without it

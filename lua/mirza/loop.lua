@@ -107,7 +107,6 @@ end
 
 ---@class mirza.Loop
 ---@field on_error fun(task: mirza.Task, message: string) reports a failed task nobody joins
----@field tick? number seconds between looks at the streams when waiting (nil or 0: as each byte comes; see M.new)
 local Loop = {}
 Loop.__index = Loop
 
@@ -118,21 +117,11 @@ end
 ---A new scheduler. Most scripts use the default one (`loop.default()`)
 ---through the module functions.
 ---
----`tick = S` (also settable later, `l.tick = S`): when the scheduler has
----to wait, it looks at the streams at most every S seconds, and each look
----reads every stream that has bytes. What arrives meanwhile waits in the
----sockets and is read together: one read and one resume per stream per
----tick instead of one per token, for many paced streams whose latency does
----not matter. mirza.batch sets 0.25 while it runs (docs/performance.md
----has what it saves). Timers, sleeps and a task's stream timeouts still
----fire on time (a pause ends at the next timer); a new stream's request
----goes out at once, and its bytes are read as they come until its answer
----begins (up to 64 such streams at a time), so `first_at` is the first
----token's. What comes up to a tick late is the rest of the streams' data
----(the end among it) and the C clocks (stall, header and connect
----timeouts). Streams opened with `hold` (`mirza.open`) are
----read once per tick too while they hold what came, and wake their task
----only when they hand it over.
+---When each stream is read is the C core's one rule (docs/performance.md,
+---"When a stream is read"): as its bytes come until it answers a reader
+---that holds what comes (`hold`), then at most an eighth of its answer's
+---age late. A scheduler has nothing to tune: `tick`, which earlier
+---versions took, is accepted and ignored.
 ---@param opts? {on_error?: fun(task: mirza.Task, message: string), tick?: number}
 ---@return mirza.Loop
 function M.new(opts)
@@ -150,9 +139,6 @@ function M.new(opts)
     resumes = 0,                     -- statistics: tasks resumed, waits
     polls = 0,
     on_error = opts.on_error or default_on_error,
-    tick = opts.tick,
-    woke = 0,                        -- when the last wait returned (tick)
-    pauses = 0,                      -- statistics: waits shortened to a tick
   }, Loop)
 end
 
@@ -460,48 +446,14 @@ end
 -- else until a stream awaited has news or the next timer. False when
 -- nothing can ever happen (no task queued, no timer, no stream awaited).
 function Loop:_wait()
-  local tick = self.tick
-  if self.rhead <= self.rtail then -- at a tick, what is listed only until the next look is due
-    self:_poll(0, tick and tick > 0 and mirza.now() < self.woke + tick)
+  if self.rhead <= self.rtail then
+    self:_poll(0)
     return true
   end
   local timeout = self:_next_timer()
   if not timeout and self.nwaiting == 0 then return false end
-  if tick and tick > 0 then -- the rest of the tick without reading: what comes meanwhile is read together
-    local rest = self.woke + tick - mirza.now()
-    if timeout and timeout < rest then rest = timeout end
-    if rest > 0 then
-      self.pauses = self.pauses + 1
-      if core.pause(rest) then -- a stream ended: its task runs now (the next item goes out), the others' tick goes on
-        self:_poll(0, true)
-        return true
-      end
-      if timeout then timeout = math.max(0, timeout - rest) end
-    end
-  end
   self:_poll(timeout)
-  if tick and tick > 0 then self.woke = mirza.now() end
   return true
-end
-
----Hold the tick at `seconds` or more until `release()` is called (what
----mirza.batch does while it runs). Holds nest: the tick the loop had before
----the first comes back when the last one is released, whichever order
----they end in.
----@param seconds number
----@return fun() release idempotent
-function Loop:hold_tick(seconds)
-  local n = self.tick_holds or 0
-  if n == 0 then self.tick_own = self.tick end
-  self.tick_holds = n + 1
-  if (self.tick or 0) < seconds then self.tick = seconds end
-  local held = true
-  return function()
-    if not held then return end
-    held = false
-    self.tick_holds = self.tick_holds - 1
-    if self.tick_holds == 0 then self.tick, self.tick_own = self.tick_own, nil end
-  end
 end
 
 ---One round: run the ready tasks, then wait for the streams and timers
@@ -514,8 +466,8 @@ function Loop:step()
   return self:_wait()
 end
 
-function Loop:_poll(timeout, listed)
-  local list, n = core.ready(timeout, self.buf, self.tick, listed) -- held streams: looked at once per tick
+function Loop:_poll(timeout)
+  local list, n = core.ready(timeout, self.buf)
   self.polls = self.polls + 1
   for i = 1, n do
     local t = waiter[list[i]]

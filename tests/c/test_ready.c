@@ -21,6 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <math.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -273,219 +275,88 @@ static void test_scheduler_reuses_memory(void **state) {
   mz_client_free(c);
 }
 
-/* Wait (up to the deadline) until every socket of s[0..n) has bytes
- * waiting to be read. */
-static void wait_all_readable(mz_stream **s, int n, double end) {
-  struct pollfd p[256];
-  assert_true(n <= 256);
-  int readable = 0;
-  while (readable < n && mz_now() < end) {
-    for (int i = 0; i < n; i++) /* a socket libcurl has not (re)registered yet: -1, never ready */
-      p[i] = (struct pollfd){.fd = s[i]->sock != CURL_SOCKET_BAD ? s[i]->sock : -1, .events = POLLIN};
-    if (poll(p, (nfds_t)n, 100) < 0) continue;
-    readable = 0;
-    for (int i = 0; i < n; i++) readable += (p[i].revents & POLLIN) != 0;
-  }
-  assert_int_equal(n, readable);
-}
-
-/* A long answer at 20 tokens/s (10 s): more keeps coming while a test looks. */
-static const char PACED_BODY[] =
-    "{\"model\":\"x\",\"stream\":true,\"max_tokens\":210,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
-    "\"mirza_sim\":{\"answer_tokens\":200,\"tok_rate\":20,\"ttft_ms\":0}}";
-
-/* Wait (up to the deadline) until every answer of s[0..n) is under way,
- * its first token read, then take what they queued: what comes next is
- * held (a hold starts on an empty queue). */
-static void answers_under_way(mz_client *c, mz_stream **s, int n, double end) {
-  mz_stream *out[16];
-  const mz_event *ev;
-  int started = 0;
-  while (started < n && mz_now() < end) {
-    mz_client_wait_ready(c, 100);
-    while (mz_client_ready(c, out, 16) > 0) {}
-    started = 0;
-    for (int i = 0; i < n; i++) started += s[i]->first_at > 0;
-  }
-  assert_int_equal(n, started);
-  for (int i = 0; i < n; i++)
-    while (mz_stream_pending(s[i]) && mz_stream_next(s[i], 0, &ev) == MZ_NEXT_EVENT) {}
-}
-
-/* How many of s[0..n) had bytes read since `since`. */
-static int read_since(mz_stream **s, int n, double since) {
-  int k = 0;
-  for (int i = 0; i < n; i++) k += s[i]->last_rx >= since;
-  return k;
-}
-
-/* A scheduler's look reads every socket that is ready, not only the first
- * MZ_FIRED_MAX (64) that one wait reports: with 150 paced streams whose
- * sockets all hold unread bytes, one look at the tick reads them all.
- * (Reading 64 per look, the rest waited for the next tick, and the next:
- * 256 streams were each read every fourth tick, and a batch item's end
- * was seen up to that late.) */
-static void test_look_reads_every_ready_socket(void **state) {
-  (void)state;
-  SKIP_WITHOUT_SIM();
-  enum { N = 150 };
-  char err[128];
-  mz_client *c = mz_client_new(NULL);
-  mz_request r = {.url = url, .body = PACED_BODY, .body_len = strlen(PACED_BODY), .hold_ms = 60000};
-  mz_stream *s[N];
-  for (int i = 0; i < N; i++) {
-    s[i] = mz_stream_open(c, &r, err, sizeof err);
-    assert_non_null(s[i]);
-  }
-  double end = mz_now() + 30;
-  answers_under_way(c, s, N, end);
-  /* a tick's look (no wait): every socket with bytes waiting is read */
-  wait_all_readable(s, N, end);
-  double before = mz_now();
-  mz_client_wait_ready_paced(c, 0, 100);
-  assert_int_equal(N, read_since(s, N, before));
-  for (int i = 0; i < N; i++) mz_stream_close(s[i]);
-  mz_client_free(c);
-}
-
-/* A scheduler's wait pauses a whole tick between looks while streams hold
- * what came: a hold that ends meanwhile (or a stall clock) is seen at the
- * next look, not by a look of its own. (Cut short at each such deadline,
- * with many streams holding one was due every few milliseconds and each
- * look read every socket: 256 batch items were read 15 times each in 2 s
- * where 8 ticks read them 9-11 times.) */
-static void test_paced_wait_not_cut_by_a_hold(void **state) {
-  (void)state;
-  SKIP_WITHOUT_SIM();
-  char err[128];
-  mz_client *c = mz_client_new(NULL);
-  mz_request ra = {.url = url, .body = PACED_BODY, .body_len = strlen(PACED_BODY), .hold_ms = 300};
-  mz_request rb = ra;
-  rb.hold_ms = 60000;
-  mz_stream *s[2] = {mz_stream_open(c, &ra, err, sizeof err), mz_stream_open(c, &rb, err, sizeof err)};
-  assert_non_null(s[0]);
-  assert_non_null(s[1]);
-  double end = mz_now() + 20;
-  answers_under_way(c, s, 2, end);
-  wait_all_readable(s, 2, end); /* the first look reads both: their holds begin (a's ends 300 ms later) */
-  double t0 = mz_now();
-  assert_int_equal(1, mz_client_wait_ready_paced(c, 5000, 1000));
-  assert_true(mz_ready(s[0])); /* its hold over */
-  assert_true(mz_now() - t0 >= 0.9);
-  for (int i = 0; i < 2; i++) mz_stream_close(s[i]);
-  mz_client_free(c);
-}
-
-/* A pause (the scheduler's tick) sends the request of a stream opened
- * since the last wait before it sleeps: the daemon works through the
- * tick instead of getting the request a tick later. On a kept connection
- * the request is out when the pause returns. */
-static void test_pause_sends_new_requests(void **state) {
-  (void)state;
-  SKIP_WITHOUT_SIM();
-  mz_client *c = mz_client_new(NULL);
-  mz_stream *a = open_chat(c, "w", 0);
-  drive_until_finished(c, a); /* its connection is kept for the next */
-  mz_stream_close(a);
-  mz_stream *b = open_chat(c, "x", 5000); /* its answer long after the pause */
-  long sent = -1;
-  assert_int_equal(CURLE_OK, curl_easy_getinfo(b->easy, CURLINFO_REQUEST_SIZE, &sent));
-  assert_int_equal(0, sent);
-  assert_int_equal(0, mz_client_pause(c, 1));
-  assert_int_equal(CURLE_OK, curl_easy_getinfo(b->easy, CURLINFO_REQUEST_SIZE, &sent));
-  assert_true(sent > 0);
-  mz_stream_close(b);
-  mz_client_free(c);
-}
-
-/* Open `body` on a new connection and check that the pauses alone connect,
- * ask and read it until its answer begins (its first delta, text or tool
- * call); with `paced` (a delta every 250 ms), that they read it no more:
- * what comes next waits in the socket. */
-static void check_fresh_only(const char *body, int paced) {
-  char err[128];
-  mz_client *c = mz_client_new(NULL);
-  mz_request r = {.url = url, .body = body, .body_len = strlen(body)};
-  mz_stream *b = mz_stream_open(c, &r, err, sizeof err);
-  assert_non_null(b);
-  double end = mz_now() + 5; /* needs one pause: a broken build fails soon */
-  int pauses = 0;
-  while (!b->answering && mz_now() < end) { /* pauses only, no wait */
-    mz_client_pause(c, 1000);
-    pauses++;
-  }
-  assert_true(b->answering);
-  /* connected, asked and answered in the first second's pause. (Left to
-   * libcurl's own timers, the connection was made at the next pause's
-   * start; not read in a pause at all, the answer came after 10 s.) */
-  assert_int_equal(1, pauses);
-  if (paced) {
-    /* its next deltas come every 250 ms: at the end of a second's pause
-     * they wait unread (read as they came, the socket would be empty) */
-    assert_int_equal(0, mz_client_pause(c, 1000));
-    struct pollfd q = {.fd = b->sock, .events = POLLIN};
-    assert_int_equal(1, poll(&q, 1, 0));
-  }
-  mz_stream_close(b);
-  mz_client_free(c);
-}
-
-/* A pause serves the streams still waiting for their answer as their
- * sockets come ready, and only those: a new connection is made and asked,
- * the first token is timed to its read, not to the scheduler's tick (a
- * batch record's ttft_ms), while a stream under way keeps what comes in
- * its socket for the next look. An answer of tool calls alone begins too. */
-static void test_pause_reads_only_fresh_streams(void **state) {
-  (void)state;
-  SKIP_WITHOUT_SIM();
-  check_fresh_only("{\"model\":\"x\",\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
-                   "\"mirza_sim\":{\"answer_tokens\":40,\"ttft_ms\":0,\"tok_rate\":4}}",
-                   1);
-  check_fresh_only("{\"model\":\"x\",\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
-                   "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{}}}],"
-                   "\"mirza_sim\":{\"ttft_ms\":0,\"tok_rate\":4,\"tool_calls\":[{\"name\":\"f\",\"arguments\":"
-                   "\"{\\\"city\\\": \\\"Paris, Ile-de-France, France, Europe, the Earth, the Solar System\\\"}\"}]}}",
-                   0); /* the calls come at once */
-}
-
-/* A pause ends when a stream it serves ends, so a ticking scheduler hands
- * a short answer over and sends the next item at once, not a tick later:
- * an answer of a few tokens at once, and one paced 5 ms a token opened as
- * a short answer (served to its end). Paced and not short, it is not read
- * after its first token: its end waits for the look (the pause runs to
- * its end). */
-static void check_pause_ends_with(double rate, int short_answer, int ends) {
+/* When a stream is read (client.c's rule, due.c): a stream of `tokens`
+ * paced at `rate`, its reader holding `hold_ms` (0: taking each event),
+ * driven to its end; the number of socket reads it took. */
+static size_t reads_of(int tokens, double rate, long hold_ms) {
   char body[512], err[128];
   snprintf(body, sizeof body,
            "{\"model\":\"x\",\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
-           "\"mirza_sim\":{\"text\":\"a b c\",\"ttft_ms\":0,\"tok_rate\":%g}}",
-           rate);
+           "\"mirza_sim\":{\"answer_tokens\":%d,\"ttft_ms\":0,\"tok_rate\":%g}}",
+           tokens, rate);
   mz_client *c = mz_client_new(NULL);
-  mz_request r = {.url = url, .body = body, .body_len = strlen(body), .short_answer = short_answer};
+  mz_request r = {.url = url, .body = body, .body_len = strlen(body), .hold_ms = hold_ms};
   mz_stream *s = mz_stream_open(c, &r, err, sizeof err);
   assert_non_null(s);
-  unsigned long ended = mz_client_ended(c);
-  double t0 = mz_now();
-  assert_int_equal(0, mz_client_pause(c, ends ? 20000 : 1000));
-  if (ends) {
-    assert_true(mz_now() - t0 < 15); /* 20 s when it is not cut short */
-    assert_int_equal(ended + 1, mz_client_ended(c));
-    assert_true(mz_stream_finished(s));
-    assert_true(mz_ready(s)); /* listed: the scheduler takes it without a look */
-  } else {
-    assert_true(mz_now() - t0 >= 0.9);
-    assert_int_equal(ended, mz_client_ended(c));
-  }
+  wait_finished(c, s);
+  size_t n = s->reads;
   mz_stream_close(s);
   mz_client_free(c);
+  return n;
 }
 
-static void test_pause_ends_with_a_stream(void **state) {
+/* A reader that takes each event gets each token as it is read: its socket
+ * is read as bytes come, about once a token. Held (a batch item, a
+ * collect), the answer is read at most an eighth of its age late: the
+ * reads thin out (120 tokens at 100/s, 1.2 s: about 30 reads; a read per
+ * token when broken). */
+static void test_held_streams_read_less(void **state) {
   (void)state;
   SKIP_WITHOUT_SIM();
-  check_pause_ends_with(0, 0, 1);   /* at once */
-  check_pause_ends_with(200, 1, 1); /* 5 ms a token, a short answer: served to its end */
-  check_pause_ends_with(200, 0, 0); /* the same, not short: read at the looks */
+  size_t eager = reads_of(120, 100, 0), lazy = reads_of(120, 100, 60000);
+  assert_true(eager >= 80);
+  assert_true(lazy <= 60);
+}
+
+/* The gap before a held stream's next read (due.c): an eighth of how long
+ * it has answered, at most its hold, 250 ms and a quarter of its stall
+ * timeout (read at a grid point between half that and that); none below
+ * 2 ms, none while it has no answer, none without a hold, none on a
+ * shared (HTTP/2) connection. Its time come, it is watched again. A
+ * stream built by hand on a socket pair: the rule alone. */
+static void test_read_gap(void **state) {
+  (void)state;
+  mz_client *c = mz_client_new(NULL);
+  int sv[2];
+  assert_int_equal(0, socketpair(AF_UNIX, SOCK_STREAM, 0, sv));
+  mz_stream *s = calloc(1, sizeof *s);
+  s->c = c, s->sock = sv[0], s->sock_what = CURL_POLL_IN, s->easy = (CURL *)c, s->due_at = INFINITY;
+  assert_int_equal(0, mz_watch_set(c->watch, sv[0], CURL_POLL_IN));
+  struct {
+    int answering, multiplexed;
+    double hold, stall, age, gap; /* gap 0: not muted */
+  } cases[] = {
+      {1, 0, 60, 0, 0.8, 0.1}, {1, 0, 60, 0, 8, 0.25}, {1, 0, 0.05, 0, 0.8, 0.05}, {1, 0, 60, 0.2, 0.8, 0.05},
+      {1, 0, 60, 0, 0.008, 0}, {0, 0, 60, 0, 0.8, 0},  {1, 0, 0, 0, 0.8, 0},       {1, 1, 60, 0, 0.8, 0},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    double now = mz_now();
+    s->answering = cases[i].answering, s->multiplexed = cases[i].multiplexed;
+    s->hold_s = cases[i].hold, s->stall_s = cases[i].stall, s->first_at = now - cases[i].age;
+    mz_due_read(c, s, now);
+    assert_int_equal(cases[i].gap > 0, s->muted);
+    if (!s->muted) continue;
+    /* on the grid of the streams read at a like gap: no later than the
+     * gap, no sooner than half of it */
+    assert_true(s->read_at <= now + cases[i].gap + 1e-9 && s->read_at > now + cases[i].gap / 2);
+    assert_true(mz_due_next(c) == s->read_at);
+    assert_int_equal(1, write(sv[1], "x", 1)); /* muted: not reported */
+    assert_int_equal(0, mz_client_wait(c, 0));
+    mz_due_run(c, s->read_at - 1e-3); /* not yet */
+    assert_true(s->muted);
+    mz_due_run(c, s->read_at);
+    assert_false(s->muted);
+    struct pollfd q = {.fd = sv[0], .events = POLLIN};
+    assert_int_equal(1, poll(&q, 1, 0));
+    char b;
+    assert_int_equal(1, read(sv[0], &b, 1));
+  }
+  mz_watch_set(c->watch, sv[0], CURL_POLL_REMOVE);
+  mz_due_drop(s);
+  free(s);
+  close(sv[0]);
+  close(sv[1]);
+  mz_client_free(c);
 }
 
 int main(void) {
@@ -497,11 +368,8 @@ int main(void) {
       cmocka_unit_test(test_drained_and_closed_skipped),
       cmocka_unit_test(test_idle_returns),
       cmocka_unit_test(test_scheduler_reuses_memory),
-      cmocka_unit_test(test_look_reads_every_ready_socket),
-      cmocka_unit_test(test_paced_wait_not_cut_by_a_hold),
-      cmocka_unit_test(test_pause_sends_new_requests),
-      cmocka_unit_test(test_pause_reads_only_fresh_streams),
-      cmocka_unit_test(test_pause_ends_with_a_stream),
+      cmocka_unit_test(test_held_streams_read_less),
+      cmocka_unit_test(test_read_gap),
   };
   return cmocka_run_group_tests(tests, start_sim, stop_sim);
 }

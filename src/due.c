@@ -1,0 +1,208 @@
+/*
+ * due.c - when a stream is read (the one rule), and the heap of the timed
+ * looks at the streams (client_int.h).
+ *
+ * The rule. A stream is read as its bytes come (its socket watched) while
+ * it is *eager*: no answer yet (the connection, the head, the first token
+ * are read to the byte, and ttft with them), or a reader that takes each
+ * event (no hold: a script that prints tokens), or a connection that may
+ * carry other streams (HTTP/2). Once it answers to a reader that holds
+ * what comes (mz_request.hold_ms: a batch item, a collect, a merging
+ * turn), it is *lazy*: after each read its socket is not watched for
+ *
+ *     gap = min(age / MZ_READ_AGE_DIV, hold, MZ_READ_GAP_MAX, stall / 4)
+ *
+ * (age: how long it has been answering), then watched again: what came
+ * meanwhile is read in one go, at once if it is there. Every byte, the end
+ * included, is read at most an eighth of the answer's age after it came,
+ * so an answer's end frees its slot at most an eighth of its own length
+ * late whatever that length (a 40 ms answer 5 ms, none more than 250 ms):
+ * nothing depends on max_tokens or a guess of the length. A long answer's
+ * reads thin out to one per MZ_READ_GAP_MAX (256 streams at 40 tokens/s:
+ * about 1,000 reads a second instead of 10,000). A gap below
+ * MZ_READ_GAP_MIN is not taken: unwatching and watching again would cost
+ * more than the reads it saves.
+ *
+ * The heap. Every timed look at a stream is one entry, keyed by the
+ * earliest of: its muted socket's next read, its held events' hand-over
+ * (queue.c), its stall or header deadline (noted when it starts; a
+ * deadline only moves later as bytes come, so a look that comes early
+ * notes the new one). A wait sleeps until the top key at most and runs
+ * the looks that are due: a wake-up costs what is due, never a walk of
+ * every open stream.
+ */
+#include <math.h>
+#include <stdlib.h>
+
+#include "client_int.h"
+#include "mirza.h"
+
+#define MZ_READ_AGE_DIV 8.0
+#define MZ_READ_GAP_MAX 0.25
+#define MZ_READ_GAP_MIN 0.002
+
+/* ------------------------------------------------------ the heap */
+
+static void put(mz_client *c, size_t i, mz_stream *s) {
+  c->due[i] = s;
+  s->due_pos = i + 1;
+}
+
+static void sift_up(mz_client *c, size_t i) {
+  mz_stream *s = c->due[i];
+  while (i > 0) {
+    size_t up = (i - 1) / 2;
+    if (c->due[up]->due_at <= s->due_at) break;
+    put(c, i, c->due[up]);
+    i = up;
+  }
+  put(c, i, s);
+}
+
+static void sift_down(mz_client *c, size_t i) {
+  mz_stream *s = c->due[i];
+  for (;;) {
+    size_t l = 2 * i + 1, m = l;
+    if (l >= c->ndue) break;
+    if (l + 1 < c->ndue && c->due[l + 1]->due_at < c->due[l]->due_at) m = l + 1;
+    if (c->due[m]->due_at >= s->due_at) break;
+    put(c, i, c->due[m]);
+    i = m;
+  }
+  put(c, i, s);
+}
+
+static void remove_at(mz_client *c, size_t i) {
+  mz_stream *s = c->due[i];
+  s->due_pos = 0;
+  s->due_at = INFINITY;
+  if (i == --c->ndue) return;
+  mz_stream *m = c->due[c->ndue];
+  put(c, i, m);
+  if (i > 0 && m->due_at < c->due[(i - 1) / 2]->due_at) sift_up(c, i);
+  else sift_down(c, i);
+}
+
+int mz_due_reserve(mz_client *c, size_t n) {
+  if (n <= c->due_cap) return 0;
+  size_t cap = c->due_cap ? c->due_cap : 64;
+  while (cap < n) cap *= 2;
+  mz_stream **p = realloc(c->due, cap * sizeof *p);
+  if (!p) return -1;
+  c->due = p, c->due_cap = cap;
+  return 0;
+}
+
+void mz_due_at(mz_stream *s, double t) {
+  mz_client *c = s->c;
+  if (!(t < INFINITY)) return;
+  if (s->due_pos) {
+    if (t >= s->due_at) return;
+    s->due_at = t;
+    sift_up(c, s->due_pos - 1);
+    return;
+  }
+  if (c->ndue == c->due_cap && mz_due_reserve(c, c->ndue + 1)) return; /* reserved when it opened: never */
+  s->due_at = t;
+  put(c, c->ndue++, s);
+  sift_up(c, c->ndue - 1);
+}
+
+void mz_due_drop(mz_stream *s) {
+  if (s->due_pos) remove_at(s->c, s->due_pos - 1);
+}
+
+double mz_due_next(const mz_client *c) { return c->ndue ? c->due[0]->due_at : INFINITY; }
+
+/* ------------------------------------------------------ the rule */
+
+void mz_due_unmute(mz_client *c, mz_stream *s) {
+  if (!s->muted) return;
+  s->muted = 0;
+  if (s->sock != CURL_SOCKET_BAD) mz_watch_set(c->watch, s->sock, s->sock_what);
+}
+
+/* The time of the next read: the last point of a grid of step G (a power
+ * of two seconds, at most half the gap) at or before now + gap, so it is
+ * no later than the rule says and no sooner than half of it; the streams
+ * read at a like gap share the grid's points, and one wake-up reads them
+ * together (8 streams held to their end: about 40 wake-ups for 800
+ * tokens, not 250). */
+static double on_grid(double now, double gap) {
+  int e;
+  frexp(gap / 2, &e);              /* gap / 2 = m * 2^e, 0.5 <= m < 1 */
+  double step = ldexp(1.0, e - 1); /* <= gap / 2 */
+  double t = floor((now + gap) / step) * step;
+  return t > now ? t : now + gap;
+}
+
+void mz_due_read(mz_client *c, mz_stream *s, double now) {
+  if (!s->answering || s->hold_s <= 0 || s->term || !s->easy || s->multiplexed || s->muted) return;
+  double gap = (now - s->first_at) / MZ_READ_AGE_DIV;
+  if (gap > s->hold_s) gap = s->hold_s;
+  if (gap > MZ_READ_GAP_MAX) gap = MZ_READ_GAP_MAX;
+  if (s->stall_s > 0 && gap > s->stall_s / 4) gap = s->stall_s / 4;
+  if (gap < MZ_READ_GAP_MIN || mz_watch_set(c->watch, s->sock, CURL_POLL_NONE)) return;
+  s->muted = 1;
+  s->read_at = on_grid(now, gap);
+  mz_due_at(s, s->read_at);
+}
+
+/* ------------------------------------------------------ the looks */
+
+/* When a running transfer times out by our own clocks (INFINITY: never).
+ * Until the first response byte only header_timeout runs: a request
+ * queued by the daemon gets no head for as long as it waits, and that is
+ * no stall. From the first byte on, the stall timer runs. */
+static double own_deadline(const mz_stream *s) {
+  double t = INFINITY;
+  if (s->header_s > 0 && !s->head_done) t = s->t_open + s->header_s;
+  if (s->stall_s > 0 && s->got_rx && s->last_rx + s->stall_s < t) t = s->last_rx + s->stall_s;
+  return t;
+}
+
+/* Bytes came on the stream's socket since its last complete header line or
+ * body write (a head trickling in): the stall clock runs from them. Read
+ * only when a stall is due, so a read costs one store (drive). Returns 1
+ * when last_rx moved. A stale time (the same fd number for an earlier
+ * connection) is older than the stream's first response line: no effect. */
+static int socket_rx(const mz_client *c, mz_stream *s) {
+  if (s->sock < 0 || (size_t)s->sock >= c->nfd_rx || c->fd_rx[s->sock] <= s->last_rx) return 0;
+  s->last_rx = c->fd_rx[s->sock];
+  return 1;
+}
+
+/* The look at s whose time came: its muted socket watched again, its held
+ * events handed over, its own deadlines checked (past one: it ends with
+ * "timeout"); then its next look noted. */
+static void look(mz_client *c, mz_stream *s, double now) {
+  if (s->muted && now >= s->read_at) mz_due_unmute(c, s);
+  mz_release_held(s, now); /* not yet: notes its time again */
+  if (s->muted) mz_due_at(s, s->read_at);
+  if (!s->easy || s->term) return;
+  double t = own_deadline(s);
+  if (now >= t && socket_rx(c, s)) t = own_deadline(s);
+  if (now < t) {
+    mz_due_at(s, t);
+    return;
+  }
+  mz_flush_carry(s);
+  if (s->got_rx && s->stall_s > 0 && now >= s->last_rx + s->stall_s)
+    mz_set_terminal(s, MZ_EV_ERROR, MZ_E_TIMEOUT,
+                    "no data from %s for %.1f s (stall timeout: raise the `stall_timeout` option, or false for none)",
+                    s->url, now - s->last_rx);
+  else
+    mz_set_terminal(s, MZ_EV_ERROR, MZ_E_TIMEOUT,
+                    "no response head from %s after %.1f s (header timeout: the daemon may be busy or queueing; raise "
+                    "the `header_timeout` option, or false for none)",
+                    s->url, now - s->t_open);
+  mz_detach_easy(s); /* closes the connection: the daemon stops generating */
+}
+
+void mz_due_run(mz_client *c, double now) {
+  while (c->ndue && c->due[0]->due_at <= now) {
+    mz_stream *s = c->due[0];
+    remove_at(c, 0);
+    look(c, s, now);
+  }
+}
