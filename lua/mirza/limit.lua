@@ -1,0 +1,340 @@
+--- mirza.limit: how many requests to keep in flight at one endpoint,
+--- found by measuring what it serves (issue 41).
+---
+--- Pure logic: no clock, no I/O. The caller tells it what happens, with
+--- the time (`sent`, `done`, `failed`, `dropped`), and asks `get()`. The
+--- pool (mirza.pool) keeps one per endpoint without a fixed `@N`.
+---
+--- What it measures. A window of completions (at least about one item's
+--- duration, so that answers of different lengths average out) gives
+--- the endpoint's token rate by Little's law, item by item: an item of k
+--- tokens that took W seconds while n requests were in flight on average
+--- says the endpoint makes n*k/W tokens a second. The window's rate is
+--- sum(n*k) / sum(W), paired with the load it was measured at (the
+--- token-weighted mean of n). A finished item's n is the in-flight
+--- count averaged over its own life, so a window that straddles a change
+--- of limit pairs each rate with the load that produced it.
+---
+--- How it moves (BBR's phases over TCP's slow start, with a hill climb):
+---   start   the limit doubles after each window while the rate grew by
+---           a real share of the load's growth (an elasticity of at least
+---           `min_gain`: doubling the load gives 7 % more or better); it
+---           stops where the curve flattens or falls, and steps back to
+---           the load of the best rate seen.
+---   hold    the limit stays; every `probe_every` windows it tries 25 %
+---           more, then 20 % less, measured on the requests sent since
+---           (two windows): more is kept when it serves 2 % more, less
+---           when it serves no less than 98 % (fewer requests for the
+---           same rate). A probe that loses doubles the wait before the
+---           next (up to 8 times), one that wins resets it. So it
+---           follows a server whose load changes (another client).
+---   queue   items that waited for their first token (ttft past twice its
+---           floor and 50 ms) in a quarter of a window: the server queues
+---           them (its slots are full): the limit becomes the load that
+---           did not wait.
+---   back    a 429, 503, refused or cut connection halves it (once per
+---           window, as TCP's loss), at least `min`.
+--- A window whose load never reached the limit (the batch ending, too
+--- few items) raises nothing: what more load would do is not known.
+local M = {}
+
+M.defaults = {
+  initial = 8,       -- the first limit without a ceiling
+  initial_ceiling = 16, -- the first limit under a ceiling (at most the ceiling: slots a server announced)
+  min = 1,
+  max = 256,         -- the limit without a ceiling announced
+  min_window = 0.25, -- seconds: a window lasts at least this, and about one item's duration
+  max_window = 30,
+  min_items = 2,     -- completions a window needs
+  min_gain = 0.1,    -- start: doubling continues while rate grows at least load^min_gain
+  probe_every = 3,   -- hold: windows between two probes
+  probe_up = 1.25,
+  probe_down = 0.8,
+  up_gain = 1.02,    -- a probe up is kept when it serves this much more
+  down_keep = 0.98,  -- a probe down is kept when it serves at least this much
+  queue_share = 0.25, -- share of a window's items that waited for their first token: queueing
+  backoff = 0.5,
+}
+
+---@class mirza.Limit
+---@field limit integer the limit now
+---@field min integer
+---@field max integer the ceiling (announced, else `defaults.max`)
+---@field ceiling integer|nil what the server announced
+---@field source string|nil where the ceiling came from ("/props")
+---@field mode "start"|"hold"|"probe"
+---@field why string what moved it last ("start", "rate", "queue", "429"...)
+---@field inflight integer
+---@field best_rate number the best window rate seen (tokens/s)
+local Limit = {}
+Limit.__index = Limit
+
+---A limiter. `opts`: `M.defaults`' keys, and `ceiling` (what the server
+---announced: the most it ever gets) with `source` (where it was read).
+---@param opts? {initial?: integer, min?: integer, max?: integer, ceiling?: integer, source?: string,
+---  min_window?: number, probe_every?: integer}
+---@return mirza.Limit
+function M.new(opts)
+  opts = opts or {}
+  local self = setmetatable({}, Limit)
+  for k, v in pairs(M.defaults) do self[k] = opts[k] or v end
+  self.inflight, self.area, self.t = 0, 0, nil
+  self.mode, self.why, self.windows, self.best_rate, self.skip = "start", "start", 0, 0, 0
+  self.every, self.epoch = self.probe_every, 0
+  self.ttfts, self.nttft, self.dur = {}, 0, nil
+  self.levels = {} -- window results in start: {load, rate}
+  self:_new_window(nil)
+  self.limit = math.max(self.min, math.min(self.initial, self.max))
+  if opts.ceiling then self:set_ceiling(opts.ceiling, opts.source) end
+  return self
+end
+
+---The limit now.
+---@return integer
+function Limit:get()
+  return self.limit
+end
+
+-- Clamp n into [min, max] as an integer.
+function Limit:_clamp(n)
+  return math.max(self.min, math.min(self.max, math.floor(n + 0.5)))
+end
+
+---The server announced its capacity: the limit never goes past it.
+---Before the first window, the start moves to `initial_ceiling` (at most
+---the ceiling): a server that says how many it serves at once serves a
+---few more than an unknown one.
+---@param n integer
+---@param source? string where it was read ("/props total_slots")
+function Limit:set_ceiling(n, source)
+  if math.type(n) ~= "integer" or n < 1 then error("mirza.limit: a ceiling is an integer >= 1", 2) end
+  self.ceiling, self.source, self.max = n, source, n
+  if self.mode == "start" and self.windows == 0 then self.limit = self.initial_ceiling end
+  self.limit = math.min(self.limit, n)
+end
+
+---A start the server's kind suggests (MTPLX: 1, serial by default),
+---taken before the first window only; `source` says why.
+---@param n integer
+---@param source? string
+function Limit:set_start(n, source)
+  if self.mode ~= "start" or self.windows > 0 then return end
+  self.limit, self.start_source = self:_clamp(n), source
+  self.first_limit = self.limit
+end
+
+-- The in-flight integral up to now (for each item's mean load).
+function Limit:_advance(now)
+  if self.t then self.area = self.area + self.inflight * (now - self.t) end
+  self.t = now
+end
+
+function Limit:_new_window(now)
+  self.w = { t0 = now, n = 0, lk = 0, k = 0, wsum = 0, queued = 0, peak = self.inflight or 0, fails = 0 }
+end
+
+---A request was sent: its record, to pass to `done`, `failed` or
+---`dropped`.
+---@param now number
+---@return table request
+function Limit:sent(now)
+  self:_advance(now)
+  self.inflight = self.inflight + 1
+  local w = self.w
+  w.t0 = w.t0 or now
+  if self.inflight > w.peak then w.peak = self.inflight end
+  return { t0 = now, a0 = self.area, epoch = self.epoch }
+end
+
+---A request's first token came (the server gave it a slot and its
+---prefill is done). Optional: a queue is then cut to the requests that
+---got theirs, not guessed from the window.
+---@param now number
+---@param q table `sent`'s
+function Limit:first(now, q)
+  if q.first then return end
+  q.first = now
+  self.started = (self.started or 0) + 1
+end
+
+-- The request ends: its mean load over its life.
+function Limit:_end(now, q)
+  self:_advance(now)
+  self.inflight = self.inflight - 1
+  if q.first then self.started = self.started - 1 end
+  local dt = now - q.t0
+  if dt <= 0 then return self.inflight + 1, 0 end
+  return (self.area - q.a0) / dt, dt
+end
+
+-- The ttft floor: the least of the last 64 first tokens.
+function Limit:_floor()
+  local f = math.huge
+  for i = 1, #self.ttfts do f = math.min(f, self.ttfts[i]) end
+  return f
+end
+
+---A request ended with an answer of `tokens` tokens, its first after
+---`ttft` seconds (nil: not known).
+---@param now number
+---@param q table `sent`'s
+---@param tokens integer
+---@param ttft? number
+function Limit:done(now, q, tokens, ttft)
+  local load, dt = self:_end(now, q)
+  local w = self.w
+  local counts = self.mode ~= "probe" or q.epoch == self.epoch -- a probe measures its own requests only
+  if counts and dt > 0 and tokens and tokens > 0 then
+    w.n, w.lk, w.k, w.wsum = w.n + 1, w.lk + load * tokens, w.k + tokens, w.wsum + dt
+    w.load = (w.load or 0) + load * tokens
+    self.dur = self.dur and (0.8 * self.dur + 0.2 * dt) or dt
+  end
+  if ttft then
+    self.nttft = self.nttft % 64 + 1
+    self.ttfts[self.nttft] = ttft
+    if ttft > 2 * self:_floor() + 0.05 then w.queued = w.queued + 1 end
+  end
+  self:_tick(now)
+end
+
+---A request ended in a failure that says the endpoint is overloaded or
+---going away (429, 503, refused, cut): the limit halves, once a window.
+---@param now number
+---@param q table `sent`'s
+---@param why string what it was ("429", "503", "refused", "closed")
+function Limit:failed(now, q, why)
+  self:_end(now, q)
+  local w = self.w
+  w.fails = w.fails + 1
+  if w.fails == 1 then
+    self.limit = self:_clamp(math.max(self.min, self.limit * self.backoff))
+    self.mode, self.why, self.windows, self.base, self.skip = "hold", why, 0, nil, 1
+  end
+  self:_tick(now)
+end
+
+---A request ended and says nothing of the endpoint (cancelled, the
+---item's own error).
+---@param now number
+---@param q table `sent`'s
+function Limit:dropped(now, q)
+  self:_end(now, q)
+end
+
+-- The window's length: about one item's duration, within bounds.
+function Limit:_window_len()
+  local len = math.max(self.min_window, math.min(self.max_window, self.dur or 0))
+  return self.mode == "probe" and 2 * len or len
+end
+
+-- Close the window when it is long enough and has enough items; then decide.
+function Limit:_tick(now)
+  local w = self.w
+  if not w.t0 or now - w.t0 < self:_window_len() or w.n < self.min_items then return end
+  local r = { rate = w.lk / w.wsum, load = w.load / w.k, n = w.n, queued = w.queued,
+    full = w.peak >= self.limit }
+  self:_new_window(now)
+  self.w.peak = self.inflight
+  self.windows = self.windows + 1
+  if r.rate > self.best_rate then self.best_rate = r.rate end
+  local before = self.limit
+  self:_decide(r)
+  if self.trace then self.trace(now, r, before, self) end
+end
+
+-- The load of the best rate among the windows of the start.
+function Limit:_best_level()
+  local best
+  for _, l in ipairs(self.levels) do
+    if not best or l.rate > best.rate then best = l end
+  end
+  return best
+end
+
+function Limit:_decide(r)
+  if self.skip > 0 then -- the window after a cut still holds the requests sent before it
+    self.skip = self.skip - 1
+    return
+  end
+  if r.queued >= self.queue_share * r.n then -- the server queues: what did not wait is its size
+    -- those under way now (and the one that just ended), when first tokens are told
+    local served = self.started and self.started + 1 or r.load * (1 - r.queued / r.n)
+    self.limit = self:_clamp(math.max(self.min, math.min(self.limit, served)))
+    self.mode, self.why, self.windows, self.base, self.skip = "hold", "queue", 0, nil, 1
+    return
+  end
+  local f = Limit["_" .. self.mode]
+  f(self, r)
+end
+
+-- The latest window of the start measured at a load well below `load`.
+function Limit:_below(load)
+  for i = #self.levels, 1, -1 do
+    if self.levels[i].load * 1.2 < load then return self.levels[i] end
+  end
+end
+
+-- Slow start: double while the rate keeps up with the load.
+function Limit:_start(r)
+  local prev = self:_below(r.load)
+  self.levels[#self.levels + 1] = r
+  if prev then
+    local gain = math.log(r.rate / prev.rate) / math.log(r.load / prev.load)
+    if gain < self.min_gain then
+      local best = self:_best_level()
+      self.limit = self:_clamp(best.load)
+      self.mode, self.why, self.windows, self.base = "hold", "rate", 0, best.rate
+      return
+    end
+  end
+  if r.full then
+    if self.limit >= self.max then
+      self.mode, self.why, self.windows, self.base = "hold", self.ceiling and "ceiling" or "max", 0, r.rate
+      return
+    end
+    self.limit = self:_clamp(self.limit * 2)
+  end
+end
+
+-- Hold: keep the base rate current, probe every `probe_every` windows.
+function Limit:_hold(r)
+  if not r.full then return end -- the load was not the limit's: says nothing of it
+  self.base = self.base and (0.5 * self.base + 0.5 * r.rate) or r.rate
+  if self.windows < self.every then return end
+  self.up = not self.up
+  local to = self:_clamp(self.limit * (self.up and self.probe_up or self.probe_down))
+  if to == self.limit then
+    self.up = not self.up
+    to = self:_clamp(self.limit * (self.up and self.probe_up or self.probe_down))
+    if to == self.limit then return end
+  end
+  self.from, self.limit, self.mode, self.epoch = self.limit, to, "probe", self.epoch + 1
+  self:_new_window(nil) -- from its first request on
+end
+
+-- A probe's window: keep the new limit, or go back.
+function Limit:_probe(r)
+  local keep
+  if self.limit > self.from then -- one that waited says the server queues: a rate by Little's law overstates it
+    keep = r.full and r.queued == 0 and r.rate >= self.up_gain * self.base
+  else keep = r.rate >= self.down_keep * self.base end
+  if keep then -- the curve moved or was not known there: look again soon
+    self.base, self.why, self.every = r.rate, "rate", self.probe_every
+  else -- a probe that loses costs its windows: each one that loses waits twice as long for the next
+    self.limit, self.every = self.from, math.min(8 * self.probe_every, 2 * self.every)
+  end
+  self.mode, self.windows = "hold", 0
+end
+
+---How it was found, for a person: "auto, ceiling 64 from /props" or
+---"auto".
+---@return string
+function Limit:describe()
+  if self.ceiling then
+    return ("auto, ceiling %d%s"):format(self.ceiling, self.source and (" from " .. self.source) or "")
+  end
+  if self.start_source then return ("auto, started at %d: %s"):format(self.first_limit, self.start_source) end
+  return "auto, no ceiling announced"
+end
+
+return M

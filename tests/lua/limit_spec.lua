@@ -1,0 +1,108 @@
+-- mirza.limit on a fake clock (issue 41 item 2): a server simulated in
+-- steps (tests/lua/limit_sim.lua) with the curves of docs/batch.md, the
+-- limiter keeping requests in flight against it. Each case compares the
+-- wall time with the best fixed limit of a sweep, and where the limit
+-- ends: a curve that saturates is climbed to its top, one that peaks is
+-- left near its peak, a server that queues is held at its slots, a 429
+-- halves the limit, and a server whose free slots change is followed.
+local limit = require "mirza.limit"
+local S = require "tests.lua.limit_sim"
+
+-- The wall time of a fixed sweep's best, and of the limiter (its object too).
+local function against_best(shape, items, cands, lopts, opts)
+  local sh = S.shapes[shape]
+  local best, at = S.best_fixed(sh, items, cands, opts)
+  local l = limit.new(lopts)
+  local wall, trace = S.run(sh, items, l, opts)
+  return wall, best, at, l, trace
+end
+
+local function ratio_msg(wall, best, at, l)
+  return ("auto %.2f s, best @%d %.2f s (%.0f %%), ended at %d (%s)"):format(wall, at, best, 100 * wall / best,
+    l:get(), l.why)
+end
+
+describe("mirza.limit", function()
+  after_each(function() collectgarbage("collect") end)
+
+  it("climbs a curve that saturates to its top (vLLM-like: no ceiling announced)", function()
+    local wall, best, at, l = against_best("saturating", 3000, { 64, 128, 256 }, nil, { vary = true })
+    assert.is_true(l:get() >= 128, ratio_msg(wall, best, at, l))
+    assert.is_true(wall <= 1.1 * best, ratio_msg(wall, best, at, l))
+  end)
+
+  it("doubles per window while the rate keeps up: 8 to 256 within a few seconds", function()
+    local _, trace = S.run(S.shapes.saturating, 3000, limit.new(), { vary = true })
+    local at256
+    for _, p in ipairs(trace) do
+      if p[2] >= 256 then at256 = at256 or p[1] end
+    end
+    assert.is_truthy(at256)
+    assert.is_true(at256 < 12, ("reached 256 at %.1f s"):format(at256)) -- answers of 128 tokens take 1.3-3 s
+  end)
+
+  it("stays near the peak of a curve that peaks (the H100 curve: 256 slots announced, best at 16)", function()
+    local wall, best, at, l = against_best("peaking", 2000, { 8, 16, 32, 64, 256 }, { ceiling = 256 },
+      { vary = true })
+    assert.equal(16, at)
+    assert.is_true(l:get() >= 8 and l:get() <= 32, ratio_msg(wall, best, at, l))
+    assert.is_true(wall <= 1.05 * best, ratio_msg(wall, best, at, l))
+  end)
+
+  it("holds a server that queues at its slots (4 slots, none announced), and a serial one at 1", function()
+    local wall, best, at, l = against_best("slots4", 200, { 2, 4, 8 })
+    assert.is_true(l:get() >= 3 and l:get() <= 5, ratio_msg(wall, best, at, l))
+    assert.is_true(wall <= 1.1 * best, ratio_msg(wall, best, at, l))
+    local serial = limit.new()
+    S.run(S.shapes.serial, 60, serial)
+    assert.equal(1, serial:get())
+    assert.equal("queue", serial.why)
+  end)
+
+  it("never passes the ceiling, and starts under one at 16", function()
+    local l = limit.new { ceiling = 64 }
+    assert.equal(16, l:get())
+    local _, trace = S.run(S.shapes.slots64, 640, l)
+    for _, p in ipairs(trace) do assert.is_true(p[2] <= 64, "limit " .. p[2]) end
+    assert.equal(64, l.max)
+    assert.equal("auto, ceiling 64", l:describe())
+    assert.equal("auto, no ceiling announced", limit.new():describe())
+  end)
+
+  it("halves on a 429, once per window, and not below 1", function()
+    local t, l = 0, limit.new { initial = 64 }
+    local qs = {}
+    for i = 1, 10 do qs[i] = l:sent(t) end
+    l:failed(0.01, qs[1], "429")
+    assert.equal(32, l:get())
+    assert.equal("429", l.why)
+    l:failed(0.02, qs[2], "429") -- the same window: the same wave of refusals
+    assert.equal(32, l:get())
+    local small = limit.new { initial = 1 }
+    small:failed(0.01, small:sent(0), "503")
+    assert.equal(1, small:get())
+    for i = 3, 10 do l:dropped(0.03, qs[i]) end
+    assert.equal(0, l.inflight)
+  end)
+
+  it("backs off while a server refuses past its load, and serves the rest", function()
+    local l = limit.new { initial = 64 }
+    local wall = S.run(S.shapes.slots64, 400, l, { fail = function(_, n) return n >= 20 end })
+    assert.is_true(l:get() <= 32, "ended at " .. l:get())
+    assert.is_true(wall < 60, ("took %.1f s"):format(wall))
+  end)
+
+  it("follows a server whose free slots change (another client takes most, then leaves)", function()
+    local l, low, seen_low = limit.new { ceiling = 64 }, nil, false
+    local slots = function(t) return (t > 8 and t < 25) and 8 or 64 end
+    local _, trace = S.run(S.shapes.slots64, 6000, l, { slots = slots })
+    for _, p in ipairs(trace) do
+      if p[1] > 8 and p[1] < 25 then
+        low = math.min(low or math.huge, p[2])
+        if p[2] <= 12 then seen_low = true end
+      end
+    end
+    assert.is_true(seen_low, "lowest while shared: " .. tostring(low))
+    assert.is_true(trace[#trace][2] >= 32, "ended at " .. trace[#trace][2])
+  end)
+end)
