@@ -70,6 +70,8 @@ static const struct option long_opts[] = {{"host", 1, 0, 'H'},
                                           {"prefill-rate", 1, 0, 0x10c},
                                           {"threads-http", 1, 0, 0x10d},
                                           {"metrics", 0, 0, 0x10e},
+                                          {"step-growth", 1, 0, 0x10f},
+                                          {"vllm-metrics", 0, 0, 0x110},
                                           {0, 0, 0, 0}};
 
 static void usage(FILE *out) {
@@ -128,6 +130,25 @@ static void usage(FILE *out) {
         "  --metrics               llama dialect: GET /metrics answers (Prometheus text:\n"
         "                          llamacpp:requests_processing, requests_deferred...);\n"
         "                          without it 501, as llama-server without --metrics\n"
+        "  --vllm-metrics          GET /metrics answers vLLM's Prometheus text in either\n"
+        "                          dialect: vllm:num_requests_running (generating or\n"
+        "                          prefilling) and vllm:num_requests_waiting (queued for\n"
+        "                          one of the --parallel slots, vLLM's --max-num-seqs)\n"
+        "  --step-growth A[,B[,K]] the decode step grows with the batch, as on a GPU\n"
+        "                          server: every generation's token takes\n"
+        "                          base + A*m + B*m^2 ms, m = max(0, n - K), n the\n"
+        "                          sequences generating at that moment (a sequence\n"
+        "                          joining or leaving changes the others' pace at\n"
+        "                          once), base = 1000 / --tok-rate. B = 0: the\n"
+        "                          aggregate rate n / step rises and flattens toward\n"
+        "                          1000 / A tokens/s; B > 0: it peaks, then falls.\n"
+        "                          Presets: vllm (0.25: saturating toward 4,000\n"
+        "                          tokens/s; 1,778 at 64 with the default 50 tok/s);\n"
+        "                          h100 (0.6,0.0015,6 and --tok-rate 256 unless given:\n"
+        "                          llama-server CUDA on an H100, 256 tokens/s at 1,\n"
+        "                          ~1,590 at 16 (the peak), 1,460 at 64, 1,030 at 256).\n"
+        "                          No effect with --tok-rate 0 or on a request that sets\n"
+        "                          its own mirza_sim.tok_rate (it still counts in n)\n"
         "  --quiet                 log nothing to stderr but fatal startup errors\n"
         "  --verbose               log one line per request (method, path, status, time)\n"
         "  --help                  show this help\n"
@@ -238,6 +259,8 @@ static void parse_args(server *s, int argc, char **argv) {
                     .embedding_dims = 16};
   faults_clear(&s->faults);
   const long BIG = 1L << 40;
+  bool rate_given = false;
+  double preset_rate = 0; /* the tok-rate a --step-growth preset implies */
   int o, idx = 0;
   while ((o = getopt_long(argc, argv, "h", long_opts, &idx)) != -1) {
     const char *nm = long_opts[idx].name;
@@ -253,7 +276,10 @@ static void parse_args(server *s, int argc, char **argv) {
     case 'c': c->context_window = num(nm, optarg, 1, BIG); break;
     case 'k': c->api_key = optarg; break;
     case 'j': c->parallel = num(nm, optarg, 1, 4096); break;
-    case 'r': c->tok_rate = real(nm, optarg, 1e12); break;
+    case 'r':
+      c->tok_rate = real(nm, optarg, 1e12);
+      rate_given = true;
+      break;
     case 0x10a:
       if (strcmp(optarg, "slots") && strcmp(optarg, "endpoint"))
         die("--prompt-cache must be slots or endpoint, not '%s'", optarg);
@@ -263,6 +289,12 @@ static void parse_args(server *s, int argc, char **argv) {
     case 0x10c: c->prefill_rate = real(nm, optarg, 1e12); break;
     case 0x10d: c->threads_http = num(nm, optarg, 0, 65536); break;
     case 0x10e: c->metrics = true; break;
+    case 0x10f:
+      if (step_parse(optarg, &c->curve, &preset_rate))
+        die("--step-growth must be A[,B[,KNEE]] (ms, KNEE a count) or vllm or h100, not '%s'", optarg);
+      c->step_growth = true;
+      break;
+    case 0x110: c->vllm_metrics = true; break;
     case 't': c->ttft_ms = num(nm, optarg, 0, BIG); break;
     case 'b': c->heartbeat_ms = num(nm, optarg, 0, BIG); break;
     case 'g': c->progress_every = num(nm, optarg, 0, BIG); break;
@@ -307,6 +339,8 @@ static void parse_args(server *s, int argc, char **argv) {
     }
   }
   if (optind < argc) die("unexpected argument '%s'", argv[optind]);
+  if (c->step_growth && preset_rate > 0 && !rate_given) c->tok_rate = preset_rate;
+  c->curve.base_ms = c->tok_rate > 0 ? 1000.0 / c->tok_rate : 0;
   if (c->threads_http < 0) c->threads_http = c->dialect == DIALECT_LLAMA ? pool_default_threads(c->parallel) : 0;
   char err[300];
   if (c->fault && faults_parse(&s->faults, c->fault, err, sizeof err)) die("%s", err);

@@ -7,6 +7,12 @@
  * (requests waiting for a slot); the other counters and gauges are
  * there, at 0. Without --metrics the
  * route answers 501 as llama-server's does.
+ *
+ * --vllm-metrics (either dialect): vLLM's instead (vllm/v1/metrics/
+ * loggers.py, PrometheusStatLogger, as prometheus_client writes it: the
+ * labels sorted, values as floats): vllm:num_requests_running (the
+ * requests holding one of the --parallel slots, vLLM's --max-num-seqs:
+ * prefilling or generating) and vllm:num_requests_waiting (queued).
  */
 #include <stdio.h>
 #include <time.h>
@@ -18,8 +24,28 @@ typedef struct metric {
   double value;
 } metric;
 
+/* A gauge in prometheus_client's words, labelled as vLLM labels them. */
+static void vllm_gauge(sbuf *b, const char *model, const char *name, const char *help, long value) {
+  sbuf_printf(b, "# HELP vllm:%s %s\n# TYPE vllm:%s gauge\nvllm:%s{engine=\"0\",model_name=", name, help, name, name);
+  sbuf_json_str(b, model);
+  sbuf_printf(b, "} %ld.0\n", value);
+}
+
+static int vllm_metrics(conn *c) {
+  long running, waiting;
+  sched_counts(c->srv, &running, &waiting);
+  sbuf b = {0};
+  vllm_gauge(&b, c->srv->cfg.model_id, "num_requests_running", "Number of requests in model execution batches.",
+             running);
+  vllm_gauge(&b, c->srv->cfg.model_id, "num_requests_waiting", "Number of requests waiting to be processed.", waiting);
+  http_send(c, 200, "text/plain; version=0.0.4; charset=utf-8", NULL, b.p, b.len);
+  sbuf_free(&b);
+  return 200;
+}
+
 int route_metrics(conn *c) {
   server *s = c->srv;
+  if (s->cfg.vllm_metrics) return vllm_metrics(c);
   if (!s->cfg.metrics)
     return send_error(c, 501, "This server does not support metrics endpoint. Start it with `--metrics`",
                       "not_supported_error", NULL);

@@ -594,7 +594,7 @@ static int route(conn *c, const http_request *r) {
   if (custom >= 0) return custom;
   if (strcmp(p, "/health") == 0 && get) return route_health(c);
   if (is_llama(s) && strcmp(p, "/props") == 0 && get) return route_props(c);
-  if (is_llama(s) && strcmp(p, "/metrics") == 0 && get) return route_metrics(c);
+  if ((is_llama(s) || s->cfg.vllm_metrics) && strcmp(p, "/metrics") == 0 && get) return route_metrics(c);
   if (strcmp(p, "/v1/models") == 0 && get) return route_models(c);
   if (strcmp(p, "/v1/chat/completions") == 0 && post) return route_chat(c, r, false);
   if (strcmp(p, "/v1/completions") == 0 && post) return route_chat(c, r, true);

@@ -8,7 +8,8 @@
  * benchmarked offline. The files:
  *   main.c    options, startup behaviour, signals, accept loop
  *   pool.c    llama-server's HTTP thread pool (--threads-http)
- *   metrics.c GET /metrics (llama dialect, --metrics)
+ *   metrics.c GET /metrics (llama dialect, --metrics; vLLM's, --vllm-metrics)
+ *   step.c    the decode step that grows with the batch (--step-growth)
  *   buf.c     growable byte buffer and JSON string escaping
  *   http.c    request parsing, plain and chunked responses, socket waits
  *   state.c   sessions, the slots and their prompt caches, the scheduler, the
@@ -49,6 +50,13 @@
 #define SIM_MAX_TOP_LOGPROBS 20         /* top_logprobs, as OpenAI's limit */
 
 enum sim_dialect { DIALECT_MTPLX, DIALECT_LLAMA };
+
+/* --step-growth: the decode step of n generating sequences, in ms (step.c) */
+typedef struct step_curve {
+  double base_ms; /* 1000 / --tok-rate */
+  double a, b;    /* ms per sequence past the knee, and per its square */
+  long knee;      /* sequences that cost nothing more */
+} step_curve;
 enum sim_prompt_cache { CACHE_SLOTS, CACHE_ENDPOINT }; /* --prompt-cache */
 
 typedef struct sim_config {
@@ -75,6 +83,9 @@ typedef struct sim_config {
   long keepalive_ms;
   long threads_http;       /* --threads-http: the llama dialect's HTTP pool (pool.c); 0: a thread per connection */
   bool metrics;            /* --metrics: GET /metrics answers (llama dialect), else 501 */
+  bool vllm_metrics;       /* --vllm-metrics: GET /metrics answers vLLM's names, either dialect */
+  bool step_growth;        /* --step-growth: the step grows with the batch (step.c) */
+  step_curve curve;        /* its curve (base_ms set once --tok-rate is known) */
   long health_pid;         /* pid reported by /health; 0 = our own */
   long fail_first;         /* the first N chat requests answer 429 */
   long retry_after;        /* Retry-After seconds on 429/503 (default 1) */
@@ -266,6 +277,13 @@ typedef struct cached_prompt {
   double used;
 } cached_prompt;
 
+/* The batch's step clock (step.c): n sequences generating since t, when
+ * the batch had made `steps` steps. */
+typedef struct step_clock {
+  long n;
+  double t, steps;
+} step_clock;
+
 typedef struct server {
   sim_config cfg;
   sim_faults faults; /* --fault, applied to every chat request */
@@ -287,6 +305,7 @@ typedef struct server {
   atomic_long fail_count; /* chat requests seen, for --fail-first */
   atomic_long id_count;
   struct recorded_set *recorded; /* --replay-dir; NULL: none */
+  step_clock decode;             /* --step-growth: the batch's steps (under mu) */
 } server;
 
 void state_init(server *s);
@@ -302,10 +321,24 @@ int sched_acquire(server *s, sched_tick tick, void *arg, const char *prompt, siz
 void sched_prefilled(server *s, int slot_index, const char *prompt, size_t n);
 void sched_release(server *s, int slot_index);
 void sched_counts(server *s, long *processing, long *deferred); /* /metrics */
+/* --step-growth: weight sequences join the batch (returns the clock's
+ * steps then), leave it; when the clock reaches target at the batch's
+ * present size (<= now: it has). */
+double decode_join(server *s, long weight);
+void decode_leave(server *s, long weight);
+double decode_due(server *s, double target);
 long slots_clear(server *s);
 
 /* ---- metrics.c ------------------------------------------------------ */
-int route_metrics(conn *c); /* GET /metrics, llama dialect */
+int route_metrics(conn *c); /* GET /metrics: llama dialect, or --vllm-metrics */
+
+/* ---- step.c -------------------------------------------------------- */
+double step_ms(const step_curve *c, long n);
+void step_advance(step_clock *k, const step_curve *c, double now);
+double step_due(const step_clock *k, const step_curve *c, double target);
+/* "A[,B[,KNEE]]" or a preset's name (h100, vllm) into c's a, b and knee,
+ * and the tok-rate the preset implies (0: none): 0, or -1 when malformed. */
+int step_parse(const char *spec, step_curve *c, double *tok_rate);
 
 /* ---- pool.c --------------------------------------------------------- */
 typedef struct http_pool http_pool;
@@ -381,6 +414,9 @@ typedef struct job {
   int id_slot;         /* the slot the body named (llama's id_slot); -1: any */
   double prefill_rate; /* prompt tokens evaluated per second; 0: no cost */
   bool slot, gone, cancelled, role_sent, oversized_done;
+  long batched; /* --step-growth: the sequences it adds to the batch; 0: none */
+  bool clocked; /* paced by the batch's step clock (its rate is --tok-rate's) */
+  double step0; /* the clock's steps when it joined: token k is due at step0 + k */
   bool fired_error, fired_cut, fired_stall, fired_malformed, fired_crash;
   bool fired_bad_utf8, fired_nul;
   struct sim_tools *tools; /* tool calls or the echo of results; NULL: none */

@@ -263,3 +263,30 @@ void sched_counts(server *s, long *processing, long *deferred) {
   *deferred = n;
   pthread_mutex_unlock(&s->mu);
 }
+
+/* --step-growth: the batch's step clock (step.c), under the one lock. A
+ * change of the batch's size first brings the clock to now at the old
+ * size, so the steps already made keep their pace. */
+double decode_join(server *s, long weight) {
+  pthread_mutex_lock(&s->mu);
+  step_advance(&s->decode, &s->cfg.curve, sim_now());
+  s->decode.n += weight;
+  double steps = s->decode.steps;
+  pthread_mutex_unlock(&s->mu);
+  return steps;
+}
+
+void decode_leave(server *s, long weight) {
+  pthread_mutex_lock(&s->mu);
+  step_advance(&s->decode, &s->cfg.curve, sim_now());
+  s->decode.n -= weight;
+  pthread_mutex_unlock(&s->mu);
+}
+
+double decode_due(server *s, double target) {
+  pthread_mutex_lock(&s->mu);
+  step_advance(&s->decode, &s->cfg.curve, sim_now());
+  double due = step_due(&s->decode, &s->cfg.curve, target);
+  pthread_mutex_unlock(&s->mu);
+  return due;
+}

@@ -9,6 +9,9 @@
  * frames already overdue share one write; at rate 0 it is flushed every
  * SIM_FLUSH_BYTES. The final frames (usage, stats) are built in finish.c.
  *
+ * With --step-growth every generation is paced by the batch's shared step
+ * clock instead (step.c): its step grows with the sequences generating.
+ *
  * A vanished client is noticed by the waits (sys_peer_gone) and by failed
  * writes; either stops the generation at once and frees the slot, as both
  * real daemons do.
@@ -310,8 +313,25 @@ static int checkpoint(job *j, bool end) {
 
 /* ---- the token loop ------------------------------------------------------ */
 
+/* Wait until the batch's step clock reaches token j->ntok (--step-growth).
+ * Its due time holds while the batch keeps its size, so it is computed
+ * again on waking and at least every SIM_SLICE_MS: a batch that grew
+ * meanwhile makes it wait on, one that shrank brings it forward. */
+static int pace_clocked(job *j) {
+  double target = j->step0 + (double)(j->ntok + j->rest), due, now;
+  while (!j->gone && !j->cancelled && (due = decode_due(j->srv, target)) > (now = sim_now())) {
+    job_flush(j);
+    if (due > now + SIM_SLICE_MS / 1000.0) due = now + SIM_SLICE_MS / 1000.0;
+    int rc = j->gone ? -1 : wait_phase(j, due, "generating");
+    j->gone = j->gone || rc == -1;
+    j->cancelled = j->cancelled || rc == -2;
+  }
+  return j->gone || j->cancelled;
+}
+
 /* Wait for token number j->ntok to be due. 0 = go on. */
 static int pace(job *j) {
+  if (j->clocked) return pace_clocked(j);
   if (j->rate <= 0) {
     long fpc = j->frames_per_chunk;
     if (j->out.len >= SIM_FLUSH_BYTES || (fpc > 0 && j->frames % fpc == 0)) {
@@ -508,6 +528,17 @@ static int acquire_and_prefill(job *j) {
   return rc;
 }
 
+/* --step-growth: a generation joins the batch with each of its choices;
+ * it is paced by the batch's clock unless its body chose its own rate
+ * (mirza_sim.tok_rate), and --tok-rate 0 stays as fast as possible. */
+static void batch_join(job *j) {
+  const sim_config *cfg = &j->srv->cfg;
+  if (!cfg->step_growth || cfg->tok_rate <= 0) return;
+  j->batched = j->n > 1 ? j->n : 1;
+  j->step0 = decode_join(j->srv, j->batched);
+  j->clocked = j->rate == cfg->tok_rate;
+}
+
 int job_run(job *j) {
   j->t0 = j->t_hb = j->t_last = sim_now();
   snprintf(j->fl.id, sizeof j->fl.id, "%s", j->id);
@@ -524,7 +555,10 @@ int job_run(job *j) {
   const char *finish = NULL;
   if (rc == 0) {
     j->t_first = sim_now(); /* the schedule starts when prefill really ended */
+    batch_join(j);
     finish = generate(j);
+    if (j->batched) decode_leave(j->srv, j->batched);
+    j->batched = 0;
   }
   j->gone = j->gone || rc == -1;
   if (rc == -2) finish = "cancelled";
