@@ -33,6 +33,12 @@
 --- on 1,000,000 short lines (--million-lines N) and again on its finished
 --- output (wall, lines/s, peak RSS); `--only collect` runs 1,024
 --- mirza.collect calls at once, 100 tokens each at 50 tokens/s.
+--- Issue 41: `--only fill` (never in the whole table) runs `mirza batch` as
+--- a user does, `--endpoint URL` (the default limit) and `URL@N`, against
+--- sims whose decode step grows with the batch (mirza-sim --step-growth):
+--- 64 slots saturating (vllm), 256 slots peaking near 16 (h100), and a
+--- pool of a 16-slot and a 4-slot server; items/s, wall, and when each
+--- endpoint finished its share.
 local mirza = require "mirza"
 local json = mirza.json
 
@@ -588,6 +594,31 @@ local function case_list(n, o)
   add("collect x1024 paced 50/s", "collect", { streams = 1024, tokens = 100, rate = 50, fpc = 1, reasoning = 0 })
   add("start-up (mirza -e '')", "startup", {})
   add("cancel latency", "cancel", {})
+  -- Issue 41: how full `mirza batch` keeps a server by default, next to
+  -- fixed limits (URL@N), each run against sims of its own (fresh, idle):
+  -- a 64-slot server whose rate saturates (vLLM-like: 1,778 tokens/s at
+  -- 64 in flight, 190 at 4), the H100 curve (256 slots announced, best near
+  -- 16: 256 tokens/s at 1, ~1,590 at 16, 1,460 at 64, 1,030 at 256), and a
+  -- pool of a 16-slot and a 4-slot server at 50 tokens/s a slot. Explicit:
+  -- `--only fill`.
+  local function fill(t)
+    t.group, t.explicit = "fill", true
+    return t
+  end
+  local llama = "--dialect llama --metrics --ttft-ms 0 --reasoning-tokens 0 "
+  local sat = llama .. "--parallel 64 --step-growth vllm --tok-rate 50 --answer-tokens 20"
+  add("fill 64-slot saturating, default", "fill", fill { servers = { sat }, items = 64, tokens = 20 })
+  add("fill 64-slot saturating, @64", "fill", fill { servers = { sat }, at = { 64 }, items = 64, tokens = 20 })
+  local peak = llama .. "--parallel 256 --step-growth h100 --tok-rate 256 --answer-tokens 32"
+  for _, k in ipairs { false, 16, 64, 256 } do
+    add(("fill H100-shaped, %s"):format(k and "@" .. k or "default"), "fill",
+      fill { servers = { peak }, at = k and { k } or nil, items = 256, tokens = 32 })
+  end
+  local s16 = llama .. "--parallel 16 --tok-rate 50 --answer-tokens 20"
+  local s4 = llama .. "--parallel 4 --tok-rate 50 --answer-tokens 20"
+  add("fill pool 16 + 4 slots, default", "fill", fill { servers = { s16, s4 }, items = 100, tokens = 20 })
+  add("fill pool 16 + 4 slots, @16 + @4", "fill", fill { servers = { s16, s4 }, at = { 16, 4 }, items = 100,
+    tokens = 20 })
   return L
 end
 
@@ -922,9 +953,112 @@ local function measure_affinity(c, o)
     cached = m.cached, prompt = m.prompt }
 end
 
+-- ---- the fill rows (issue 41)
+
+-- One `mirza batch` run of a fill row, as a user runs it, against sims of
+-- its own (c.servers: their arguments), each endpoint URL or URL@N (c.at):
+-- its wall, and each endpoint's items and when it finished its last one
+-- (OUTPUT followed as its records are written: every 5 ms).
+local function fill_run(c, o)
+  local urls, pids, eps = {}, {}, {}
+  for i, args in ipairs(c.servers) do
+    urls[i], pids[i] = start_sim(o.sim, args)
+    eps[i] = "--endpoint " .. sh_quote(c.at and ("%s@%d"):format(urls[i], c.at[i]) or urls[i])
+  end
+  local input, output, rc = os.tmpname(), os.tmpname(), os.tmpname()
+  local f = assert(io.open(input, "w"))
+  for i = 1, c.items do
+    f:write(json.encode { custom_id = "fill-" .. i, max_tokens = c.tokens,
+      messages = { { role = "user", content = ("Question %d?"):format(i) } } }, "\n")
+  end
+  f:close()
+  os.remove(output)
+  os.remove(rc)
+  local t0 = mirza.now()
+  os.execute(("(%s %s batch %s %s %s --model bench --quiet >/dev/null 2>&1; echo $? > %s) &"):format(
+    timeout_prefix(600), sh_quote(MIRZA), sh_quote(input), sh_quote(output), table.concat(eps, " "), sh_quote(rc)))
+  local by_port, pos, status = {}, 0
+  repeat
+    mirza.sleep(0.005)
+    local h = io.open(rc)
+    status = h and tonumber(h:read("a"))
+    if h then h:close() end
+    local out = io.open(output)
+    if out then
+      out:seek("set", pos)
+      local text = out:read("a") or ""
+      out:close()
+      local whole = text:match("^(.*\n)") or ""
+      pos = pos + #whole
+      for line in whole:gmatch("[^\n]+") do
+        local port = (json.decode(line).mirza or {}).endpoint
+        port = port and port:match(":(%d+)") or "?"
+        local e = by_port[port] or { items = 0 }
+        e.items, e.finish = e.items + 1, mirza.now() - t0
+        by_port[port] = e
+      end
+    end
+  until status
+  local wall = mirza.now() - t0
+  for _, pid in ipairs(pids) do os.execute("kill " .. pid) end
+  os.remove(input)
+  os.remove(output)
+  os.remove(rc)
+  local r, done = { wall = wall, endpoints = {} }, 0
+  for i, url in ipairs(urls) do
+    local e = by_port[url:match(":(%d+)")] or { items = 0 }
+    r.endpoints[i] = { items = e.items, finish_s = e.finish }
+    done = done + e.items
+  end
+  if status ~= 0 or done ~= c.items then
+    return nil, ("mirza batch exited %s with %d of %d records"):format(status, done, c.items)
+  end
+  return r
+end
+
+-- A fill row: the run of median wall of o.runs runs.
+local function measure_fill(c, o)
+  local runs = {}
+  for _ = 1, o.runs do
+    local r, err = fill_run(c, o)
+    if not r then return { name = c.name, kind = c.kind, group = c.group, skipped = err } end
+    runs[#runs + 1] = r
+  end
+  table.sort(runs, function(a, b) return a.wall < b.wall end)
+  local m, walls = runs[(#runs + 1) // 2], {}
+  for i, r in ipairs(runs) do walls[i] = r.wall end
+  return { name = c.name, kind = c.kind, group = c.group, wall_s = m.wall, walls_s = walls, items = c.items,
+    items_s = c.items / m.wall, tok_s = c.items * c.tokens / m.wall, endpoints = m.endpoints }
+end
+
+-- The fill rows: items/s, wall, tokens/s, each endpoint's share.
+local function print_fill(rows)
+  local head = false
+  for _, r in ipairs(rows) do
+    if r.group == "fill" then
+      if not head then
+        print(("\n%-36s %6s %8s %8s %8s  %s"):format("fill (issue 41, mirza batch)", "items", "items/s", "wall s",
+          "tok/s", "each endpoint: items, finished at s"))
+        head = true
+      end
+      if r.skipped then
+        print(("%-36s %s"):format(r.name, r.skipped:match("[^\n]*")))
+      else
+        local eps = {}
+        for i, e in ipairs(r.endpoints) do
+          eps[i] = ("%d @ %s"):format(e.items, e.finish_s and ("%.2f"):format(e.finish_s) or "—")
+        end
+        print(("%-36s %6d %8.1f %8.2f %8.0f  %s"):format(r.name, r.items, r.items_s, r.wall_s, r.tok_s,
+          table.concat(eps, ", ")))
+      end
+    end
+  end
+end
+
 -- The median of o.runs runs (start-up: of 10).
 local function measure(c, o)
   if c.kind == "affinity" then return measure_affinity(c, o) end
+  if c.kind == "fill" then return measure_fill(c, o) end
   if c.kind == "million" then return measure_million(c) end
   local cpu, wall, rss, sim, tokens, records, worst, wpr, pshare = {}, {}, {}, {}, nil, nil, nil, nil, nil
   for _ = 1, c.kind == "startup" and 10 or o.runs do
@@ -1284,6 +1418,7 @@ local function suite(o)
   print_affinity(rows)
   print_short(rows)
   print_million(rows)
+  print_fill(rows)
   print_json_parser(o)
   print_goals(rows)
   print_goals_31(rows)
