@@ -63,7 +63,8 @@ local copy = require("mirza.util").copy
 local B = {}
 
 B.defaults = {
-  limit = 4,              -- requests in flight per endpoint
+  limit = nil,            -- requests in flight per endpoint, fixed; nil: each endpoint's found as the run goes
+                          -- (mirza.limit), at most what its server announces (mirza.capacity)
   max_retries = 5,
   retry_base = 0.5,       -- first backoff, seconds (doubles, with jitter)
   retry_max = 30,         -- longest backoff
@@ -171,6 +172,7 @@ end
 -- none is left (or the run stops: the item it was on is not recorded).
 local function work(ctx, queue)
   while true do
+    ctx.pool:wait_room() -- an item is taken only when it can go out: the limits move
     local job = next_job(ctx, queue)
     if not job then return end
     local r, at = policy.step(job, ctx)
@@ -236,14 +238,18 @@ local function drive(o, run)
     cut = 0, tokens = 0, cached_tokens = 0, cache_prompt_tokens = 0, by_code = {}, kinds = {}, _by_kind = {},
     redo = run.sink.redo }
   local queue = { source = run.source, win = {}, waiting = {} } -- pending items as read, jobs waiting to be retried
-  local workers, progress = {}, nil
+  local workers, progress, probes = {}, nil, {}
   local ctx = { opts = o, stats = stats, pool = o.pool, write = make_writer(run, stats), workers = workers,
     unsupported = {}, unsupported_result = {} }
   -- Cancelling the task running the batch cancels its workers too.
   local _ <close> = setmetatable({}, { __close = function()
     for _, t in ipairs(workers) do t:cancel() end
     if progress then progress:cancel() end
+    for _, t in ipairs(probes) do t:cancel() end
   end })
+  -- each endpoint's announced capacity, all at once, before the first request (a second at most)
+  probes = B.probe_capacity(o.pool, o)
+  for t in loop.as_completed(probes) do t:join() end
   for i = 1, math.min(o.pool:capacity(), run.total - run.skipped) do workers[i] = loop.spawn(work, ctx, queue) end
   progress = o.progress and policy.progress_task(stats, o, function(...) return policy.progress_line(...) end)
   if o.batch_deadline then
@@ -255,6 +261,7 @@ local function drive(o, run)
     if not ok and code == "timeout" then stats.deadline = true end
   end
   stats.elapsed = mirza.now() - stats.t0
+  stats.limits = B.limits(o.pool)
   -- what a rerun does: the items not recorded, and the failed ones when they have their own file
   stats.left = stats.total - stats.skipped - stats.done_now + (run.sink.err ~= run.sink.out and stats.errors or 0)
   if ctx.abort then -- the message names what is left and what to do
@@ -265,6 +272,38 @@ local function drive(o, run)
     end
   end
   return stats
+end
+
+---Read what each endpoint without a fixed limit announces
+---(mirza.capacity), each in a task of its own, all at once: the
+---ceilings come as the answers do (a second at most).
+---@param pool mirza.Pool
+---@param o table the run's options (api_key, headers)
+---@return mirza.Task[]
+function B.probe_capacity(pool, o)
+  local tasks = {}
+  for _, e in ipairs(pool.endpoints) do
+    if e.limiter then
+      tasks[#tasks + 1] = loop.spawn(function()
+        pool:announce(e, require("mirza.capacity").probe(e.url, { api_key = o.api_key, headers = o.headers }))
+      end)
+    end
+  end
+  return tasks
+end
+
+---What each endpoint's limit ended at and how it was found, for the
+---summary: `{base, text, peak, served}` per endpoint (text: "settled on
+---limit 16 (auto, ...)" or "@8 fixed").
+---@param pool mirza.Pool
+---@return table[]
+function B.limits(pool)
+  local out = {}
+  for _, e in ipairs(pool.endpoints) do
+    out[#out + 1] = { base = mirza.redact_url(e.base), peak = e.peak, served = e.served,
+      text = (e.limiter and "settled on " or "") .. pool_mod.limit_text(e) }
+  end
+  return out
 end
 
 -- Run drive to its end: true, stats or false, error. Ctrl-C raises in the
@@ -370,6 +409,7 @@ function B.run(opts)
     if o.items then total, skipped, scode = input.scan_items(o.items, set)
     else total, skipped, scode = input.scan(o.input, set) end
     if not total then return skipped, scode end
+    o.pool:fit(mirza.fd_limit() - FD_RESERVE) -- limits found as the run goes stay within the open files
     serr = B.check_fd_limit(math.min(o.pool:capacity(), total - skipped))
     if serr then return serr, "limit" end
   end)
@@ -463,6 +503,10 @@ function B.summary(st, output_name)
     output_name and ("; output: " .. output_name) or "")
   if st.redo and st.redo > 0 then line = line .. ("; %d failed before, done again"):format(st.redo) end
   if st.errors > 0 then line = line .. "\n" .. failures_summary(st, output_name) end
+  for _, l in ipairs(st.limits or {}) do
+    line = line .. ("\nbatch: %s: %s; at most %d in flight, %d served"):format(l.base, l.text, l.peak,
+      l.served)
+  end
   return line
 end
 

@@ -120,17 +120,18 @@ local function try(job, ctx)
   -- the daemon's prompt slots as the pool believes them: a prefix new to
   -- e is a cold copy until its first token (its prefill done); the items
   -- sharing it follow then, never as a second cold copy beside it
-  local ticket = key and pool:sent(key, e)
-  local function first() if ticket then pool:prefilled(e, ticket) end end
+  -- (and the request's record for e's limiter: its first token, its answer)
+  local ticket = pool:sent(key, e)
+  local function first() pool:prefilled(e, ticket) end
   -- the slot goes back even when the task is cancelled mid-attempt
   local slot <close> = setmetatable({}, { __close = function(self)
-    if ticket then pool:finished(e, ticket) end
-    if not self.released then pool:abandon(e) end
+    pool:finished(e, ticket)
+    if not self.released then pool:abandon(e, ticket) end
   end })
   local ok, r = pcall(attempt.attempt, job.item, e, ctx.opts, first)
   if not ok then r = { code = "error", message = tostring(r), t0 = mirza.now() } end
   slot.released = true
-  pool:report(e, r, job.item.custom_id)
+  pool:report(e, r, job.item.custom_id, ticket)
   job.tried[e], job.n = true, job.n + 1
   r.attempts, r.e = job.n, e
   job.t0 = job.t0 or r.t0
@@ -221,8 +222,9 @@ function P.step(job, ctx)
 end
 
 ---The progress line: done/total, errors, retries, aggregate tok/s, ETA;
----with the run's options `o`, also when every endpoint of its pool is
----down and when the run gives up.
+---with the run's options `o`, each endpoint's limit and how it was found
+---(`P.limits`), and when every endpoint of its pool is down and when the
+---run gives up.
 ---@param st table batch stats
 ---@param o? table the run's options (pool, give_up_after)
 ---@return string
@@ -233,11 +235,28 @@ function P.progress_line(st, o)
   local eta = per_item and per_item * (st.total - st.skipped - st.done_now)
   local line = ("batch: %d/%d done, %d errors, %d retries, %d cut, %.0f tok/s, ETA %s"):format(
     st.skipped + st.done_now, st.total, st.errors, st.retries, st.cut, rate, P.fmt_time(eta))
+  line = line .. P.limits(o and o.pool)
   local down = o and o.pool and o.pool:down_for()
   if not down then return line .. P.endpoints_down(o and o.pool) end
   local quit = o.give_up_after and (", giving up in %s"):format(P.fmt_time(math.max(0, o.give_up_after - down)))
     or ""
   return ("%s; every endpoint down for %s%s"):format(line, P.fmt_time(down), quit)
+end
+
+---What the progress line says of the endpoints' limits, as they move:
+---`; limit 16 (auto, ceiling 64 from /props total_slots)` for one
+---endpoint, `; http://gpu1:8080/v1 limit 16 (...); http://gpu2:8080/v1
+---@8 fixed` for several; "" without a pool.
+---@param pool? mirza.Pool
+---@return string
+function P.limits(pool)
+  if not pool then return "" end
+  local out, many = {}, #pool.endpoints > 1
+  local text = require("mirza.pool").limit_text
+  for _, e in ipairs(pool.endpoints) do
+    out[#out + 1] = "; " .. (many and (mirza.redact_url(e.base) .. " ") or "") .. text(e)
+  end
+  return table.concat(out)
 end
 
 -- A failure's message without the URL it starts with (the core's

@@ -1,9 +1,12 @@
 --- mirza.pool: several endpoints (daemons, machines) behind one acquire.
 ---
 --- A request goes to the healthy endpoint with the fewest requests in
---- flight, never past that endpoint's own limit (its daemon's parallel
---- slots: llama-server `-np N`, vLLM's batch, MTPLX's scheduler). A request
---- that failed once is retried on another endpoint while one is healthy.
+--- flight, never past that endpoint's own limit. A limit given (`@N`,
+--- `limit =`) is fixed; else each endpoint's is found as the requests go
+--- (mirza.limit: the load where its token rate is best, at most the
+--- ceiling its server announces: `set_ceiling`, mirza.capacity). A
+--- request that failed once is retried on another endpoint while one is
+--- healthy.
 ---
 --- What a failure says about the endpoint is its class (mirza.retry):
 ---
@@ -49,6 +52,7 @@
 local mirza = require "mirza"
 local loop = require "mirza.loop"
 local retry = require "mirza.retry"
+local limit_mod = require "mirza.limit"
 local resolve = require("mirza.url").resolve
 
 local P = {}
@@ -57,7 +61,9 @@ local P = {}
 ---@field url string      the endpoint as given ("http://10.0.0.2:8080", a route's URL, a query string):
 ---  `require("mirza.url").resolve(e.url, route)` is the URL of a request to it
 ---@field base string     its base URL, e.g. "http://10.0.0.2:8080/v1" (mirza.url)
----@field limit integer   most requests in flight
+---@field limit integer   most requests in flight now (a fixed one, or its limiter's)
+---@field fixed boolean   the limit was given (`@N`, `limit =`): it never moves
+---@field limiter mirza.Limit|nil what finds the limit when none was given (mirza.limit)
 ---@field inflight integer
 ---@field peak integer     most requests ever in flight at once
 ---@field fails integer   consecutive failures blamed on it (0: healthy)
@@ -84,8 +90,13 @@ local P = {}
 local Pool = {}
 Pool.__index = Pool
 
+-- The endpoint's limit right now: 1 while probing after a rest.
+local function current_limit(e)
+  return e.fails > 0 and 1 or e.limit
+end
+
 P.defaults = {
-  limit = 4,             -- per endpoint, unless given with it
+  limit = nil,           -- per endpoint, unless given with it; nil: found as the requests go (mirza.limit)
   rest = 0.5,            -- first rest after a failure, seconds
   rest_max = 30,         -- longest rest
   suspect_items = 4,     -- different requests with a 5xx or error frame in a row before the endpoint rests
@@ -98,20 +109,30 @@ P.defaults = {
 
 -- An endpoint as its user wrote it (`url`: its routes made from it by
 -- mirza.url's rule) and its base URL (`base`: what messages and records
--- name).
-local function new_endpoint(url, limit, i)
+-- name). Without a limit, a limiter finds it (`auto`: mirza.limit's options).
+local function new_endpoint(url, limit, i, auto)
   local _, base = resolve(url)
-  return { url = url, base = base, limit = limit, inflight = 0, peak = 0, fails = 0, rest_until = 0, served = 0,
-    failed = 0, index = i, answered = false, refused = 0, faults = 0, bad = {}, nbad = 0 }
+  local e = { url = url, base = base, limit = limit, fixed = limit ~= nil, inflight = 0, peak = 0, fails = 0,
+    rest_until = 0, served = 0, failed = 0, index = i, answered = false, refused = 0, faults = 0, bad = {}, nbad = 0,
+    open = {} }
+  if not limit then
+    e.limiter = limit_mod.new(auto)
+    e.limit = e.limiter:get()
+  end
+  return e
 end
 
 ---A pool over endpoints given as their users write them (a bare host, a
 ---base with a path, a route's URL, a query string kept: mirza.url) or
 ---`{url=, limit=}` tables.
 ---`clock` replaces `mirza.now` (tests drive the rests with a fake one).
+---A limit given (`limit` in an endpoint's table, else `opts.limit`) is
+---fixed; without one, each endpoint's is found as the requests go
+---(mirza.limit, its options in `opts.auto`).
 ---@param endpoints (string|{url: string, limit?: integer})[]
 ---@param opts? {limit?: integer, rest?: number, rest_max?: number, suspect_items?: integer, suspect_keys?: integer,
----  unreachable_after?: number, affinity?: boolean, affinity_keys?: integer, loop?: mirza.Loop, clock?: fun(): number}
+---  unreachable_after?: number, affinity?: boolean, affinity_keys?: integer, loop?: mirza.Loop, clock?: fun(): number,
+---  auto?: table}
 ---@return mirza.Pool
 function P.new(endpoints, opts)
   opts = opts or {}
@@ -129,22 +150,92 @@ function P.new(endpoints, opts)
     local url, limit = e, nil
     if type(e) == "table" then url, limit = e.url, e.limit end
     if type(url) ~= "string" then error(("mirza.pool: endpoint %d has no url"):format(i), 2) end
-    self.endpoints[i] = new_endpoint(url, limit or opts.limit or P.defaults.limit, i)
+    if limit ~= nil and (math.type(limit) ~= "integer" or limit < 1) then
+      error(("mirza.pool: endpoint %d's limit must be an integer >= 1, got %s"):format(i, tostring(limit)), 2)
+    end
+    self.endpoints[i] = new_endpoint(url, limit or opts.limit or P.defaults.limit, i, opts.auto)
   end
   return self
 end
 
----Total request slots (the batch's useful concurrency).
+---The most requests the pool may ever have in flight: the fixed limits
+---and the most each limiter may reach (its ceiling, else its maximum).
+---How many workers a batch needs.
 ---@return integer
 function Pool:capacity()
   local n = 0
-  for _, e in ipairs(self.endpoints) do n = n + e.limit end
+  for _, e in ipairs(self.endpoints) do n = n + (e.limiter and e.limiter.max or e.limit) end
   return n
 end
 
--- The endpoint's limit right now: 1 while probing after a rest.
-local function current_limit(e)
-  return e.fails > 0 and 1 or e.limit
+---The server announced how many requests it serves at once (`source`:
+---where it said so, "/props total_slots"): an endpoint found as it goes
+---never gets more. A fixed limit stays as given.
+---@param e mirza.Endpoint
+---@param n integer
+---@param source? string
+function Pool:set_ceiling(e, n, source)
+  if not e.limiter then return end
+  e.limiter:set_ceiling(n, source)
+  e.limit = e.limiter:get()
+  self.cond:broadcast()
+end
+
+---What the server announced (mirza.capacity's answer: a ceiling, or a
+---start for a server serial by default) goes to e's limiter.
+---@param e mirza.Endpoint
+---@param c mirza.Capacity|nil
+function Pool:announce(e, c)
+  if not (c and e.limiter) then return end
+  if c.ceiling then return self:set_ceiling(e, c.ceiling, c.source) end
+  if c.start then
+    e.limiter:set_start(c.start, c.source)
+    e.limit = e.limiter:get()
+  end
+end
+
+---Clamp the limiters' maxima so that the pool never has more than `n`
+---requests in flight (the open-files limit): fixed limits stay as given.
+---@param n integer
+function Pool:fit(n)
+  local fixed, auto = 0, 0
+  for _, e in ipairs(self.endpoints) do
+    if e.limiter then auto = auto + 1 else fixed = fixed + e.limit end
+  end
+  if auto == 0 then return end
+  local each = math.max(1, (n - fixed) // auto)
+  for _, e in ipairs(self.endpoints) do
+    if e.limiter and e.limiter.max > each then
+      e.limiter.max = each
+      e.limit = math.min(e.limit, each)
+      e.limiter.limit = e.limit
+    end
+  end
+end
+
+---An endpoint's limit for a person: "limit 16 (auto, ceiling 64 from
+---/props)", "limit 8 (auto)" or "@8 fixed".
+---@param e mirza.Endpoint
+---@return string
+function P.limit_text(e)
+  if not e.limiter then return ("@%d fixed"):format(e.limit) end
+  return ("limit %d (%s)"):format(e.limit, e.limiter:describe())
+end
+
+---Wait (suspending the task) until the pool has room for one more
+---request: fewer in flight than the limits add up to, over the endpoints
+---not resting. A batch's worker waits here before it takes an item, so
+---that no more items are taken than can go out.
+function Pool:wait_room()
+  while true do
+    local now, room, wake = self.clock(), 0, nil
+    for _, e in ipairs(self.endpoints) do
+      if e.rest_until > now then wake = math.min(wake or math.huge, e.rest_until)
+      else room = room + current_limit(e) - e.inflight end
+    end
+    if room > 0 then return end
+    self.cond:wait(wake and (wake - now + 0.001))
+  end
 end
 
 -- Whether `e` can take a request now.
@@ -441,16 +532,18 @@ function Pool._evict(e)
   if q and q.head > q.tail then q.head, q.tail = 1, 0 end -- drained: from 1 again (array part)
 end
 
----A request with prefix key `key` was sent to e (acquired): the ticket to
----pass to `prefilled` and `finished`. It reuses an idle copy of the
+---A request with prefix key `key` (or none) was sent to e (acquired): the
+---ticket to pass to `prefilled`, `report` and `finished` (it carries the
+---request's record for e's limiter). It reuses an idle copy of the
 ---prefix, or claims a slot for a new one (cold until its first token;
 ---evicting the least recently used idle copy of another key when every
 ---slot is claimed).
----@param key string
+---@param key string|nil
 ---@param e mirza.Endpoint
 ---@return table ticket
 function Pool:sent(key, e)
-  local node, ticket = self.affinity and self.keys[key], {}
+  local node, ticket = self.affinity and key ~= nil and self.keys[key], { q = e.last }
+  e.last = nil
   if not node then return ticket end
   ticket.node = node
   local reuse = idle_of(node, e) > 0
@@ -469,6 +562,7 @@ end
 ---@param e mirza.Endpoint
 ---@param ticket table `sent`'s
 function Pool:prefilled(e, ticket)
+  if e.limiter and ticket.q and e.open[ticket.q] then e.limiter:first(self.clock(), ticket.q) end
   if not ticket.cold then return end
   ticket.cold = false
   local node = ticket.node
@@ -586,6 +680,10 @@ function Pool:acquire(timeout, prefer, avoid, key)
     if e then
       e.inflight = e.inflight + 1
       e.peak = math.max(e.peak, e.inflight)
+      if e.limiter then -- the request's record: the ticket of `sent` takes it, else the first report does
+        local q = e.limiter:sent(now)
+        e.open[q], e.last = true, q
+      end
       if key then self:_remember(key, e) end
       return e
     end
@@ -644,6 +742,33 @@ function Pool:_pause(e, after)
   if t > e.rest_until then e.rest_until = t end
 end
 
+-- The record of a request to e that ends (its ticket's, else any open
+-- one: an engine or mirza.embed reports without a ticket), taken out.
+local function take_record(e, ticket)
+  if not e.limiter then return nil end
+  local q = ticket and ticket.q
+  if not (q and e.open[q]) then q = next(e.open) end
+  if q then e.open[q] = nil end
+  return q
+end
+
+-- What the limiter hears of a request that ended: an answer and its
+-- tokens; an overload (a 429, a 503, a refused or cut connection); or
+-- nothing it can use (r nil: cancelled; another failure). Its limit follows.
+local OVERLOAD = { refused = "refused", closed = "cut" }
+local function feed(self, e, r, ticket)
+  local q = take_record(e, ticket)
+  if not q then return end
+  local lim, now = e.limiter, self.clock()
+  local why = r and (OVERLOAD[r.code] or (r.code == "http" and (r.status == 429 or r.status == 503) and
+    tostring(r.status)))
+  if r and (r.ok or (r.tokens or 0) > 0) and not why then
+    lim:done(now, q, r.tokens or 0, r.ttft_ms and r.ttft_ms / 1000)
+  elseif why then lim:failed(now, q, why)
+  else lim:dropped(now, q) end
+  e.limit = lim:get()
+end
+
 ---Give the slot back. `ok` true, or a failure that is the request's own
 ---(`blame` false: a 4xx, a 429): the endpoint answered, so it is healthy (a
 ---probe succeeded). `blame` true (or "endpoint") rests it; "request" (a
@@ -655,6 +780,11 @@ end
 ---@param blame? boolean|"endpoint"|"request" whose failure it was
 ---@param key? any the request (a batch item's custom_id)
 function Pool:release(e, ok, blame, key)
+  feed(self, e, nil)
+  self:_release(e, ok, blame, key)
+end
+
+function Pool:_release(e, ok, blame, key)
   e.inflight = e.inflight - 1
   if ok then
     healthy(e)
@@ -674,9 +804,14 @@ end
 ---("retry": 5xx, error frame) counts toward its run; a 429 pauses it;
 ---"unsupported", "item" and 408/409 leave it serving.
 ---@param e mirza.Endpoint
----@param r {ok?: boolean, code?: string, status?: integer, message?: string, retry_after?: number}
+---The answer's `tokens` and `ttft_ms`, an overload (429, 503, refused,
+---cut) tell the endpoint's limiter (`ticket`: `sent`'s, when there is one).
+---@param r {ok?: boolean, code?: string, status?: integer, message?: string, retry_after?: number,
+---  tokens?: integer, ttft_ms?: number}
 ---@param key? any the request: its server faults on one endpoint count once
-function Pool:report(e, r, key)
+---@param ticket? table `sent`'s
+function Pool:report(e, r, key, ticket)
+  feed(self, e, r, ticket)
   if r.status or r.ok then e.answered = true end
   if not r.ok then e.last_error = r.message or r.code end
   if r.code == "refused" then
@@ -684,15 +819,17 @@ function Pool:report(e, r, key)
   else
     e.refused, e.refused_since = 0, nil
   end
-  if r.ok then return self:release(e, true, false, key) end
+  if r.ok then return self:_release(e, true, false, key) end
   local c = retry.classify(r.code, r.status)
   if r.code == "http" and r.status == 429 then self:_pause(e, r.retry_after) end
-  self:release(e, false, c.class == "endpoint" or (c.fault and "request"), key)
+  self:_release(e, false, c.class == "endpoint" or (c.fault and "request"), key)
 end
 
 ---Give the slot back without a verdict (its request was cancelled).
 ---@param e mirza.Endpoint
-function Pool:abandon(e)
+---@param ticket? table `sent`'s
+function Pool:abandon(e, ticket)
+  feed(self, e, nil, ticket)
   e.inflight = e.inflight - 1
   self.cond:broadcast()
 end
@@ -731,14 +868,14 @@ function Pool:down_for()
   return self.clock() - since, table.concat(why, "; ")
 end
 
----A line per endpoint: base, in flight/limit, served, failures, resting
----(or paused by a 429).
+---A line per endpoint: base, in flight/limit, how the limit was found,
+---served, failures, resting (or paused by a 429).
 ---@return string
 function Pool:describe()
   local out, now = {}, self.clock()
   for _, e in ipairs(self.endpoints) do
-    out[#out + 1] = ("%s %d/%d served %d failed %d%s"):format(mirza.redact_url(e.base), e.inflight, e.limit,
-      e.served, e.failed,
+    out[#out + 1] = ("%s %d/%d (%s) served %d failed %d%s"):format(mirza.redact_url(e.base), e.inflight, e.limit,
+      e.limiter and e.limiter:describe() or "fixed", e.served, e.failed,
       e.rest_until > now and (" %s %.1fs"):format(e.fails > 0 and "resting" or "paused", e.rest_until - now) or "")
   end
   return table.concat(out, "\n")

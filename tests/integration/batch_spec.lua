@@ -143,7 +143,7 @@ describe("mirza.batch", function()
     local st = run { input = input, output = output, endpoints = { sim.base }, progress = "auto", progress_every = 0.1,
       log = function(line) lines[#lines + 1] = line end }
     assert.is_true(#lines >= 1)
-    local pattern = "^batch: %d/2 done, 0 errors, 0 retries, 0 cut, %d+ tok/s, ETA %S+$"
+    local pattern = "^batch: %d/2 done, 0 errors, 0 retries, 0 cut, %d+ tok/s, ETA %S+; limit %d+ %(auto, .*%)$"
     assert.truthy(lines[#lines]:match(pattern), lines[#lines])
     assert.truthy(batch.summary(st, output):match("^batch: 2 items %(0 already done, 2 now: 2 ok, 0 errors, 0 cut%)"))
     os.remove(input)

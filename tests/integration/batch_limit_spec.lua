@@ -1,0 +1,98 @@
+-- A batch finds each server's load by itself (issue 41 items 1, 4, 6),
+-- against mirza-sim in llama-server's dialect: the default reads /props
+-- total_slots as the ceiling and climbs past the old fixed 4, `@4` stays 4,
+-- a pool of a 16-slot and a 4-slot server gets each one's share so that
+-- both finish together, and the progress line and the summary say each
+-- endpoint's limit and how it was found.
+local mirza = require "mirza"
+local pool = require "mirza.pool"
+local batch = require "mirza.batch"
+local json = mirza.json
+local H = require "tests.helper"
+
+-- n items of 20 tokens.
+local function items(n)
+  local path, lines = H.tmpname(".jsonl"), {}
+  for i = 1, n do
+    lines[i] = json.encode { custom_id = "q" .. i, prompt = "question " .. i, max_tokens = 20 }
+  end
+  H.write_file(path, table.concat(lines, "\n") .. "\n")
+  return path
+end
+
+local function llama(parallel)
+  return H.start_sim { "--dialect", "llama", "--parallel", tostring(parallel), "--tok-rate", "50", "--ttft-ms", "100",
+    "--quiet" }
+end
+
+-- Run a batch over pool p: its stats, the progress lines, and when each endpoint answered last.
+local function run(p, input)
+  local lines, last = {}, {}
+  local report = p.report
+  p.report = function(self, e, r, ...)
+    last[e] = mirza.now()
+    return report(self, e, r, ...)
+  end
+  local t0 = mirza.now()
+  local st = assert(batch.run { input = input, output = H.tmpname(".jsonl"), pool = p, model = "m", quiet = true,
+    progress = true, progress_every = 0.2, log = function(line) if line ~= "" then lines[#lines + 1] = line end end })
+  for e, t in pairs(last) do last[e] = t - t0 end
+  return st, lines, last
+end
+
+describe("batch limits", function()
+  local sims = {}
+  after_each(function()
+    for _, s in ipairs(sims) do s.stop() end
+    sims = {}
+    collectgarbage("collect")
+  end)
+
+  it("climbs past 4 on a 16-slot server, under the ceiling /props announces", function()
+    local sim = llama(16)
+    sims[1] = sim
+    local p = pool.new { sim.base }
+    local st, lines = run(p, items(160))
+    local e = p.endpoints[1]
+    print(("\n  16 slots: peak %d, limit %d (%s), %.2f s"):format(e.peak, e.limit, e.limiter.why, st.elapsed))
+    assert.equal(160, st.done_now)
+    assert.equal(0, st.errors)
+    assert.equal(16, e.limiter.ceiling)
+    assert.is_true(e.peak > 4 and e.peak <= 16, "peak " .. e.peak)
+    assert.is_true(e.limit > 4, "limit " .. e.limit)
+    assert.truthy(lines[#lines]:find("; limit %d+ %(auto, ceiling 16 from /props total_slots%)"), lines[#lines])
+    local summary = batch.summary(st, "o.jsonl")
+    assert.truthy(summary:find("\nbatch: " .. sim.base .. "/v1: settled on limit %d+ %(auto, ceiling 16 from /props"
+      .. " total_slots%); at most %d+ in flight, 160 served"), summary)
+  end)
+
+  it("keeps @4 at 4", function()
+    local sim = llama(16)
+    sims[1] = sim
+    local p = pool.new { { url = sim.base, limit = 4 } }
+    local st, lines = run(p, items(40))
+    local e = p.endpoints[1]
+    assert.equal(4, e.peak)
+    assert.equal(4, e.limit)
+    assert.is_nil(e.limiter)
+    assert.truthy(lines[#lines]:find("; @4 fixed", 1, true), lines[#lines])
+    assert.truthy(batch.summary(st):find(": @4 fixed; at most 4 in flight, 40 served", 1, true))
+  end)
+
+  it("gives a 16-slot and a 4-slot server each its share: both finish within 10 % of each other", function()
+    sims[1], sims[2] = llama(16), llama(4)
+    local p = pool.new { sims[1].base, sims[2].base }
+    local st, lines, last = run(p, items(400))
+    local a, b = p.endpoints[1], p.endpoints[2]
+    local ta, tb = last[a], last[b]
+    local msg = ("16 slots: %d served, peak %d, last at %.2f s; 4 slots: %d served, peak %d, last at %.2f s; %.2f s")
+      :format(a.served, a.peak, ta, b.served, b.peak, tb, st.elapsed)
+    print("\n  " .. msg)
+    assert.equal(400, st.done_now)
+    assert.is_true(math.abs(ta - tb) <= 0.1 * math.max(ta, tb), msg)
+    assert.is_true(a.served > 2 * b.served, msg)
+    assert.is_true(b.peak <= 8, msg) -- the 4-slot one: never far past its slots
+    assert.truthy(lines[#lines]:find(sims[2].base .. "/v1 limit %d+ %(auto, ceiling 4 from /props total_slots%)"),
+      lines[#lines])
+  end)
+end)
