@@ -44,6 +44,7 @@
 #define SIM_FLUSH_BYTES (32u << 10)     /* batch size when the rate is unlimited */
 #define SIM_COALESCE_BYTES (256u << 10) /* --coalesce-writes: bytes per write */
 #define SIM_SLICE_MS 50                 /* longest blind sleep: cancel/disconnect latency */
+#define SIM_LEAVES_MS 200               /* --step-growth: a batch that shrank is seen within this */
 #define SIM_MAX_ROUTES 16               /* --route and --no-route, each */
 #define SIM_STORE_MAX 256               /* --prompt-cache endpoint: prompts kept */
 #define SIM_MAX_CHOICES 16              /* the most choices a request may ask for (n) */
@@ -306,6 +307,7 @@ typedef struct server {
   atomic_long id_count;
   struct recorded_set *recorded; /* --replay-dir; NULL: none */
   step_clock decode;             /* --step-growth: the batch's steps (under mu) */
+  atomic_long decode_leaves;     /* how many times sequences left it */
 } server;
 
 void state_init(server *s);

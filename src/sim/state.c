@@ -281,6 +281,7 @@ void decode_leave(server *s, long weight) {
   step_advance(&s->decode, &s->cfg.curve, sim_now());
   s->decode.n -= weight;
   pthread_mutex_unlock(&s->mu);
+  atomic_fetch_add(&s->decode_leaves, 1);
 }
 
 double decode_due(server *s, double target) {
