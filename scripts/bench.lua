@@ -607,18 +607,22 @@ local function case_list(n, o)
   end
   local llama = "--dialect llama --metrics --ttft-ms 0 --reasoning-tokens 0 "
   local sat = llama .. "--parallel 64 --step-growth vllm --tok-rate 50 --answer-tokens 20"
-  add("fill 64-slot saturating, default", "fill", fill { servers = { sat }, items = 64, tokens = 20 })
-  add("fill 64-slot saturating, @64", "fill", fill { servers = { sat }, at = { 64 }, items = 64, tokens = 20 })
+  -- (@4: the default limit until issue 41, the floor the default must beat)
+  for _, k in ipairs { false, 4, 64 } do
+    add(("fill 64-slot saturating, %s"):format(k and "@" .. k or "default"), "fill",
+      fill { servers = { sat }, at = k and { k } or nil, items = 64, tokens = 20 })
+  end
   local peak = llama .. "--parallel 256 --step-growth h100 --tok-rate 256 --answer-tokens 32"
-  for _, k in ipairs { false, 16, 64, 256 } do
+  for _, k in ipairs { false, 4, 16, 64, 256 } do
     add(("fill H100-shaped, %s"):format(k and "@" .. k or "default"), "fill",
       fill { servers = { peak }, at = k and { k } or nil, items = 256, tokens = 32 })
   end
   local s16 = llama .. "--parallel 16 --tok-rate 50 --answer-tokens 20"
   local s4 = llama .. "--parallel 4 --tok-rate 50 --answer-tokens 20"
-  add("fill pool 16 + 4 slots, default", "fill", fill { servers = { s16, s4 }, items = 100, tokens = 20 })
-  add("fill pool 16 + 4 slots, @16 + @4", "fill", fill { servers = { s16, s4 }, at = { 16, 4 }, items = 100,
-    tokens = 20 })
+  for _, k in ipairs { false, { 4, 4 }, { 16, 4 } } do
+    add(("fill pool 16 + 4 slots, %s"):format(k and ("@%d + @%d"):format(k[1], k[2]) or "default"), "fill",
+      fill { servers = { s16, s4 }, at = k or nil, items = 100, tokens = 20 })
+  end
   return L
 end
 
@@ -1051,6 +1055,26 @@ local function print_fill(rows)
         print(("%-36s %6d %8.1f %8.2f %8.0f  %s"):format(r.name, r.items, r.items_s, r.wall_s, r.tok_s,
           table.concat(eps, ", ")))
       end
+    end
+  end
+  -- each server: the default's wall over the best fixed limit's and @4's
+  local order, by = {}, {}
+  for _, r in ipairs(rows) do
+    local server, limit = r.name:match("^fill (.-), (.*)$")
+    if r.group == "fill" and server and not r.skipped then
+      if not by[server] then order[#order + 1], by[server] = server, {} end
+      local b = by[server]
+      if limit == "default" then b.default = r
+      elseif limit:match("^@4$") or limit:match("^@4 %+ @4$") then b.at4 = r end
+      if limit ~= "default" and (not b.best or r.wall_s < b.best.wall_s) then b.best = r end
+    end
+  end
+  for _, server in ipairs(order) do
+    local b = by[server]
+    if b.default and b.best then
+      print(("%-36s default %.2f s = %.2fx the best fixed (%s, %.2f s)%s"):format(server, b.default.wall_s,
+        b.default.wall_s / b.best.wall_s, b.best.name:match(", (.*)$"), b.best.wall_s,
+        b.at4 and (", %.2fx @4's"):format(b.default.wall_s / b.at4.wall_s) or ""))
     end
   end
 end
