@@ -21,8 +21,10 @@
 ---           `min_gain`: doubling the load gives 7 % more or better); it
 ---           stops where the curve flattens or falls, and steps back to
 ---           the load of the best rate seen.
----   hold    the limit stays; every `probe_every` windows it tries 25 %
----           more, then 20 % less, measured on the requests sent since
+---   hold    the limit stays; every `probe_every` windows (8 times
+---           that at the ceiling or the maximum the start reached) it
+---           tries 25 % more, then 20 % less, measured on the requests
+---           sent since
 ---           (two windows): more is kept when it serves 2 % more, less
 ---           when it serves no less than 98 % (fewer requests for the
 ---           same rate). A probe that loses doubles the wait before the
@@ -47,6 +49,8 @@ M.defaults = {
   max_window = 30,
   min_items = 2,     -- completions a window needs
   min_gain = 0.1,    -- start: doubling continues while rate grows at least load^min_gain
+  fast_gain = 0.5,   -- start: doubling at first tokens continues while rate grows at least load^fast_gain
+  fast_ttft = 1.5,   -- start: ... and every new request's first token comes within this times the floor
   probe_every = 3,   -- hold: windows between two probes
   probe_up = 1.25,
   probe_down = 0.8,
@@ -82,6 +86,7 @@ function M.new(opts)
   self.mode, self.why, self.windows, self.best_rate, self.skip = "start", "start", 0, 0, 0
   self.every, self.epoch = self.probe_every, 0
   self.ttfts, self.nttft, self.dur = {}, 0, nil
+  self.firsts, self.nfirst = {}, 0
   self.levels = {} -- window results in start: {load, rate}
   self:_new_window(nil)
   self.limit = math.max(self.min, math.min(self.initial, self.max))
@@ -143,7 +148,9 @@ function Limit:sent(now)
   local w = self.w
   w.t0 = w.t0 or now
   if self.inflight > w.peak then w.peak = self.inflight end
-  return { t0 = now, a0 = self.area, epoch = self.epoch }
+  local round = self.round
+  if round and round.sent < round.need then round.sent = round.sent + 1 else round = nil end
+  return { t0 = now, a0 = self.area, epoch = self.epoch, round = round }
 end
 
 ---A request's first token came (the server gave it a slot and its
@@ -155,6 +162,33 @@ function Limit:first(now, q)
   if q.first then return end
   q.first = now
   self.started = (self.started or 0) + 1
+  local ttft = now - q.t0
+  self.nfirst = self.nfirst % 64 + 1
+  self.firsts[self.nfirst] = ttft
+  local round = q.round
+  if not round or round ~= self.round then return end
+  round.got = round.got + 1
+  if ttft > self.fast_ttft * self:_first_floor() + 0.01 then round.slow = true end
+  if round.got >= round.need and not round.slow and self.mode == "start" and self.fast_on and not self.fast_off then
+    self:_double(now) -- every new request got its first token as fast as ever: the server has room
+  end
+end
+
+-- The least time to a first token among the last 64 told to `first`.
+function Limit:_first_floor()
+  local f = math.huge
+  for i = 1, #self.firsts do f = math.min(f, self.firsts[i]) end
+  return f
+end
+
+-- Double in the start, and watch the requests the new room lets out
+-- (a round: `first` doubles again once they all got their first token
+-- as fast as the floor).
+function Limit:_double(now)
+  local before = self.limit
+  self.limit = self:_clamp(self.limit * 2)
+  local need = self.limit - math.max(before, self.inflight)
+  self.round = need > 0 and { t = now, need = need, sent = 0, got = 0 } or nil
 end
 
 -- The request ends: its mean load over its life.
@@ -232,7 +266,7 @@ function Limit:_tick(now)
   local w = self.w
   if not w.t0 or now - w.t0 < self:_window_len() or w.n < self.min_items then return end
   local r = { rate = w.lk / w.wsum, load = w.load / w.k, n = w.n, queued = w.queued,
-    full = w.peak >= self.limit }
+    full = w.peak >= self.limit, t = now }
   self:_new_window(now)
   self.w.peak = self.inflight
   self.windows = self.windows + 1
@@ -280,6 +314,9 @@ function Limit:_start(r)
   self.levels[#self.levels + 1] = r
   if prev then
     local gain = math.log(r.rate / prev.rate) / math.log(r.load / prev.load)
+    -- a window that saw the rate grow with the load lets the next doublings come at first tokens;
+    -- once the curve bends, a window per doubling
+    if gain < self.fast_gain then self.fast_off = true else self.fast_on = true end
     if gain < self.min_gain then
       local best = self:_best_level()
       self.limit = self:_clamp(best.load)
@@ -287,12 +324,12 @@ function Limit:_start(r)
       return
     end
   end
-  if r.full then
-    if self.limit >= self.max then
-      self.mode, self.why, self.windows, self.base = "hold", self.ceiling and "ceiling" or "max", 0, r.rate
-      return
-    end
-    self.limit = self:_clamp(self.limit * 2)
+  if not r.full then return end
+  if self.limit >= self.max then -- the rate grew all the way: a probe below is seldom worth its windows
+    self.mode, self.why, self.windows, self.base = "hold", self.ceiling and "ceiling" or "max", 0, r.rate
+    self.every = 8 * self.probe_every
+  elseif r.load >= 0.75 * self.limit then -- the last doubling shows in this window: the next one
+    self:_double(r.t)
   end
 end
 

@@ -2,8 +2,9 @@
 -- docs/batch.md: `slots` requests decode at once (more wait in its queue,
 -- their first token late), the n decoding make `rate(n)` tokens a second
 -- between them, each one's first token comes `ttft` seconds after it got
--- a slot. A client keeps `limit` requests in flight (a mirza.limit, or a
--- fixed number) until `items` are done. Fixed steps of `dt` seconds.
+-- a slot and a step (a token at their pace) later. A client keeps
+-- `limit` requests in flight (a mirza.limit, or a fixed number) until
+-- `items` are done. Fixed steps of `dt` seconds.
 local S = {}
 
 -- Tokens a second, n decoding, from points {n, rate} (log-log between them).
@@ -90,11 +91,11 @@ function S.run(sh, items, limit, opts)
     for i = #running, 1, -1 do
       local r = running[i]
       if t >= r.slot + sh.ttft then
-        if not r.first then
+        r.got = r.got + per * dt
+        if not r.first and r.got >= 1 then -- its first token: after the prefill, at the pace of the others
           r.first = t
           if lim and not opts.no_first then lim:first(t, r.q) end
         end
-        r.got = r.got + per * dt
         if r.got >= r.k then
           table.remove(running, i)
           finished = finished + 1

@@ -31,14 +31,15 @@ describe("mirza.limit", function()
     assert.is_true(wall <= 1.1 * best, ratio_msg(wall, best, at, l))
   end)
 
-  it("doubles per window while the rate keeps up: 8 to 256 within a few seconds", function()
+  it("doubles while the rate keeps up, at first tokens once a window saw it: 8 to 256 within seconds", function()
     local _, trace = S.run(S.shapes.saturating, 3000, limit.new(), { vary = true })
     local at256
     for _, p in ipairs(trace) do
       if p[2] >= 256 then at256 = at256 or p[1] end
     end
     assert.is_truthy(at256)
-    assert.is_true(at256 < 12, ("reached 256 at %.1f s"):format(at256)) -- answers of 128 tokens take 1.3-3 s
+    -- answers of 128 tokens take 1.3-3 s: two windows, then doublings at first tokens
+    assert.is_true(at256 < 5, ("reached 256 at %.1f s"):format(at256))
   end)
 
   it("stays near the peak of a curve that peaks (the H100 curve: 256 slots announced, best at 16)", function()
