@@ -8,14 +8,18 @@
 ---                        with or without /v1 (http://127.0.0.1:8080), or a
 ---                        route's URL (.../v1/chat/completions); a query string
 ---                        (?api-version=...) stays on every request. Repeat for
----                        a pool; URL@N sets that endpoint's limit. Default:
----                        $MIRZA_BASE_URL or http://127.0.0.1:8766/v1
+---                        a pool; URL@N fixes that endpoint's limit (requests
+---                        in flight). Default: $MIRZA_BASE_URL or
+---                        http://127.0.0.1:8766/v1
 ---   --api-key KEY        the server's key (sent as Authorization: Bearer KEY);
 ---                        default $MIRZA_API_KEY, else $OPENAI_API_KEY. Never
 ---                        printed
 ---   --errors FILE        where failed items are recorded (default: beside
 ---                        OUTPUT, out.jsonl -> out.errors.jsonl)
----   --limit N            requests in flight per endpoint (default 4)
+---   --limit N            requests in flight per endpoint, fixed (default: found
+---                        as the run goes, per endpoint: at most the slots its
+---                        server announces, where its token rate is best; the
+---                        progress line and the summary say where it is)
 ---   --model ID           model for lines without one (default $MIRZA_MODEL, else the
 ---                        first model each endpoint lists in /v1/models)
 ---   --max-tokens N       max_tokens for lines without one
