@@ -250,6 +250,7 @@ local function drive(o, run)
   -- each endpoint's announced capacity, all at once, before the first request (a second at most)
   probes = B.probe_capacity(o.pool, o)
   for t in loop.as_completed(probes) do t:join() end
+  for _, t in ipairs(B.poll_waiting(o.pool, o)) do probes[#probes + 1] = t end -- cancelled with the probes
   for i = 1, math.min(o.pool:capacity(), run.total - run.skipped) do workers[i] = loop.spawn(work, ctx, queue) end
   progress = o.progress and policy.progress_task(stats, o, function(...) return policy.progress_line(...) end)
   if o.batch_deadline then
@@ -281,11 +282,38 @@ end
 ---@param o table the run's options (api_key, headers)
 ---@return mirza.Task[]
 function B.probe_capacity(pool, o)
-  local tasks = {}
+  local tasks, capacity = {}, require "mirza.capacity"
+  local ro = { api_key = o.api_key, headers = o.headers }
   for _, e in ipairs(pool.endpoints) do
     if e.limiter then
       tasks[#tasks + 1] = loop.spawn(function()
-        pool:announce(e, require("mirza.capacity").probe(e.url, { api_key = o.api_key, headers = o.headers }))
+        local c = capacity.probe(e.url, ro)
+        pool:announce(e, c)
+        e.metrics = c and c.metrics
+      end)
+    end
+  end
+  return tasks
+end
+
+---Poll the queue of each endpoint whose /metrics counts it (the probe's
+---`metrics`) every `every` seconds (0.5), for its limiter
+---(`Pool:server_waiting`), until cancelled: one task per such endpoint.
+---@param pool mirza.Pool
+---@param o table the run's options (api_key, headers)
+---@param every? number
+---@return mirza.Task[]
+function B.poll_waiting(pool, o, every)
+  local tasks, capacity = {}, require "mirza.capacity"
+  local ro = { api_key = o.api_key, headers = o.headers }
+  for _, e in ipairs(pool.endpoints) do
+    if e.limiter and e.metrics then
+      tasks[#tasks + 1] = loop.spawn(function()
+        while true do
+          mirza.sleep(every or 0.5)
+          local n = capacity.waiting(e.url, e.metrics, ro)
+          if n then pool:server_waiting(e, n) end
+        end
       end)
     end
   end

@@ -34,6 +34,10 @@
 ---           floor and 50 ms) in a quarter of a window: the server queues
 ---           them (its slots are full): the limit becomes the load that
 ---           did not wait.
+---   waiting the server's own count of requests it queues (vLLM's, or
+---           llama-server's deferred: `waiting`), above 0 twice in a
+---           row: the limit becomes the requests in flight less those,
+---           once a window.
 ---   back    a 429, 503, refused or cut connection halves it (once per
 ---           window, as TCP's loss), at least `min`.
 --- A window whose load never reached the limit (the batch ending, too
@@ -70,6 +74,8 @@ M.defaults = {
 ---@field why string what moved it last ("start", "rate", "queue", "429"...)
 ---@field inflight integer
 ---@field best_rate number the best window rate seen (tokens/s)
+---@field trace fun(now: number, r: table, before: integer, self: mirza.Limit)|nil called after each decision
+---  (r: the window's rate, load, n, queued, full), for tuning and tests
 local Limit = {}
 Limit.__index = Limit
 
@@ -245,6 +251,23 @@ function Limit:failed(now, q, why)
     self.mode, self.why, self.windows, self.base, self.skip = "hold", why, 0, nil, 1
   end
   self:_tick(now)
+end
+
+---The server says `n` requests wait in its queue (its /metrics: vLLM's
+---num_requests_waiting, llama-server's requests_deferred). Twice in a row
+---above 0 (not a request between two of its steps): the limit becomes
+---the requests in flight less those, at least `min`, once a window.
+---@param now number
+---@param n number
+function Limit:waiting(now, n)
+  local before = self.seen_waiting
+  self.seen_waiting = n > 0
+  if not (n > 0 and before) or self.w.cut then return end
+  local to = self:_clamp(self.inflight - n)
+  if to >= self.limit then return end
+  self.w.cut = true
+  self.limit, self.mode, self.why, self.windows, self.base, self.skip = to, "hold", "waiting", 0, nil, 1
+  if self.trace then self.trace(now, { n = 0, queued = n, load = self.inflight, rate = 0, full = true }, to, self) end
 end
 
 ---A request ended and says nothing of the endpoint (cancelled, the

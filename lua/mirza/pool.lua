@@ -194,6 +194,16 @@ function Pool:announce(e, c)
   end
 end
 
+---The server of e says `n` requests wait in its queue (mirza.capacity's
+---`waiting`): its limiter backs off (mirza.limit's `waiting`).
+---@param e mirza.Endpoint
+---@param n number
+function Pool:server_waiting(e, n)
+  if not e.limiter then return end
+  e.limiter:waiting(self.clock(), n)
+  e.limit = e.limiter:get()
+end
+
 ---Clamp the limiters' maxima so that the pool never has more than `n`
 ---requests in flight (the open-files limit): fixed limits stay as given.
 ---@param n integer

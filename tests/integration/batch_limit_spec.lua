@@ -79,6 +79,27 @@ describe("batch limits", function()
     assert.truthy(batch.summary(st):find(": @4 fixed; at most 4 in flight, 40 served", 1, true))
   end)
 
+  it("polls a server's queue where its /metrics counts it (vLLM's num_requests_waiting)", function()
+    local sim = H.start_sim { "--parallel", "8", "--vllm-metrics", "--tok-rate", "50", "--ttft-ms", "100", "--quiet" }
+    sims[1] = sim
+    local p = pool.new { sim.base }
+    local polls, seen = 0, 0
+    local server_waiting = p.server_waiting
+    p.server_waiting = function(self, e, n)
+      polls, seen = polls + 1, math.max(seen, n)
+      return server_waiting(self, e, n)
+    end
+    local st = run(p, items(120))
+    local e = p.endpoints[1]
+    local msg = ("%d polls, at most %d waiting; peak %d, limit %d (%s), %.2f s"):format(polls, seen, e.peak, e.limit,
+      e.limiter.why, st.elapsed)
+    print("\n  " .. msg)
+    assert.equal(120, st.done_now)
+    assert.equal("vllm", e.metrics)
+    assert.is_true(polls >= 2, msg)
+    assert.is_true(e.limit <= 10, msg) -- 8 sequences at most: the rest waits
+  end)
+
   it("gives a 16-slot and a 4-slot server each its share: both finish within 10 % of each other", function()
     sims[1], sims[2] = llama(16), llama(4)
     local p = pool.new { sims[1].base, sims[2].base }

@@ -86,6 +86,21 @@ describe("mirza.limit", function()
     assert.equal(0, l.inflight)
   end)
 
+  it("backs off when the server counts requests in its queue twice in a row, once a window", function()
+    local l = limit.new { initial = 32 }
+    for _ = 1, 32 do l:sent(0) end
+    l:waiting(0.5, 8) -- once: maybe a request between two of its steps
+    assert.equal(32, l:get())
+    l:waiting(1.0, 0)
+    l:waiting(1.5, 8)
+    assert.equal(32, l:get())
+    l:waiting(2.0, 8)
+    assert.equal(24, l:get())
+    assert.equal("waiting", l.why)
+    l:waiting(2.5, 8) -- the same window: what was cut has not shown yet
+    assert.equal(24, l:get())
+  end)
+
   it("backs off while a server refuses past its load, and serves the rest", function()
     local l = limit.new { initial = 64 }
     local wall = S.run(S.shapes.slots64, 400, l, { fail = function(_, n) return n >= 20 end })
