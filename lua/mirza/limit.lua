@@ -119,9 +119,18 @@ end
 ---@param source? string where it was read ("/props total_slots")
 function Limit:set_ceiling(n, source)
   if math.type(n) ~= "integer" or n < 1 then error("mirza.limit: a ceiling is an integer >= 1", 2) end
-  self.ceiling, self.source, self.max = n, source, n
+  self.ceiling, self.source, self.max = n, source, math.min(n, self.hard or n)
   if self.mode == "start" and self.windows == 0 then self.limit = self.initial_ceiling end
   self.limit = math.min(self.limit, n)
+end
+
+---The most it may ever reach whatever the server announces (the
+---process's open files: mirza.pool's `fit`).
+---@param n integer
+function Limit:cap(n)
+  self.hard = math.max(1, math.min(self.hard or n, n))
+  self.max = math.min(self.max, self.hard)
+  self.limit = math.min(self.limit, self.max)
 end
 
 ---A start the server's kind suggests (MTPLX: 1, serial by default),

@@ -204,8 +204,9 @@ function Pool:server_waiting(e, n)
   e.limit = e.limiter:get()
 end
 
----Clamp the limiters' maxima so that the pool never has more than `n`
----requests in flight (the open-files limit): fixed limits stay as given.
+---Cap the limiters so that the pool never has more than `n` requests
+---in flight (the open-files limit), whatever the servers announce later:
+---fixed limits stay as given.
 ---@param n integer
 function Pool:fit(n)
   local fixed, auto = 0, 0
@@ -215,10 +216,9 @@ function Pool:fit(n)
   if auto == 0 then return end
   local each = math.max(1, (n - fixed) // auto)
   for _, e in ipairs(self.endpoints) do
-    if e.limiter and e.limiter.max > each then
-      e.limiter.max = each
-      e.limit = math.min(e.limit, each)
-      e.limiter.limit = e.limit
+    if e.limiter then
+      e.limiter:cap(each) -- a ceiling announced later stays under it too
+      e.limit = e.limiter:get()
     end
   end
 end

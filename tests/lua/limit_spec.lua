@@ -68,6 +68,11 @@ describe("mirza.limit", function()
     assert.equal(64, l.max)
     assert.equal("auto, ceiling 64", l:describe())
     assert.equal("auto, no ceiling announced", limit.new():describe())
+    local capped = limit.new()
+    capped:cap(100) -- the open files
+    capped:set_ceiling(512, "/props total_slots")
+    assert.equal(100, capped.max)
+    assert.equal(16, capped:get())
   end)
 
   it("halves on a 429, once per window, and not below 1", function()
