@@ -124,7 +124,10 @@ local function allowed(form)
   for _, r in ipairs { "chat/completions", "completions", "embeddings", "models" } do
     ok["POST " .. base .. "/" .. r .. q], ok["GET " .. base .. "/" .. r .. q] = true, true
   end
-  for _, r in ipairs { "/health", "/props", "/api/version", "/version" } do ok["GET " .. root .. r .. q] = true end
+  -- /metrics: a batch reads vLLM's queue there (mirza.capacity)
+  for _, r in ipairs { "/health", "/props", "/api/version", "/version", "/metrics" } do
+    ok["GET " .. root .. r .. q] = true
+  end
   return ok
 end
 
