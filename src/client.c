@@ -39,15 +39,15 @@ double mz_now(void) {
 
 /* ------------------------------------------------------ the driver */
 
-/* libcurl's socket callback: watch `fd` for `what`, or forget it. A muted
- * socket (due.c) keeps what libcurl wants, watched again at its time. */
+/* libcurl's socket callback: watch `fd` for `what`, or forget it (a
+ * parked socket, due.c, is changed where it is: watch.h). */
 static int on_socket(CURL *e, curl_socket_t fd, int what, void *ud, void *sockp) {
   mz_client *c = ud;
   (void)sockp;
   mz_stream *s = NULL;
   if (e) curl_easy_getinfo(e, CURLINFO_PRIVATE, (char **)&s);
   if (what == CURL_POLL_REMOVE) {
-    if (s && s->sock == fd) s->sock = CURL_SOCKET_BAD, s->muted = 0; /* its number may be reused */
+    if (s && s->sock == fd) s->sock = CURL_SOCKET_BAD, s->parked = 0; /* its number may be reused */
     if (fd >= 0 && (size_t)fd < c->nfd_rx && (!s || c->fd_owner[fd] == s)) c->fd_owner[fd] = NULL;
     return mz_watch_set(c->watch, fd, what);
   }
@@ -62,10 +62,9 @@ static int on_socket(CURL *e, curl_socket_t fd, int what, void *ud, void *sockp)
     c->nfd_rx = n;
   }
   if (s) {
-    if (s->muted && s->sock != fd) mz_due_unmute(c, s);
+    if (s->parked && s->sock != fd) mz_due_unpark(c, s);
     s->sock = fd, s->sock_what = what;
     if (fd >= 0) c->fd_owner[fd] = s;
-    if (s->muted) return 0; /* watched again at its time */
   }
   return mz_watch_set(c->watch, fd, what); /* -1: libcurl fails the transfer */
 }
@@ -118,10 +117,11 @@ static void run_due_timers(mz_client *c) {
 /* Socket fd came ready for ev (CURL_CSELECT_*): bytes stamp its progress
  * clock (due.c's socket_rx), libcurl runs its transfer, and the rule says
  * when the stream is read next (due.c). */
-static void socket_ready(mz_client *c, curl_socket_t fd, int ev, double now) {
+void mz_socket_ready(mz_client *c, curl_socket_t fd, int ev, double now) {
   int running;
   mz_stream *s = fd >= 0 && (size_t)fd < c->nfd_rx ? c->fd_owner[fd] : NULL;
-  if ((ev & CURL_CSELECT_IN) && s) c->fd_rx[fd] = now, s->reads++;
+  if (s) s->reads++;
+  if ((ev & CURL_CSELECT_IN) && s && !s->parked) c->fd_rx[fd] = now; /* parked: read blind, bytes or not */
   c->io_now = now;
   curl_multi_socket_action(c->multi, fd, ev, &running);
   c->io_now = 0;
@@ -147,11 +147,11 @@ static size_t drive(mz_client *c, int ms) {
   size_t k = mz_watch_wait(c->watch, ms, f, &woken, &c->eintr); /* a copy: socket_action edits the set */
   if (woken) drain_wake(c);
   now = k ? mz_now() : now;
-  for (size_t i = 0; i < k; i++) socket_ready(c, f[i].fd, f[i].ev, now);
+  for (size_t i = 0; i < k; i++) mz_socket_ready(c, f[i].fd, f[i].ev, now);
   run_due_timers(c);
-  reap(c);
   now = mz_now();
-  mz_due_run(c, now);
+  mz_due_run(c, now); /* parked streams read, deadlines checked */
+  reap(c);
   mz_conn_run(c, now);
   return k;
 }
@@ -290,6 +290,7 @@ void mz_client_free(mz_client *c) {
   free(c->fd_rx);
   free(c->fd_owner);
   free(c->due);
+  free(c->due_now);
   free(c->idle);
   free(c->origins);
   free(c);

@@ -83,11 +83,12 @@ struct mz_stream {
   int got_rx, head_done;        /* a response byte came; the final head ended */
   curl_socket_t sock;           /* the socket libcurl last watched for it (stall clock) */
   int sock_what;                /* what libcurl watches it for (CURL_POLL_IN/OUT/INOUT) */
-  int muted;                    /* its socket is not watched until read_at (due.c) */
-  double read_at;               /* muted: when its socket is watched again */
+  int parked;                   /* its socket is in the parked set: read only when due (due.c) */
+  int read_due;                 /* parked, due for a read this look (due.c) */
+  double read_at;               /* parked: when it is read next */
   double due_at;                /* its key in the client's due heap; INFINITY: not in it */
   size_t due_pos;               /* its index in the heap + 1; 0: not in it */
-  int multiplexed;              /* HTTP/2 or later: its socket may carry other streams (never muted) */
+  int multiplexed;              /* HTTP/2 or later: its socket may carry other streams (never parked) */
   size_t reads;                 /* reads of its socket (the driver's; tests) */
   long connect_ms, deadline_ms; /* to name the clock that fired (0: none) */
   mz_buf headers;               /* "name: value\n" lines, names in lowercase */
@@ -109,6 +110,7 @@ struct mz_stream {
   int holding;              /* queued events not yet handed over (hold_s) */
   double first_at;          /* the first think/text delta queued; 0: none */
   int answering;            /* a think, text or tool call delta was queued */
+  double answer_at;         /* when the first of them was */
   unsigned origin;          /* its server: a hash of scheme://host:port (conn.c) */
   mz_stream *oprev, *onext; /* its server's streams in the order opened (conn.c) */
 };
@@ -148,11 +150,13 @@ struct mz_client {
   double *fd_rx;            /* [fd]: when that socket last became readable */
   mz_stream **fd_owner;     /* [fd]: the stream libcurl watches that socket for, or NULL */
   size_t nfd_rx;
-  size_t nrunning; /* streams whose transfer is attached (easy) */
-  int wake[2];     /* the wake pipe (mz_client_wakeup), non-blocking */
-  int eintr;       /* a signal cut the last wait short (MZ_NEXT_SIGNAL) */
-  double io_now;   /* while libcurl runs a read: when it began (0: not in one), see mz_io_now */
-  mz_stream **due; /* the due heap (due.c): the earliest due_at first */
+  size_t nrunning;     /* streams whose transfer is attached (easy) */
+  int wake[2];         /* the wake pipe (mz_client_wakeup), non-blocking */
+  int eintr;           /* a signal cut the last wait short (MZ_NEXT_SIGNAL) */
+  double io_now;       /* while libcurl runs a read: when it began (0: not in one), see mz_io_now */
+  mz_stream **due;     /* the due heap (due.c): the earliest due_at first */
+  mz_stream **due_now; /* the parked streams due at this look (due.c), room for due_cap */
+  size_t ndue_now;
   size_t ndue, due_cap;
   mz_idle *idle; /* connections whose transfer ended, oldest first (conn.c) */
   size_t nidle, idle_cap;
@@ -219,16 +223,19 @@ void mz_detach_easy(mz_stream *s);
 /* ---- due.c: when a stream is read; its timed looks */
 
 /* Look at s no later than t (a hold's hand-over, a stall or header
- * deadline, a muted read): an earlier look already due stays. */
+ * deadline, a parked read): an earlier look already due stays. */
 void mz_due_at(mz_stream *s, double t);
 void mz_due_drop(mz_stream *s);             /* out of the heap (closed) */
 int mz_due_reserve(mz_client *c, size_t n); /* room for n streams' entries; -1: out of memory */
 double mz_due_next(const mz_client *c);     /* the earliest look due; INFINITY: none */
 void mz_due_run(mz_client *c, double now);
-/* Its socket was just read (the driver): muted until its next read is due
- * when the rule says so (due.c). */
+/* Its socket was just read (the driver): parked until its next read is
+ * due when the rule says so (due.c). */
 void mz_due_read(mz_client *c, mz_stream *s, double now);
-void mz_due_unmute(mz_client *c, mz_stream *s); /* watched again now */
+void mz_due_unpark(mz_client *c, mz_stream *s); /* watched again now */
+/* Socket fd came ready for ev (CURL_CSELECT_*), or a parked one's read is
+ * due (due.c): libcurl runs its transfer (client.c). */
+void mz_socket_ready(mz_client *c, curl_socket_t fd, int ev, double now);
 
 /* ---- conn.c: connections per server */
 

@@ -8,23 +8,29 @@
  * event (no hold: a script that prints tokens), or a connection that may
  * carry other streams (HTTP/2). Once it answers to a reader that holds
  * what comes (mz_request.hold_ms: a batch item, a collect, a merging
- * turn), it is *lazy*: after each read its socket is not watched for
+ * turn), it is *lazy*: its socket is parked (watch.h: kept, not waited
+ * on) and read only when due, at most
  *
  *     gap = min(age / MZ_READ_AGE_DIV, hold, MZ_READ_GAP_MAX, stall / 4)
  *
- * (age: how long it has been answering), then watched again: what came
- * meanwhile is read in one go, at once if it is there. Every byte, the end
- * included, is read at most an eighth of the answer's age after it came,
- * so an answer's end frees its slot at most an eighth of its own length
- * late whatever that length (a 40 ms answer 5 ms, none more than 250 ms):
- * nothing depends on max_tokens or a guess of the length. A long answer's
- * reads thin out to one per MZ_READ_GAP_MAX (256 streams at 40 tokens/s:
- * about 1,000 reads a second instead of 10,000). A gap below
- * MZ_READ_GAP_MIN is not taken: unwatching and watching again would cost
- * more than the reads it saves.
+ * after its last read (age: how long it has been answering; the time at a
+ * grid point shared by streams of a like gap, at most a quarter earlier),
+ * whatever came meanwhile in one go, or nothing yet (read again a gap
+ * later). Every byte, the end included, is read at most an eighth of the
+ * answer's age after it came, so an answer's end frees its slot at most
+ * an eighth of its own length late whatever that length (a 40 ms answer
+ * 5 ms, none more than 250 ms): nothing depends on max_tokens or a guess
+ * of the length. A long answer's reads thin out to one per
+ * MZ_READ_GAP_MAX, and the streams due together are read in one wake-up
+ * (256 streams of 80 tokens at 40 tokens/s: about 25 reads each, 100
+ * wake-ups in all; a read per token is 80 each). A gap below
+ * MZ_READ_GAP_MIN is not taken: the stream is read as its bytes come
+ * until its gap grows past it. Parking is one epoll_ctl in a stream's
+ * life; libcurl forgets the socket when the transfer ends, and the watch
+ * with it.
  *
  * The heap. Every timed look at a stream is one entry, keyed by the
- * earliest of: its muted socket's next read, its held events' hand-over
+ * earliest of: its parked socket's next read, its held events' hand-over
  * (queue.c), its stall or header deadline (noted when it starts; a
  * deadline only moves later as bytes come, so a look that comes early
  * notes the new one). A wait sleeps until the top key at most and runs
@@ -87,9 +93,10 @@ int mz_due_reserve(mz_client *c, size_t n) {
   if (n <= c->due_cap) return 0;
   size_t cap = c->due_cap ? c->due_cap : 64;
   while (cap < n) cap *= 2;
-  mz_stream **p = realloc(c->due, cap * sizeof *p);
-  if (!p) return -1;
-  c->due = p, c->due_cap = cap;
+  mz_stream **p = realloc(c->due, cap * sizeof *p), **q = p ? realloc(c->due_now, cap * sizeof *q) : NULL;
+  if (p) c->due = p;
+  if (!q) return -1;
+  c->due_now = q, c->due_cap = cap;
   return 0;
 }
 
@@ -116,34 +123,43 @@ double mz_due_next(const mz_client *c) { return c->ndue ? c->due[0]->due_at : IN
 
 /* ------------------------------------------------------ the rule */
 
-void mz_due_unmute(mz_client *c, mz_stream *s) {
-  if (!s->muted) return;
-  s->muted = 0;
-  if (s->sock != CURL_SOCKET_BAD) mz_watch_set(c->watch, s->sock, s->sock_what);
-}
-
 /* The time of the next read: the last point of a grid of step G (a power
- * of two seconds, at most half the gap) at or before now + gap, so it is
- * no later than the rule says and no sooner than half of it; the streams
- * read at a like gap share the grid's points, and one wake-up reads them
- * together (8 streams held to their end: about 40 wake-ups for 800
- * tokens, not 250). */
+ * of two seconds, at most a quarter of the gap) at or before now + gap, so
+ * it is no later than the rule says and no sooner than three quarters of
+ * it; the streams read at a like gap share the grid's points, and one
+ * wake-up reads them together (256 streams at 40 tokens/s: about 100
+ * wake-ups in their 2 s). */
 static double on_grid(double now, double gap) {
   int e;
-  frexp(gap / 2, &e);              /* gap / 2 = m * 2^e, 0.5 <= m < 1 */
-  double step = ldexp(1.0, e - 1); /* <= gap / 2 */
+  frexp(gap / 4, &e);              /* gap / 4 = m * 2^e, 0.5 <= m < 1 */
+  double step = ldexp(1.0, e - 1); /* <= gap / 4 */
   double t = floor((now + gap) / step) * step;
   return t > now ? t : now + gap;
 }
 
-void mz_due_read(mz_client *c, mz_stream *s, double now) {
-  if (!s->answering || s->hold_s <= 0 || s->term || !s->easy || s->multiplexed || s->muted) return;
-  double gap = (now - s->first_at) / MZ_READ_AGE_DIV;
+/* The rule's gap for s at `now`; 0: read it as its bytes come. */
+static double gap_of(const mz_stream *s, double now) {
+  if (!s->answering || s->hold_s <= 0 || s->term || !s->easy || s->multiplexed) return 0;
+  double gap = (now - s->answer_at) / MZ_READ_AGE_DIV;
   if (gap > s->hold_s) gap = s->hold_s;
   if (gap > MZ_READ_GAP_MAX) gap = MZ_READ_GAP_MAX;
   if (s->stall_s > 0 && gap > s->stall_s / 4) gap = s->stall_s / 4;
-  if (gap < MZ_READ_GAP_MIN || mz_watch_set(c->watch, s->sock, CURL_POLL_NONE)) return;
-  s->muted = 1;
+  return gap < MZ_READ_GAP_MIN ? 0 : gap;
+}
+
+void mz_due_unpark(mz_client *c, mz_stream *s) {
+  if (!s->parked) return;
+  s->parked = 0;
+  if (s->sock != CURL_SOCKET_BAD) mz_watch_park(c->watch, s->sock, 0);
+}
+
+void mz_due_read(mz_client *c, mz_stream *s, double now) {
+  double gap = gap_of(s, now);
+  if (gap <= 0 || s->sock == CURL_SOCKET_BAD) return;
+  if (!s->parked) {
+    if (mz_watch_park(c->watch, s->sock, 1)) return; /* stays watched: read as it comes */
+    s->parked = 1;
+  }
   s->read_at = on_grid(now, gap);
   mz_due_at(s, s->read_at);
 }
@@ -172,13 +188,16 @@ static int socket_rx(const mz_client *c, mz_stream *s) {
   return 1;
 }
 
-/* The look at s whose time came: its muted socket watched again, its held
+/* The look at s whose time came: its parked socket due for a read, its held
  * events handed over, its own deadlines checked (past one: it ends with
  * "timeout"); then its next look noted. */
 static void look(mz_client *c, mz_stream *s, double now) {
-  if (s->muted && now >= s->read_at) mz_due_unmute(c, s);
+  if (s->parked && now >= s->read_at && !s->read_due) { /* read below, with the others due */
+    s->read_due = 1;
+    c->due_now[c->ndue_now++] = s;
+  }
   mz_release_held(s, now); /* not yet: notes its time again */
-  if (s->muted) mz_due_at(s, s->read_at);
+  if (s->parked && !s->read_due) mz_due_at(s, s->read_at);
   if (!s->easy || s->term) return;
   double t = own_deadline(s);
   if (now >= t && socket_rx(c, s)) t = own_deadline(s);
@@ -199,10 +218,25 @@ static void look(mz_client *c, mz_stream *s, double now) {
   mz_detach_easy(s); /* closes the connection: the daemon stops generating */
 }
 
+/* The parked streams due (c->due_now) are read, whatever came for them
+ * (libcurl reads their sockets: what is there, the end among it, or
+ * nothing yet), and the rule sets each one's next read (mz_due_read, from
+ * mz_socket_ready). No system call asks which have bytes: a parked
+ * stream is due only when its gap has passed, so most have. */
+static void read_parked(mz_client *c, double now) {
+  for (size_t i = 0; i < c->ndue_now; i++) {
+    mz_stream *s = c->due_now[i];
+    s->read_due = 0;
+    if (s->parked && s->sock != CURL_SOCKET_BAD) mz_socket_ready(c, s->sock, CURL_CSELECT_IN, now);
+  }
+  c->ndue_now = 0;
+}
+
 void mz_due_run(mz_client *c, double now) {
   while (c->ndue && c->due[0]->due_at <= now) {
     mz_stream *s = c->due[0];
     remove_at(c, 0);
     look(c, s, now);
   }
+  if (c->ndue_now) read_parked(c, now);
 }

@@ -161,7 +161,10 @@ static item *q_push(mz_stream *s, mz_evtype t, int index) {
   } else if (!s->holding) {
     mark_ready(s); /* no hold, a slow stream, or handed over and not yet taken: it goes with the rest */
   }
-  if (t == MZ_EV_THINK || t == MZ_EV_TEXT || t == MZ_EV_TOOL_CALL) s->answering = 1;
+  if ((t == MZ_EV_THINK || t == MZ_EV_TEXT || t == MZ_EV_TOOL_CALL) && !s->answering) {
+    s->answering = 1;
+    s->answer_at = mz_io_now(s->c); /* the read rule's age (due.c) */
+  }
   item *it = &s->q[s->qlen++];
   it->type = t;
   it->index = index;

@@ -27,7 +27,6 @@
 void mz_detach_easy(mz_stream *s) {
   if (!s->easy) return;
   mz_client *c = s->c;
-  mz_due_unmute(c, s); /* its connection may go back to libcurl's cache: watched as libcurl wants */
   curl_multi_remove_handle(c->multi, s->easy);
   curl_easy_cleanup(s->easy);
   s->easy = NULL;

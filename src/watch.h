@@ -8,9 +8,12 @@
  *
  * The set holds the wake pipe's read end (given to mz_watch_new, never
  * removed) and the sockets libcurl asks for (mz_watch_set with its
- * CURL_POLL_* values, from the socket callback). Readiness is
- * level-triggered: what is not reported by one wait (more than
- * MZ_FIRED_MAX sockets ready) is reported by the next.
+ * CURL_POLL_* values, from the socket callback). A socket may be parked
+ * (mz_watch_park): kept, not waited on; the driver reads it when a
+ * parked stream's read is due (client.c's rule of when a stream is
+ * read). Readiness is level-triggered: what is
+ * not reported by one wait (more than MZ_FIRED_MAX sockets ready) is
+ * reported by the next.
  */
 #ifndef MIRZA_WATCH_H
 #define MIRZA_WATCH_H
@@ -37,6 +40,10 @@ void mz_watch_free(mz_watch *w); /* NULL is fine */
 /* Watch fd for what (CURL_POLL_IN/OUT/INOUT), or forget it
  * (CURL_POLL_REMOVE: never fails). -1 when it cannot be watched. */
 int mz_watch_set(mz_watch *w, curl_socket_t fd, int what);
+/* Park fd (park 1: no wait reports it; it keeps what libcurl wants, and
+ * mz_watch_set changes that while parked) or watch it again (0). -1 when
+ * it cannot be moved (it stays where it was). */
+int mz_watch_park(mz_watch *w, curl_socket_t fd, int park);
 /* Wait up to ms (0: only what is ready now; <0: until something is) and
  * fill out with up to MZ_FIRED_MAX ready sockets; returns how many. Sets
  * *woken when the wake pipe is readable (it is not drained here), and

@@ -1,7 +1,7 @@
 /*
  * watch_epoll.c - the wait backend of watch.h on Linux: one epoll set.
- * Adding, changing or removing a socket is one epoll_ctl, and a wait costs
- * the sockets that are ready, not the number watched.
+ * Adding, changing, parking or removing a socket is one epoll_ctl, and a
+ * wait costs the sockets that are ready, not the number watched.
  */
 #include <errno.h>
 #include <stdint.h>
@@ -14,12 +14,16 @@
 const char mz_watch_backend[] = "epoll";
 
 struct mz_watch {
-  int epfd; /* libcurl's sockets and the wake pipe */
-  int wake; /* the wake pipe's read end */
+  int epfd;          /* the watched sockets and the wake pipe */
+  int wake;          /* the wake pipe's read end */
+  unsigned char *in; /* [fd]: PARKED when in the parked set, | what libcurl wants */
+  size_t nin;
 };
 
+enum { PARKED = 0x80 };
+
 mz_watch *mz_watch_new(int wake_fd) {
-  mz_watch *w = malloc(sizeof *w);
+  mz_watch *w = calloc(1, sizeof *w);
   if (!w) return NULL;
   struct epoll_event ev = {.events = EPOLLIN, .data.fd = wake_fd};
   w->wake = wake_fd;
@@ -34,18 +38,55 @@ mz_watch *mz_watch_new(int wake_fd) {
 void mz_watch_free(mz_watch *w) {
   if (!w) return;
   if (w->epfd >= 0) close(w->epfd);
+  free(w->in);
   free(w);
 }
 
+static struct epoll_event event_of(curl_socket_t fd, int what) {
+  return (struct epoll_event){
+      .events = ((what & CURL_POLL_IN) ? EPOLLIN : 0u) | ((what & CURL_POLL_OUT) ? EPOLLOUT : 0u), .data.fd = fd};
+}
+
+/* Room for fd in w->in; -1 when out of memory. */
+static int track(mz_watch *w, curl_socket_t fd) {
+  if ((size_t)fd < w->nin) return 0;
+  size_t n = (size_t)fd + 64;
+  unsigned char *p = realloc(w->in, n);
+  if (!p) return -1;
+  for (size_t i = w->nin; i < n; i++) p[i] = 0;
+  w->in = p, w->nin = n;
+  return 0;
+}
+
 int mz_watch_set(mz_watch *w, curl_socket_t fd, int what) {
+  int parked = fd >= 0 && (size_t)fd < w->nin && (w->in[fd] & PARKED);
   if (what == CURL_POLL_REMOVE) {
-    epoll_ctl(w->epfd, EPOLL_CTL_DEL, fd, NULL); /* ENOENT/EBADF: gone already */
+    if (!parked) epoll_ctl(w->epfd, EPOLL_CTL_DEL, fd, NULL); /* ENOENT/EBADF: gone already */
+    if (fd >= 0 && (size_t)fd < w->nin) w->in[fd] = 0;
     return 0;
   }
-  struct epoll_event ev = {.events = ((what & CURL_POLL_IN) ? EPOLLIN : 0u) | ((what & CURL_POLL_OUT) ? EPOLLOUT : 0u),
-                           .data.fd = fd};
-  if (epoll_ctl(w->epfd, EPOLL_CTL_MOD, fd, &ev) == 0) return 0;
-  return epoll_ctl(w->epfd, EPOLL_CTL_ADD, fd, &ev) ? -1 : 0;
+  if (fd < 0 || track(w, fd)) return -1;
+  struct epoll_event ev = event_of(fd, what);
+  if (!parked && epoll_ctl(w->epfd, EPOLL_CTL_MOD, fd, &ev) && epoll_ctl(w->epfd, EPOLL_CTL_ADD, fd, &ev)) return -1;
+  w->in[fd] = (unsigned char)((w->in[fd] & PARKED) | (what & CURL_POLL_INOUT)); /* parked: taken up when back */
+  return 0;
+}
+
+int mz_watch_park(mz_watch *w, curl_socket_t fd, int park) {
+  if (fd < 0 || (size_t)fd >= w->nin) return -1;
+  if (!!(w->in[fd] & PARKED) == !!park) return 0;
+  if (park) epoll_ctl(w->epfd, EPOLL_CTL_DEL, fd, NULL);
+  else {
+    struct epoll_event ev = event_of(fd, w->in[fd] & CURL_POLL_INOUT);
+    if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, fd, &ev)) return -1;
+  }
+  w->in[fd] ^= PARKED;
+  return 0;
+}
+
+static int fired_of(uint32_t r) {
+  return ((r & (EPOLLIN | EPOLLHUP | EPOLLRDHUP)) ? CURL_CSELECT_IN : 0) | ((r & EPOLLOUT) ? CURL_CSELECT_OUT : 0) |
+         ((r & EPOLLERR) ? CURL_CSELECT_ERR : 0);
 }
 
 size_t mz_watch_wait(mz_watch *w, int ms, mz_fired *out, int *woken, int *eintr) {
@@ -54,14 +95,12 @@ size_t mz_watch_wait(mz_watch *w, int ms, mz_fired *out, int *woken, int *eintr)
   if (n < 0 && errno == EINTR) *eintr = 1;
   size_t k = 0;
   for (int i = 0; i < n; i++) {
-    uint32_t r = evs[i].events;
     if (evs[i].data.fd == w->wake) {
       *woken = 1;
       continue;
     }
     out[k].fd = evs[i].data.fd;
-    out[k++].ev = ((r & (EPOLLIN | EPOLLHUP | EPOLLRDHUP)) ? CURL_CSELECT_IN : 0) |
-                  ((r & EPOLLOUT) ? CURL_CSELECT_OUT : 0) | ((r & EPOLLERR) ? CURL_CSELECT_ERR : 0);
+    out[k++].ev = fired_of(evs[i].events);
   }
   return k;
 }

@@ -2,9 +2,11 @@
  * watch_poll.c - the wait backend of watch.h with poll(), for systems
  * without epoll (macOS; on Linux with cmake -DMIRZA_POLL=ON, or
  * -DMIRZA_PORTABLE=ON: scripts/test's sanitizer build).
- * The set is an array of pollfd: [0] is the wake pipe, then libcurl's
- * sockets in no order (a removal moves the last one into the hole). A
- * wait costs every socket watched; there are few (one per transfer).
+ * Each set is an array of pollfd: the watched one's [0] is the wake pipe,
+ * then libcurl's sockets in no order (a removal moves the last one into
+ * the hole); the parked one holds the parked sockets, which no wait
+ * polls. A wait costs every socket watched; there are few (one per
+ * transfer).
  */
 #include <errno.h>
 #include <poll.h>
@@ -14,68 +16,99 @@
 
 const char mz_watch_backend[] = "poll";
 
+typedef struct set {
+  struct pollfd *p;
+  size_t n, cap;
+  size_t next; /* where the next report starts: each socket's turn comes */
+} set;
+
 struct mz_watch {
-  struct pollfd *pfd; /* [0]: the wake pipe; then libcurl's sockets */
-  size_t npfd, cappfd;
-  size_t next; /* where the next wait's report starts: each socket's turn comes */
+  set on;     /* [0]: the wake pipe; then libcurl's sockets */
+  set parked; /* mz_watch_park's */
 };
 
+static int grow(set *s) {
+  if (s->n < s->cap) return 0;
+  size_t cap = s->cap ? 2 * s->cap : 16;
+  struct pollfd *p = realloc(s->p, cap * sizeof *p);
+  if (!p) return -1;
+  s->p = p, s->cap = cap;
+  return 0;
+}
+
+static size_t find(const set *s, size_t from, curl_socket_t fd) {
+  size_t i = from;
+  while (i < s->n && s->p[i].fd != fd) i++;
+  return i;
+}
+
 mz_watch *mz_watch_new(int wake_fd) {
-  mz_watch *w = malloc(sizeof *w);
-  if (!w || !(w->pfd = malloc(16 * sizeof *w->pfd))) {
+  mz_watch *w = calloc(1, sizeof *w);
+  if (!w || grow(&w->on)) {
     free(w);
     return NULL;
   }
-  w->pfd[0] = (struct pollfd){.fd = wake_fd, .events = POLLIN};
-  w->npfd = 1;
-  w->cappfd = 16;
-  w->next = 1;
+  w->on.p[0] = (struct pollfd){.fd = wake_fd, .events = POLLIN};
+  w->on.n = 1;
+  w->on.next = 1;
   return w;
 }
 
 void mz_watch_free(mz_watch *w) {
   if (!w) return;
-  free(w->pfd);
+  free(w->on.p);
+  free(w->parked.p);
   free(w);
 }
 
 int mz_watch_set(mz_watch *w, curl_socket_t fd, int what) {
-  size_t i = 1;
-  while (i < w->npfd && w->pfd[i].fd != fd) i++;
+  set *s = &w->on;
+  size_t i = find(s, 1, fd);
+  if (i == s->n) {
+    size_t j = find(&w->parked, 0, fd);
+    if (j < w->parked.n) s = &w->parked, i = j;
+  }
   if (what == CURL_POLL_REMOVE) {
-    if (i < w->npfd) w->pfd[i] = w->pfd[--w->npfd];
+    if (i < s->n) s->p[i] = s->p[--s->n];
     return 0;
   }
-  if (i == w->npfd) {
-    if (w->npfd == w->cappfd) {
-      struct pollfd *p = realloc(w->pfd, 2 * w->cappfd * sizeof *p);
-      if (!p) return -1;
-      w->pfd = p;
-      w->cappfd *= 2;
-    }
-    w->npfd++;
+  if (i == s->n) {
+    if (grow(s)) return -1;
+    s->n++;
   }
-  w->pfd[i] = (struct pollfd){.fd = fd, .events = mz_poll_events(what)};
+  s->p[i] = (struct pollfd){.fd = fd, .events = mz_poll_events(what)};
   return 0;
 }
 
-size_t mz_watch_wait(mz_watch *w, int ms, mz_fired *out, int *woken, int *eintr) {
-  int n = poll(w->pfd, (nfds_t)w->npfd, ms);
-  if (n < 0 && errno == EINTR) *eintr = 1;
-  size_t k = 0;
-  if (n > 0 && w->pfd[0].revents) *woken = 1, n--;
-  /* from where the last report stopped, round the set: more than
-   * MZ_FIRED_MAX ready are reported over several waits, each in its turn
-   * (as epoll's ready list does), not the first ones again and again */
-  size_t m = w->npfd - 1, start = w->next >= 1 && w->next < w->npfd ? w->next : 1;
+int mz_watch_park(mz_watch *w, curl_socket_t fd, int park) {
+  set *from = park ? &w->on : &w->parked, *to = park ? &w->parked : &w->on;
+  size_t i = find(from, park ? 1 : 0, fd);
+  if (i == from->n) return find(to, park ? 0 : 1, fd) < to->n ? 0 : -1;
+  if (grow(to)) return -1;
+  to->p[to->n++] = from->p[i];
+  from->p[i] = from->p[--from->n];
+  return 0;
+}
+
+/* Report the ready entries of s from `first` on, round the set from
+ * where the last report stopped (as epoll's ready list does). */
+static size_t report(set *s, size_t first, int n, mz_fired *out) { /* first: 1 (the wake pipe first) */
+  size_t k = 0, m = s->n - first, start = s->next >= first && s->next < s->n ? s->next : first;
   for (size_t j = 0; n > 0 && j < m && k < MZ_FIRED_MAX; j++) {
-    size_t i = 1 + (start - 1 + j) % m;
-    short r = w->pfd[i].revents;
+    size_t i = first + (start - first + j) % m;
+    short r = s->p[i].revents;
     if (!r) continue;
     n--;
-    w->next = i + 1;
-    out[k].fd = w->pfd[i].fd;
+    s->next = i + 1;
+    out[k].fd = s->p[i].fd;
     out[k++].ev = mz_poll_fired(r);
   }
   return k;
+}
+
+size_t mz_watch_wait(mz_watch *w, int ms, mz_fired *out, int *woken, int *eintr) {
+  int n = poll(w->on.p, (nfds_t)w->on.n, ms);
+  if (n < 0 && errno == EINTR) *eintr = 1;
+  if (n > 0 && w->on.p[0].revents) *woken = 1, n--;
+  return n > 0 ? report(&w->on, 1, n, out) : 0;
 }
