@@ -113,14 +113,16 @@ end
 
 ---The server announced its capacity: the limit never goes past it.
 ---Before the first window, the start moves to `initial_ceiling` (at most
----the ceiling): a server that says how many it serves at once serves a
----few more than an unknown one.
+---the ceiling), and may double at first tokens from its first window on
+---(not only once a window saw the rate grow): a server that says how many
+---it serves at once has the slots; a queue or a slower step still shows
+---in the first tokens.
 ---@param n integer
 ---@param source? string where it was read ("/props total_slots")
 function Limit:set_ceiling(n, source)
   if math.type(n) ~= "integer" or n < 1 then error("mirza.limit: a ceiling is an integer >= 1", 2) end
   self.ceiling, self.source, self.max = n, source, math.min(n, self.hard or n)
-  if self.mode == "start" and self.windows == 0 then self.limit = self.initial_ceiling end
+  if self.mode == "start" and self.windows == 0 then self.limit, self.fast_on = self.initial_ceiling, true end
   self.limit = math.min(self.limit, n)
 end
 

@@ -572,7 +572,13 @@ end
 ---@param e mirza.Endpoint
 ---@param ticket table `sent`'s
 function Pool:prefilled(e, ticket)
-  if e.limiter and ticket.q and e.open[ticket.q] then e.limiter:first(self.clock(), ticket.q) end
+  if e.limiter and ticket.q and e.open[ticket.q] then -- the start may double at first tokens: room for more
+    e.limiter:first(self.clock(), ticket.q)
+    if e.limiter:get() ~= e.limit then
+      e.limit = e.limiter:get()
+      self.cond:broadcast()
+    end
+  end
   if not ticket.cold then return end
   ticket.cold = false
   local node = ticket.node
