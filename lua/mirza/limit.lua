@@ -351,6 +351,7 @@ function Limit:_start(r)
     -- a window that saw the rate grow with the load lets the next doublings come at first tokens;
     -- once the curve bends, a window per doubling
     if gain < self.fast_gain then self.fast_off = true else self.fast_on = true end
+    self.linear = gain >= self.fast_gain
     if gain < self.min_gain then
       local best = self:_best_level()
       self.limit = self:_clamp(best.load)
@@ -362,8 +363,8 @@ function Limit:_start(r)
   if self.limit >= self.max then -- the rate grew all the way: a probe below is seldom worth its windows
     self.mode, self.why, self.windows, self.base = "hold", self.ceiling and "ceiling" or "max", 0, r.rate
     self.every = 8 * self.probe_every
-  elseif r.load >= 0.75 * self.limit then -- the last doubling shows in this window: the next one
-    self:_double(r.t)
+  elseif r.load >= 0.75 * self.limit or self.linear then -- the last doubling shows in this window (or the
+    self:_double(r.t)                                       -- rate grew as fast as the load so far): the next one
   end
 end
 
