@@ -18,6 +18,9 @@
 ---   mirza.daemon    daemon.lua: mirza.DaemonOptions, mirza.Daemon
 ---   mirza.reload    reload.lua: mirza.Watcher (`mirza.watch`, `mirza.reload`)
 ---   mirza.pool      pool.lua: `pool.new(endpoints, opts)`, mirza.Pool
+---   mirza.limit     limit.lua: `limit.new(opts)`, mirza.Limit (an endpoint's
+---                   limit found as its requests go); capacity.lua:
+---                   `capacity.probe`, `capacity.waiting` (mirza.Capacity)
 ---   mirza.batch     batch.lua: `batch.run` (mirza.BatchOptions, below)
 ---   mirza.tools     tools.lua: `tools.run` (mirza.ToolsRunOptions, mirza.Tool)
 ---   mirza.pipeline  pipeline.lua: stages (mirza.StageSpec, mirza.StageFn)
@@ -264,7 +267,7 @@ function mirza.spawn(fn, ...) end
 ---@field endpoints? (string|{url: string, limit?: integer})[]  as a user pastes them (a base with or without /v1, a route's URL; a query string kept)
 ---@field base_url? string  one endpoint (default "http://127.0.0.1:8766/v1")
 ---@field pool? mirza.Pool  instead of `endpoints`
----@field limit? integer  requests in flight per endpoint (default 4)
+---@field limit? integer  requests in flight per endpoint, fixed (default: each endpoint's found as the run goes, mirza.limit)
 ---@field model? string  for lines without one (default: what each endpoint lists first)
 ---@field body? table  fields merged into every request
 ---@field headers? table<string, string>
