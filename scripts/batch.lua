@@ -153,6 +153,12 @@ local function parse(argv)
   if opts.attempts and (math.type(opts.attempts) ~= "integer" or opts.attempts < 1) then
     usage("--attempts needs a whole number >= 1")
   end
+  if opts.limit and (math.type(opts.limit) ~= "integer" or opts.limit < 1) then
+    usage("--limit needs a whole number >= 1 (or leave it out: each endpoint's is found as the run goes)")
+  end
+  for _, e in ipairs(eps) do
+    if e.limit and e.limit < 1 then usage(("%s@%d: N must be 1 or more (or leave @N out)"):format(e.url, e.limit)) end
+  end
   opts.input, opts.output = pos[1], pos[2]
   if #eps == 0 then eps[1] = { url = os.getenv("MIRZA_BASE_URL") or "http://127.0.0.1:8766/v1" } end
   opts.endpoints = eps

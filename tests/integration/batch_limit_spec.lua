@@ -66,6 +66,22 @@ describe("batch limits", function()
       .. " total_slots%); at most %d+ in flight, 160 served"), summary)
   end)
 
+  it("refuses a limit below 1 before anything is sent (exit status 2)", function()
+    local script = H.source .. "/scripts/batch.lua"
+    for _, case in ipairs {
+      { { "--limit", "0" }, "batch: --limit needs a whole number >= 1" },
+      { { "--limit", "2.5" }, "batch: --limit needs a whole number >= 1" },
+      { { "--endpoint", "http://127.0.0.1:1@0" }, "batch: http://127.0.0.1:1@0: N must be 1 or more" },
+    } do
+      local args = { items(1), H.tmpname(".jsonl"), table.unpack(case[1]) }
+      for i, a in ipairs(args) do args[i] = ("%q"):format(a) end
+      local cli = H.spawn_mirza(("arg = { [0] = %q, %s }\ndofile(%q)\n"):format(script, table.concat(args, ", "),
+        script))
+      assert.equal(2, cli.wait(20))
+      assert.truthy(cli.output():find(case[2], 1, true), cli.output())
+    end
+  end)
+
   it("keeps @4 at 4", function()
     local sim = llama(16)
     sims[1] = sim
