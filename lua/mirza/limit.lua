@@ -28,8 +28,10 @@
 ---           (two windows): more is kept when it serves 2 % more, less
 ---           when it serves no less than 98 % (fewer requests for the
 ---           same rate). A probe that loses doubles the wait before the
----           next (up to 8 times), one that wins resets it. So it
----           follows a server whose load changes (another client).
+---           next (up to 8 times), one that wins resets it; one up whose
+---           rate grew at least half as fast as the load starts again
+---           (room came back). So it follows a server whose load changes
+---           (another client).
 ---   queue   items that waited for their first token (ttft past twice its
 ---           floor and 50 ms) in a quarter of a window: the server queues
 ---           them (its slots are full): the limit becomes the load that
@@ -390,7 +392,14 @@ function Limit:_probe(r)
   if self.limit > self.from then -- one that waited says the server queues: a rate by Little's law overstates it
     keep = r.full and r.queued == 0 and r.rate >= self.up_gain * self.base
   else keep = r.rate >= self.down_keep * self.base end
-  if keep then -- the curve moved or was not known there: look again soon
+  if keep and self.limit > self.from and r.rate >= self.base * (self.limit / self.from) ^ self.fast_gain then
+    -- more load, and the rate grew at least half as fast: room came back (another client left): start again
+    self.mode, self.why, self.every, self.linear, self.fast_on, self.fast_off = "start", "rate", self.probe_every,
+      true, true, nil
+    self.levels = { { load = self.from, rate = self.base }, r }
+    self:_double(r.t)
+    return
+  elseif keep then -- the curve moved or was not known there: look again soon
     self.base, self.why, self.every = r.rate, "rate", self.probe_every
   else -- a probe that loses costs its windows: each one that loses waits twice as long for the next
     self.limit, self.every = self.from, math.min(8 * self.probe_every, 2 * self.every)

@@ -126,6 +126,12 @@ describe("mirza.limit", function()
       end
     end
     assert.is_true(seen_low, "lowest while shared: " .. tostring(low))
+    local back -- when the limit was 32 or more again after the slots came back at 25 s
+    for _, p in ipairs(trace) do
+      if p[1] > 25 and p[2] >= 32 then back = back or p[1] end
+    end
+    -- a probe up whose rate grew as fast as the load starts again: 42 s, not 84 (25 % a probe)
+    assert.is_true(back and back < 50, "32 again at " .. tostring(back))
     assert.is_true(trace[#trace][2] >= 32, "ended at " .. trace[#trace][2])
   end)
 end)
