@@ -30,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -150,13 +151,46 @@ static void push_interruptible(lua_State *L, int is_lines) { /* [fn] -> [wrapped
   lua_pushcclosure(L, interruptible, 2);
 }
 
+/* Whether a read from the file handle at idx (a method's self) never
+ * waits for input: a regular file (fstat once per handle, remembered in a
+ * weak-keyed registry table). Such a read needs no toggling of SA_RESTART
+ * (8 sigactions): a batch reads its input a line at a time. */
+static int regular_file(lua_State *L, int idx) {
+  luaL_Stream *p = luaL_testudata(L, idx, LUA_FILEHANDLE);
+  if (!p || !p->f || !p->closef) return 0;
+  if (lua_getfield(L, LUA_REGISTRYINDEX, "mirza.regular_files") != LUA_TTABLE) {
+    lua_pop(L, 1);
+    lua_newtable(L);
+    lua_createtable(L, 0, 1);
+    lua_pushliteral(L, "k");
+    lua_setfield(L, -2, "__mode");
+    lua_setmetatable(L, -2);
+    lua_pushvalue(L, -1);
+    lua_setfield(L, LUA_REGISTRYINDEX, "mirza.regular_files");
+  }
+  lua_pushvalue(L, idx);
+  int known = lua_rawget(L, -2);
+  int regular = lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  if (known == LUA_TNIL) {
+    struct stat st;
+    regular = fstat(fileno(p->f), &st) == 0 && S_ISREG(st.st_mode);
+    lua_pushvalue(L, idx);
+    lua_pushboolean(L, regular);
+    lua_rawset(L, -3);
+  }
+  lua_pop(L, 1);
+  return regular;
+}
+
 static int interruptible(lua_State *L) {
   int n = lua_gettop(L);
+  int toggle = !(n >= 1 && regular_file(L, 1));
   lua_pushvalue(L, lua_upvalueindex(1));
   lua_insert(L, 1); /* [fn, args...] */
-  if (reading++ == 0) restart_writes(0);
+  if (toggle && reading++ == 0) restart_writes(0);
   int status = lua_pcall(L, n, LUA_MULTRET, 0);
-  if (--reading == 0) restart_writes(1);
+  if (toggle && --reading == 0) restart_writes(1);
   if (status != LUA_OK) return lua_error(L);
   if (lua_toboolean(L, lua_upvalueindex(2)) && lua_gettop(L) >= 1 && lua_iscfunction(L, 1)) {
     lua_pushvalue(L, 1);
