@@ -85,7 +85,10 @@ struct mz_stream {
   int sock_what;                /* what libcurl watches it for (CURL_POLL_IN/OUT/INOUT) */
   int parked;                   /* its socket is in the parked set: read only when due (due.c) */
   int read_due;                 /* parked, due for a read this look (due.c) */
-  double read_at;               /* parked: when it is read next */
+  double read_at;               /* parked: when it is read next, whatever came */
+  double peek_at;               /* parked: when it is looked at for its end next (due.c) */
+  int fresh;                    /* parked: bytes came since it was last looked at */
+  int sealed;                   /* TLS: what its socket holds cannot be looked at (no peek) */
   double due_at;                /* its key in the client's due heap; INFINITY: not in it */
   size_t due_pos;               /* its index in the heap + 1; 0: not in it */
   int multiplexed;              /* HTTP/2 or later: its socket may carry other streams (never parked) */
@@ -233,6 +236,9 @@ void mz_due_run(mz_client *c, double now);
  * due when the rule says so (due.c). */
 void mz_due_read(mz_client *c, mz_stream *s, double now);
 void mz_due_unpark(mz_client *c, mz_stream *s); /* watched again now */
+/* 1 when what parked socket fd holds is worth reading now: its transfer's
+ * end, or a buffer's worth (due.c; looked at, not taken). */
+int mz_due_worth_reading(curl_socket_t fd);
 /* Socket fd came ready for ev (CURL_CSELECT_*), or a parked one's read is
  * due (due.c): libcurl runs its transfer (client.c). */
 void mz_socket_ready(mz_client *c, curl_socket_t fd, int ev, double now);

@@ -9,21 +9,25 @@
  * carry other streams (HTTP/2). Once it answers to a reader that holds
  * what comes (mz_request.hold_ms: a batch item, a collect, a merging
  * turn), it is *lazy*: its socket is parked (watch.h: kept, not waited
- * on) and read only when due, at most
+ * on) and looked at on two clocks. Its *end* is looked for every
  *
  *     gap = min(age / MZ_READ_AGE_DIV, hold, MZ_READ_GAP_MAX, stall / 4)
  *
- * after its last read (age: how long it has been answering; the time at a
- * grid point shared by streams of a like gap, at most a quarter earlier),
- * whatever came meanwhile in one go, or nothing yet (read again a gap
- * later). Every byte, the end included, is read at most an eighth of the
- * answer's age after it came, so an answer's end frees its slot at most
- * an eighth of its own length late whatever that length (a 40 ms answer
- * 5 ms, none more than 250 ms): nothing depends on max_tokens or a guess
- * of the length. A long answer's reads thin out to one per
- * MZ_READ_GAP_MAX, and the streams due together are read in one wake-up
- * (256 streams of 80 tokens at 40 tokens/s: about 25 reads each, 100
- * wake-ups in all; a read per token is 80 each). A gap below
+ * (age: how long it has been answering): a peek at what its socket holds
+ * (one recv(MSG_PEEK), no libcurl, no parsing) reads it at once when the
+ * transfer's end is there (the chunked body's last chunk, "[DONE]", the
+ * connection closed, an error) or much has come; and its *middle* is read
+ * every min(hold, MZ_READ_GAP_MAX, stall / 4), whatever came meanwhile in
+ * one go. So an answer's end is read at most an eighth of the answer's age
+ * after it came (a 40 ms answer 5 ms late, none more than 250 ms), and
+ * frees its slot as late at most, whatever its length: nothing depends on
+ * max_tokens or a guess of the length; while the middle of a long answer,
+ * which no reader waits for (it holds), costs a read per 250 ms (256
+ * streams of 80 tokens at 40 tokens/s: ~11 reads each, as many as a
+ * 250 ms tick; reading the middle at the end's gap made it ~25, twice the
+ * CPU). A TLS stream's socket cannot be looked into: it is read at the
+ * end's gap. Looks due together are made in one wake-up (the times are
+ * on grids shared by the streams of a like gap). A gap below
  * MZ_READ_GAP_MIN is not taken: the stream is read as its bytes come
  * until its gap grows past it. Parking is one epoll_ctl in a stream's
  * life; libcurl forgets the socket when the transfer ends, and the watch
@@ -37,8 +41,11 @@
  * the looks that are due: a wake-up costs what is due, never a walk of
  * every open stream.
  */
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
 
 #include "client_int.h"
 #include "mirza.h"
@@ -137,7 +144,8 @@ static double on_grid(double now, double gap) {
   return t > now ? t : now + gap;
 }
 
-/* The rule's gap for s at `now`; 0: read it as its bytes come. */
+/* The rule's gap for s at `now` (how late its end may be read); 0: read
+ * it as its bytes come. */
 static double gap_of(const mz_stream *s, double now) {
   if (!s->answering || s->hold_s <= 0 || s->term || !s->easy || s->multiplexed) return 0;
   double gap = (now - s->answer_at) / MZ_READ_AGE_DIV;
@@ -147,10 +155,26 @@ static double gap_of(const mz_stream *s, double now) {
   return gap < MZ_READ_GAP_MIN ? 0 : gap;
 }
 
+/* How often its middle is read: what no reader waits for (it holds). */
+static double middle_gap(const mz_stream *s, double gap) {
+  if (s->sealed) return gap; /* its end cannot be looked for: read at the end's gap */
+  double m = s->hold_s < MZ_READ_GAP_MAX ? s->hold_s : MZ_READ_GAP_MAX;
+  if (s->stall_s > 0 && m > s->stall_s / 4) m = s->stall_s / 4;
+  return m > gap ? m : gap;
+}
+
 void mz_due_unpark(mz_client *c, mz_stream *s) {
   if (!s->parked) return;
   s->parked = 0;
   if (s->sock != CURL_SOCKET_BAD) mz_watch_park(c->watch, s->sock, 0);
+}
+
+/* The next look at parked s: its end looked for a gap from now, its middle
+ * read a middle gap from its last read. */
+static void next_look(mz_stream *s, double now, double gap) {
+  s->peek_at = on_grid(now, gap);
+  if (s->peek_at >= s->read_at) s->peek_at = INFINITY; /* the read comes first */
+  mz_due_at(s, s->peek_at < s->read_at ? s->peek_at : s->read_at);
 }
 
 void mz_due_read(mz_client *c, mz_stream *s, double now) {
@@ -160,8 +184,36 @@ void mz_due_read(mz_client *c, mz_stream *s, double now) {
     if (mz_watch_park(c->watch, s->sock, 1)) return; /* stays watched: read as it comes */
     s->parked = 1;
   }
-  s->read_at = on_grid(now, gap);
-  mz_due_at(s, s->read_at);
+  s->fresh = 0; /* just read: what comes next is news */
+  s->read_at = on_grid(now, middle_gap(s, gap));
+  next_look(s, now, gap);
+}
+
+/* Whether what a parked socket holds should be read now: the transfer's
+ * end is there (the last chunk of a chunked body: a "0" line, then the
+ * blank line; "[DONE]"; the connection closed; an error), or a kilobyte
+ * came (about 7 tokens: worth a read, and a look copies no more than
+ * that). Looked at without taking it (MSG_PEEK): libcurl reads it later
+ * as if it had just come. The end is at the tail: only the last 64 bytes
+ * are searched. A false "yes" costs a read; a "no" for an end the text
+ * does not show (trailers, another framing) leaves it to the middle's
+ * read. */
+int mz_due_worth_reading(curl_socket_t fd) {
+  char b[1024];
+  ssize_t n = recv(fd, b, sizeof b, MSG_PEEK | MSG_DONTWAIT);
+  if (n < 0) return errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
+  if (n == 0 || (size_t)n == sizeof b) return 1;
+  size_t len = (size_t)n, from = len > 64 ? len - 64 : 0;
+  const char *tail = b + from;
+  size_t tn = len - from;
+  if (tn >= 5 && memcmp(b + len - 4, "\r\n\r\n", 4) == 0) {
+    if (from == 0 && memcmp(b, "0\r\n", 3) == 0) return 1;
+    for (size_t i = 0; i + 5 <= tn; i++)
+      if (tail[i] == '\r' && memcmp(tail + i, "\r\n0\r\n", 5) == 0) return 1;
+  }
+  for (size_t i = 0; i + 6 <= tn; i++)
+    if (tail[i] == '[' && memcmp(tail + i, "[DONE]", 6) == 0) return 1;
+  return 0;
 }
 
 /* ------------------------------------------------------ the looks */
@@ -192,12 +244,20 @@ static int socket_rx(const mz_client *c, mz_stream *s) {
  * events handed over, its own deadlines checked (past one: it ends with
  * "timeout"); then its next look noted. */
 static void look(mz_client *c, mz_stream *s, double now) {
-  if (s->parked && now >= s->read_at && !s->read_due) { /* read below, with the others due */
-    s->read_due = 1;
-    c->due_now[c->ndue_now++] = s;
+  if (s->parked && !s->read_due && s->sock != CURL_SOCKET_BAD) {
+    int fresh = s->fresh; /* bytes came since its last look (watch.h's parked set says which) */
+    if (now >= s->peek_at) s->fresh = 0;
+    if (now >= s->read_at || (now >= s->peek_at && fresh && mz_due_worth_reading(s->sock))) { /* read below */
+      s->read_due = 1;
+      c->due_now[c->ndue_now++] = s;
+    } else if (now >= s->peek_at) {
+      double gap = gap_of(s, now);
+      next_look(s, now, gap > 0 ? gap : MZ_READ_GAP_MIN);
+    } else {
+      mz_due_at(s, s->peek_at < s->read_at ? s->peek_at : s->read_at);
+    }
   }
   mz_release_held(s, now); /* not yet: notes its time again */
-  if (s->parked && !s->read_due) mz_due_at(s, s->read_at);
   if (!s->easy || s->term) return;
   double t = own_deadline(s);
   if (now >= t && socket_rx(c, s)) t = own_deadline(s);
@@ -232,7 +292,21 @@ static void read_parked(mz_client *c, double now) {
   c->ndue_now = 0;
 }
 
+/* Which parked streams got bytes since they were last looked at: a look
+ * for an end where nothing came is not made (the young answers' gaps are
+ * shorter than their tokens' pace). */
+static void note_fresh(mz_client *c) {
+  curl_socket_t fd[MZ_FIRED_MAX];
+  size_t k, rounds = c->nstreams / MZ_FIRED_MAX + 1;
+  do {
+    k = mz_watch_fresh(c->watch, fd, MZ_FIRED_MAX);
+    for (size_t i = 0; i < k; i++)
+      if (fd[i] >= 0 && (size_t)fd[i] < c->nfd_rx && c->fd_owner[fd[i]]) c->fd_owner[fd[i]]->fresh = 1;
+  } while (k == MZ_FIRED_MAX && rounds--);
+}
+
 void mz_due_run(mz_client *c, double now) {
+  if (c->ndue && c->due[0]->due_at <= now) note_fresh(c);
   while (c->ndue && c->due[0]->due_at <= now) {
     mz_stream *s = c->due[0];
     remove_at(c, 0);

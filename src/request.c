@@ -123,6 +123,7 @@ mz_stream *mz_stream_open(mz_client *c, const mz_request *r, char *err, size_t e
   if (!s || !(s->url = mz_redact_url(r->url)) || !(s->easy = curl_easy_init())) goto oom; /* for messages */
   s->c = c;
   s->plain = r->plain;
+  s->sealed = strncasecmp(r->url, "https:", 6) == 0; /* due.c cannot look into its socket */
   s->skip_bad = r->skip_bad_frames;
   s->merge = r->merge;
   s->hold_s = r->plain ? 0 : (double)r->hold_ms / 1000.0; /* a plain answer is one event anyway */

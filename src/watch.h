@@ -44,6 +44,10 @@ int mz_watch_set(mz_watch *w, curl_socket_t fd, int what);
  * mz_watch_set changes that while parked) or watch it again (0). -1 when
  * it cannot be moved (it stays where it was). */
 int mz_watch_park(mz_watch *w, curl_socket_t fd, int park);
+/* The parked sockets that got bytes (or were closed) since the last call,
+ * up to max (no wait): which parked streams have something new to look
+ * at. epoll: exactly those (edge-triggered); poll: those with bytes. */
+size_t mz_watch_fresh(mz_watch *w, curl_socket_t *out, size_t max);
 /* Wait up to ms (0: only what is ready now; <0: until something is) and
  * fill out with up to MZ_FIRED_MAX ready sockets; returns how many. Sets
  * *woken when the wake pipe is readable (it is not drained here), and

@@ -1,7 +1,10 @@
 /*
- * watch_epoll.c - the wait backend of watch.h on Linux: one epoll set.
- * Adding, changing, parking or removing a socket is one epoll_ctl, and a
- * wait costs the sockets that are ready, not the number watched.
+ * watch_epoll.c - the wait backend of watch.h on Linux: two epoll sets, the
+ * watched one (level-triggered, waited on) and the parked one (edge-
+ * triggered: it tells which parked sockets got bytes since it was last
+ * asked, and is never waited on). Adding, changing or removing a socket is
+ * one epoll_ctl, parking it two, and a wait costs the sockets that are
+ * ready, not the number watched.
  */
 #include <errno.h>
 #include <stdint.h>
@@ -15,6 +18,7 @@ const char mz_watch_backend[] = "epoll";
 
 struct mz_watch {
   int epfd;          /* the watched sockets and the wake pipe */
+  int parked;        /* the parked sockets, edge-triggered */
   int wake;          /* the wake pipe's read end */
   unsigned char *in; /* [fd]: PARKED when in the parked set, | what libcurl wants */
   size_t nin;
@@ -28,7 +32,8 @@ mz_watch *mz_watch_new(int wake_fd) {
   struct epoll_event ev = {.events = EPOLLIN, .data.fd = wake_fd};
   w->wake = wake_fd;
   w->epfd = epoll_create1(EPOLL_CLOEXEC);
-  if (w->epfd < 0 || epoll_ctl(w->epfd, EPOLL_CTL_ADD, wake_fd, &ev)) {
+  w->parked = epoll_create1(EPOLL_CLOEXEC);
+  if (w->epfd < 0 || w->parked < 0 || epoll_ctl(w->epfd, EPOLL_CTL_ADD, wake_fd, &ev)) {
     mz_watch_free(w);
     return NULL;
   }
@@ -38,6 +43,7 @@ mz_watch *mz_watch_new(int wake_fd) {
 void mz_watch_free(mz_watch *w) {
   if (!w) return;
   if (w->epfd >= 0) close(w->epfd);
+  if (w->parked >= 0) close(w->parked);
   free(w->in);
   free(w);
 }
@@ -61,7 +67,7 @@ static int track(mz_watch *w, curl_socket_t fd) {
 int mz_watch_set(mz_watch *w, curl_socket_t fd, int what) {
   int parked = fd >= 0 && (size_t)fd < w->nin && (w->in[fd] & PARKED);
   if (what == CURL_POLL_REMOVE) {
-    if (!parked) epoll_ctl(w->epfd, EPOLL_CTL_DEL, fd, NULL); /* ENOENT/EBADF: gone already */
+    epoll_ctl(parked ? w->parked : w->epfd, EPOLL_CTL_DEL, fd, NULL); /* ENOENT/EBADF: gone already */
     if (fd >= 0 && (size_t)fd < w->nin) w->in[fd] = 0;
     return 0;
   }
@@ -75,13 +81,19 @@ int mz_watch_set(mz_watch *w, curl_socket_t fd, int what) {
 int mz_watch_park(mz_watch *w, curl_socket_t fd, int park) {
   if (fd < 0 || (size_t)fd >= w->nin) return -1;
   if (!!(w->in[fd] & PARKED) == !!park) return 0;
-  if (park) epoll_ctl(w->epfd, EPOLL_CTL_DEL, fd, NULL);
-  else {
-    struct epoll_event ev = event_of(fd, w->in[fd] & CURL_POLL_INOUT);
-    if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, fd, &ev)) return -1;
-  }
+  struct epoll_event ev = park ? (struct epoll_event){.events = EPOLLIN | EPOLLRDHUP | EPOLLET, .data.fd = fd}
+                               : event_of(fd, w->in[fd] & CURL_POLL_INOUT);
+  if (epoll_ctl(park ? w->parked : w->epfd, EPOLL_CTL_ADD, fd, &ev)) return -1;
+  epoll_ctl(park ? w->epfd : w->parked, EPOLL_CTL_DEL, fd, NULL);
   w->in[fd] ^= PARKED;
   return 0;
+}
+
+size_t mz_watch_fresh(mz_watch *w, curl_socket_t *out, size_t max) {
+  struct epoll_event evs[MZ_FIRED_MAX];
+  int n = epoll_wait(w->parked, evs, max < MZ_FIRED_MAX ? (int)max : MZ_FIRED_MAX, 0);
+  for (int i = 0; i < n; i++) out[i] = evs[i].data.fd;
+  return n > 0 ? (size_t)n : 0;
 }
 
 static int fired_of(uint32_t r) {

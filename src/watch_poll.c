@@ -112,3 +112,21 @@ size_t mz_watch_wait(mz_watch *w, int ms, mz_fired *out, int *woken, int *eintr)
   if (n > 0 && w->on.p[0].revents) *woken = 1, n--;
   return n > 0 ? report(&w->on, 1, n, out) : 0;
 }
+
+/* poll() has no edges: every parked socket with bytes (or closed) counts
+ * as fresh, each in its turn across calls (a parked socket is watched for
+ * what libcurl wants of it: reading, as it answers). */
+size_t mz_watch_fresh(mz_watch *w, curl_socket_t *out, size_t max) {
+  set *s = &w->parked;
+  if (!s->n) return 0;
+  int n = poll(s->p, (nfds_t)s->n, 0);
+  size_t k = 0, start = s->next < s->n ? s->next : 0;
+  for (size_t j = 0; n > 0 && j < s->n && k < max; j++) {
+    size_t i = (start + j) % s->n;
+    if (!s->p[i].revents) continue;
+    n--;
+    s->next = i + 1;
+    out[k++] = s->p[i].fd;
+  }
+  return k;
+}

@@ -309,13 +309,15 @@ static void test_held_streams_read_less(void **state) {
   assert_true(lazy <= 60);
 }
 
-/* The gap before a held stream's next read (due.c): an eighth of how long
- * it has answered, at most its hold, 250 ms and a quarter of its stall
- * timeout (read at a grid point between 3/4 of that and that); none below
- * 2 ms, none while it has no answer, none without a hold, none on a
- * shared (HTTP/2) connection. A lazy stream's socket is parked: no wait
- * reports it; unparked, it is watched again. A
- * stream built by hand on a socket pair: the rule alone. */
+/* The gaps of a held stream (due.c): its end is looked for at an eighth
+ * of how long it has answered, at most its hold, 250 ms and a quarter of
+ * its stall timeout (at a grid point between 3/4 of that and that); none
+ * below 2 ms, none while it has no answer, none without a hold, none on
+ * a shared (HTTP/2) connection. Its middle is read every min(hold, 250 ms,
+ * stall / 4), or at the end's gap when its socket cannot be looked into
+ * (TLS). A lazy stream's socket is parked: no wait reports it; unparked,
+ * it is watched again. A stream built by hand on a socket pair: the rule
+ * alone. */
 static void test_read_gap(void **state) {
   (void)state;
   mz_client *c = mz_client_new(NULL);
@@ -325,25 +327,29 @@ static void test_read_gap(void **state) {
   s->c = c, s->sock = sv[0], s->sock_what = CURL_POLL_IN, s->easy = (CURL *)c, s->due_at = INFINITY;
   assert_int_equal(0, mz_watch_set(c->watch, sv[0], CURL_POLL_IN));
   struct {
-    int answering, multiplexed;
-    double hold, stall, age, gap; /* gap 0: read as its bytes come */
+    int answering, multiplexed, sealed;
+    double hold, stall, age, gap, middle; /* gap 0: read as its bytes come */
   } cases[] = {
-      {1, 0, 60, 0, 0.8, 0.1}, {1, 0, 60, 0, 8, 0.25}, {1, 0, 0.05, 0, 0.8, 0.05}, {1, 0, 60, 0.2, 0.8, 0.05},
-      {1, 0, 60, 0, 0.008, 0}, {0, 0, 60, 0, 0.8, 0},  {1, 0, 0, 0, 0.8, 0},       {1, 1, 60, 0, 0.8, 0},
+      {1, 0, 0, 60, 0, 0.8, 0.1, 0.25},    {1, 0, 0, 60, 0, 8, 0.25, 0.25}, {1, 0, 0, 0.05, 0, 0.8, 0.05, 0.05},
+      {1, 0, 0, 60, 0.2, 0.8, 0.05, 0.05}, {1, 0, 1, 60, 0, 0.8, 0.1, 0.1}, {1, 0, 0, 1, 0, 0.04, 0.005, 0.25},
+      {1, 0, 0, 60, 0, 0.008, 0, 0},       {0, 0, 0, 60, 0, 0.8, 0, 0},     {1, 0, 0, 0, 0, 0.8, 0, 0},
+      {1, 1, 0, 60, 0, 0.8, 0, 0},
   };
   mz_fired f[MZ_FIRED_MAX];
   int woken = 0, eintr = 0;
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
     double now = mz_now();
-    s->answering = cases[i].answering, s->multiplexed = cases[i].multiplexed;
+    s->answering = cases[i].answering, s->multiplexed = cases[i].multiplexed, s->sealed = cases[i].sealed;
     s->hold_s = cases[i].hold, s->stall_s = cases[i].stall, s->answer_at = now - cases[i].age;
     mz_due_read(c, s, now);
     assert_int_equal(cases[i].gap > 0, s->parked);
     if (!s->parked) continue;
-    /* on the grid of the streams read at a like gap: no later than the
-     * gap, no sooner than three quarters of it */
-    assert_true(s->read_at <= now + cases[i].gap + 1e-9 && s->read_at > now + cases[i].gap * 3 / 4);
-    assert_true(mz_due_next(c) == s->read_at);
+    /* on the grids of the streams of a like gap: no later than the gap, no
+     * sooner than three quarters of it */
+    double end = s->peek_at < s->read_at ? s->peek_at : s->read_at, g = cases[i].gap, m = cases[i].middle;
+    assert_true(end <= now + g + 1e-9 && end > now + g * 3 / 4);
+    assert_true(s->read_at <= now + m + 1e-9 && s->read_at > now + m * 3 / 4);
+    assert_true(mz_due_next(c) == end);
     assert_int_equal(1, write(sv[1], "x", 1)); /* parked: no wait reports it */
     assert_int_equal(0, mz_watch_wait(c->watch, 0, f, &woken, &eintr));
     mz_due_unpark(c, s); /* watched again */
@@ -355,6 +361,84 @@ static void test_read_gap(void **state) {
     mz_due_drop(s);
   }
   mz_watch_set(c->watch, sv[0], CURL_POLL_REMOVE);
+  free(s);
+  close(sv[0]);
+  close(sv[1]);
+  mz_client_free(c);
+}
+
+/* A parked stream's end is looked for without reading it (due.c): worth
+ * reading when the chunked body's last chunk is there, "[DONE]", the peer
+ * closed, or a buffer's worth came; not for the middle of an answer.
+ * Nothing is taken from the socket. */
+static void test_worth_reading(void **state) {
+  (void)state;
+  static const struct {
+    const char *bytes;
+    int worth;
+  } cases[] = {
+      {"", 0},
+      {"1c\r\ndata: {\"choices\":[]}\n\n\r\n", 0},
+      {"1c\r\ndata: {\"choices\":[]}\n\n\r\n1c\r\ndata: {\"choices\":[]}\n\n\r\n", 0},
+      {"1c\r\ndata: {\"choices\":[]}\n\n\r\n0\r\n\r\n", 1},
+      {"0\r\n\r\n", 1},
+      {"e\r\ndata: [DONE]\n\n\r\n", 1},
+      {"data: [DONE]\n\n", 1},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    int sv[2];
+    assert_int_equal(0, socketpair(AF_UNIX, SOCK_STREAM, 0, sv));
+    size_t n = strlen(cases[i].bytes);
+    if (n) assert_int_equal((ssize_t)n, write(sv[1], cases[i].bytes, n));
+    assert_int_equal(cases[i].worth, mz_due_worth_reading(sv[0]));
+    char b[256];
+    if (n) assert_int_equal((ssize_t)n, recv(sv[0], b, sizeof b, MSG_DONTWAIT)); /* all still there */
+    close(sv[1]);
+    assert_int_equal(1, mz_due_worth_reading(sv[0])); /* closed */
+    close(sv[0]);
+  }
+  int sv[2];
+  assert_int_equal(0, socketpair(AF_UNIX, SOCK_STREAM, 0, sv));
+  char big[1100];
+  memset(big, 'x', sizeof big);
+  assert_int_equal((ssize_t)sizeof big, write(sv[1], big, sizeof big));
+  assert_int_equal(1, mz_due_worth_reading(sv[0])); /* a buffer's worth */
+  close(sv[0]);
+  close(sv[1]);
+}
+
+/* A parked stream (due.c) is read at its end's look when its end has come,
+ * not at the next read of its middle (250 ms later at most); the middle of
+ * an answer waits for that read. A stream built by hand on a socket pair:
+ * the driver's reads are counted, libcurl has nothing to do. */
+static void test_end_read_when_it_comes(void **state) {
+  (void)state;
+  mz_client *c = mz_client_new(NULL);
+  int sv[2];
+  assert_int_equal(0, socketpair(AF_UNIX, SOCK_STREAM, 0, sv));
+  mz_stream *s = calloc(1, sizeof *s);
+  s->c = c, s->sock = sv[0], s->sock_what = CURL_POLL_IN, s->easy = (CURL *)c, s->due_at = INFINITY;
+  s->answering = 1, s->hold_s = 60;
+  c->nfd_rx = (size_t)sv[0] + 1;
+  c->fd_rx = calloc(c->nfd_rx, sizeof *c->fd_rx);
+  c->fd_owner = calloc(c->nfd_rx, sizeof *c->fd_owner);
+  c->fd_owner[sv[0]] = s;
+  assert_int_equal(0, mz_watch_set(c->watch, sv[0], CURL_POLL_IN));
+  double now = mz_now();
+  s->answer_at = now - 0.8; /* its end looked for every 0.1 s, its middle read every 0.25 s */
+  mz_due_read(c, s, now);
+  assert_true(s->parked && s->peek_at < s->read_at);
+  const char mid[] = "1c\r\ndata: {\"choices\":[]}\n\n\r\n", end[] = "0\r\n\r\n";
+  assert_int_equal((ssize_t)strlen(mid), write(sv[1], mid, strlen(mid)));
+  mz_due_run(c, s->peek_at); /* the middle: left for the read */
+  assert_int_equal(0, s->reads);
+  assert_true(s->peek_at < s->read_at);
+  assert_int_equal((ssize_t)strlen(end), write(sv[1], end, strlen(end)));
+  mz_due_run(c, s->peek_at); /* the end: read now */
+  assert_int_equal(1, s->reads);
+  mz_due_drop(s);
+  mz_watch_set(c->watch, sv[0], CURL_POLL_REMOVE);
+  c->fd_owner[sv[0]] = NULL;
   free(s);
   close(sv[0]);
   close(sv[1]);
@@ -462,6 +546,8 @@ int main(void) {
       cmocka_unit_test(test_scheduler_reuses_memory),
       cmocka_unit_test(test_held_streams_read_less),
       cmocka_unit_test(test_read_gap),
+      cmocka_unit_test(test_worth_reading),
+      cmocka_unit_test(test_end_read_when_it_comes),
       cmocka_unit_test(test_due_heap_order),
       cmocka_unit_test(test_parked_connection_reused),
       cmocka_unit_test(test_parked_stream_stalls),
