@@ -172,12 +172,14 @@ static int interrupted(mz_client *c) {
   return MZ_NEXT_SIGNAL;
 }
 
-enum { UNTIL_TARGET, UNTIL_ANY, UNTIL_LISTED, UNTIL_END };
+/* What a wait waits for (without a target stream: with one, that it has
+ * something to pop). */
+enum { UNTIL_ANY, UNTIL_LISTED, UNTIL_END };
 
-/* What a wait waits for, and whether it has come: > 0 done. */
-static int arrived(mz_client *c, int until, mz_stream *target) {
+/* Whether it has come: > 0 done. */
+static int arrived(mz_client *c, int until, const mz_stream *target) {
+  if (target) return mz_ready(target);
   switch (until) {
-  case UNTIL_TARGET: return mz_ready(target);
   case UNTIL_ANY: return count_ready(c); /* mirza.wait's count: the scheduler waits with UNTIL_LISTED */
   case UNTIL_LISTED:
     while (c->rhead && !mz_ready(c->rhead)) mz_unmark_ready(c->rhead); /* drained meanwhile */
@@ -188,9 +190,10 @@ static int arrived(mz_client *c, int until, mz_stream *target) {
 
 /*
  * The one wait. Drives every transfer (drive: the read rule of due.c
- * decides which socket is watched when) until what `until` waits for has
- * come, the deadline `end`, an interrupt, or no transfer can make progress
- * any more (`target` over; nothing running for a wait without a deadline).
+ * decides which socket is watched when) until `target` has something to
+ * pop (or, without one, what `until` waits for has come), the deadline
+ * `end`, an interrupt, or no transfer can make progress any more (`target`
+ * over; nothing running for a wait without a deadline).
  */
 static int wait_until(mz_client *c, int until, mz_stream *target, double end) {
   c->eintr = 0;
@@ -199,9 +202,9 @@ static int wait_until(mz_client *c, int until, mz_stream *target, double end) {
     int n = arrived(c, until, target);
     if (n) return n;
     if ((n = interrupted(c))) return n;
-    if (until == UNTIL_TARGET ? !target->easy && target->term
-        : until == UNTIL_ANY  ? c->nrunning == 0
-                              : until == UNTIL_LISTED && isinf(end) && c->nrunning == 0)
+    if (target               ? !target->easy && target->term
+        : until == UNTIL_ANY ? c->nrunning == 0
+                             : until == UNTIL_LISTED && isinf(end) && c->nrunning == 0)
       return 0;
     double left = end - mz_now();
     if (left <= 0) return 0;
@@ -238,7 +241,7 @@ int mz_stream_next(mz_stream *s, long timeout_ms, const mz_event **ev) {
   mz_release_popped(s);
   if (s->term_popped) return MZ_NEXT_END;
   if (!mz_ready(s)) {
-    int rc = wait_until(s->c, UNTIL_TARGET, s, deadline_from(timeout_ms));
+    int rc = wait_until(s->c, UNTIL_END, s, deadline_from(timeout_ms));
     if (rc == MZ_NEXT_INTERRUPTED) return rc;
     if (!mz_ready(s)) return rc == MZ_NEXT_SIGNAL ? rc : MZ_NEXT_TIMEOUT;
   }
