@@ -278,11 +278,10 @@ static void look(mz_client *c, mz_stream *s, double now) {
   mz_detach_easy(s); /* closes the connection: the daemon stops generating */
 }
 
-/* The parked streams due (c->due_now) are read, whatever came for them
- * (libcurl reads their sockets: what is there, the end among it, or
- * nothing yet), and the rule sets each one's next read (mz_due_read, from
- * mz_socket_ready). No system call asks which have bytes: a parked
- * stream is due only when its gap has passed, so most have. */
+/* The parked streams due (c->due_now: their middle's time came, or their
+ * end was seen) are read, whatever came for them (libcurl reads their
+ * sockets: what is there, or nothing yet), and the rule sets each one's
+ * next looks (mz_due_read, from mz_socket_ready). */
 static void read_parked(mz_client *c, double now) {
   for (size_t i = 0; i < c->ndue_now; i++) {
     mz_stream *s = c->due_now[i];
