@@ -46,7 +46,8 @@ static void free_stream(mz_stream *s) {
   mz_due_drop(s);
   if (!s->c->ndue) { /* the test's client: its heap goes with its last stream */
     free(s->c->due);
-    s->c->due = NULL, s->c->due_cap = 0;
+    free(s->c->due_now);
+    s->c->due = s->c->due_now = NULL, s->c->due_cap = 0;
   }
   mz_queue_free(s);
   mz_buf_free(&s->body);

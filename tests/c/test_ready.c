@@ -425,7 +425,7 @@ static void test_end_read_when_it_comes(void **state) {
   c->fd_owner[sv[0]] = s;
   assert_int_equal(0, mz_watch_set(c->watch, sv[0], CURL_POLL_IN));
   double now = mz_now();
-  s->answer_at = now - 0.8; /* its end looked for every 0.1 s, its middle read every 0.25 s */
+  s->answer_at = now - 0.2; /* its end looked for every 25 ms, its middle read every 0.25 s */
   mz_due_read(c, s, now);
   assert_true(s->parked && s->peek_at < s->read_at);
   const char mid[] = "1c\r\ndata: {\"choices\":[]}\n\n\r\n", end[] = "0\r\n\r\n";
