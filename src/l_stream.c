@@ -18,7 +18,8 @@
 #include <string.h>
 
 #include "client.h"
-#include "l_core.h"
+#include "l_stream.h"
+#include "l_wait.h"
 #include "l_json.h"
 #include "l_util.h"
 #include "mirza.h"
