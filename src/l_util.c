@@ -84,3 +84,15 @@ void mz_l_newclass(lua_State *L, const char *name, const luaL_Reg *meta, const l
   }
   lua_pop(L, 1);
 }
+
+void mz_l_weak_table(lua_State *L, const char *key, const char *mode) {
+  if (lua_getfield(L, LUA_REGISTRYINDEX, key) == LUA_TTABLE) return;
+  lua_pop(L, 1);
+  lua_newtable(L);
+  lua_createtable(L, 0, 1);
+  lua_pushstring(L, mode);
+  lua_setfield(L, -2, "__mode");
+  lua_setmetatable(L, -2);
+  lua_pushvalue(L, -1);
+  lua_setfield(L, LUA_REGISTRYINDEX, key);
+}

@@ -48,4 +48,8 @@ lua_Number mz_l_opt_field(lua_State *L, int idx, const mz_l_option *o, lua_Numbe
  * table of the methods (both NULL-terminated). Pushes nothing. */
 void mz_l_newclass(lua_State *L, const char *name, const luaL_Reg *meta, const luaL_Reg *methods);
 
+/* Push the registry's table `key`, made on first use with weak keys or
+ * values (mode "k" or "v"). */
+void mz_l_weak_table(lua_State *L, const char *key, const char *mode);
+
 #endif

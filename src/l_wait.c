@@ -194,17 +194,7 @@ static int l_now(lua_State *L) {
  * its userdata; l_stream.c registers every stream it opens. */
 #define STREAMS_KEY "mirza.streams"
 
-static void push_stream_map(lua_State *L) {
-  if (lua_getfield(L, LUA_REGISTRYINDEX, STREAMS_KEY) == LUA_TTABLE) return;
-  lua_pop(L, 1);
-  lua_newtable(L);
-  lua_createtable(L, 0, 1);
-  lua_pushliteral(L, "v");
-  lua_setfield(L, -2, "__mode");
-  lua_setmetatable(L, -2);
-  lua_pushvalue(L, -1);
-  lua_setfield(L, LUA_REGISTRYINDEX, STREAMS_KEY);
-}
+static void push_stream_map(lua_State *L) { mz_l_weak_table(L, STREAMS_KEY, "v"); }
 
 void mz_l_stream_opened(lua_State *L, mz_stream *s, int idx) {
   idx = lua_absindex(L, idx);

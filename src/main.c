@@ -36,6 +36,7 @@
 #include "cli.h"
 #include "host.h"
 #include "l_core.h"
+#include "l_util.h"
 #include "mirza.h"
 #include "repl.h"
 
@@ -158,16 +159,7 @@ static void push_interruptible(lua_State *L, int is_lines) { /* [fn] -> [wrapped
 static int regular_file(lua_State *L, int idx) {
   luaL_Stream *p = luaL_testudata(L, idx, LUA_FILEHANDLE);
   if (!p || !p->f || !p->closef) return 0;
-  if (lua_getfield(L, LUA_REGISTRYINDEX, "mirza.regular_files") != LUA_TTABLE) {
-    lua_pop(L, 1);
-    lua_newtable(L);
-    lua_createtable(L, 0, 1);
-    lua_pushliteral(L, "k");
-    lua_setfield(L, -2, "__mode");
-    lua_setmetatable(L, -2);
-    lua_pushvalue(L, -1);
-    lua_setfield(L, LUA_REGISTRYINDEX, "mirza.regular_files");
-  }
+  mz_l_weak_table(L, "mirza.regular_files", "k");
   lua_pushvalue(L, idx);
   int known = lua_rawget(L, -2);
   int regular = lua_toboolean(L, -1);
