@@ -731,7 +731,7 @@ local function run_floor(c)
   local b = body { tokens = c.tokens // items, reasoning = c.reasoning, rate = c.rate, fpc = 1 }
   b.stream_options = { include_usage = true } -- as mirza.batch asks
   local f = body_file(b)
-  local tick = c.tick or 0.25
+  local tick = 0.25
   local out = run_cmd(("%s %s %s %d %d %d 2>&1"):format(sh_quote(bin), sh_quote(c.url .. "/chat/completions"),
     sh_quote(f), items, c.streams, math.floor(tick * 1000 + 0.5)))
   os.remove(f)

@@ -144,24 +144,26 @@ static double on_grid(double now, double gap) {
   return t > now ? t : now + gap;
 }
 
+/* The longest a lazy stream goes unread: its hold (its reader waits no
+ * longer), MZ_READ_GAP_MAX, a quarter of its stall timeout. */
+static double longest_gap(const mz_stream *s) {
+  double gap = s->hold_s < MZ_READ_GAP_MAX ? s->hold_s : MZ_READ_GAP_MAX;
+  if (s->stall_s > 0 && gap > s->stall_s / 4) gap = s->stall_s / 4;
+  return gap;
+}
+
 /* The rule's gap for s at `now` (how late its end may be read); 0: read
  * it as its bytes come. */
 static double gap_of(const mz_stream *s, double now) {
   if (!s->answering || s->hold_s <= 0 || s->term || !s->easy || s->multiplexed) return 0;
-  double gap = (now - s->answer_at) / MZ_READ_AGE_DIV;
-  if (gap > s->hold_s) gap = s->hold_s;
-  if (gap > MZ_READ_GAP_MAX) gap = MZ_READ_GAP_MAX;
-  if (s->stall_s > 0 && gap > s->stall_s / 4) gap = s->stall_s / 4;
+  double gap = (now - s->answer_at) / MZ_READ_AGE_DIV, most = longest_gap(s);
+  if (gap > most) gap = most;
   return gap < MZ_READ_GAP_MIN ? 0 : gap;
 }
 
-/* How often its middle is read: what no reader waits for (it holds). */
-static double middle_gap(const mz_stream *s, double gap) {
-  if (s->sealed) return gap; /* its end cannot be looked for: read at the end's gap */
-  double m = s->hold_s < MZ_READ_GAP_MAX ? s->hold_s : MZ_READ_GAP_MAX;
-  if (s->stall_s > 0 && m > s->stall_s / 4) m = s->stall_s / 4;
-  return m > gap ? m : gap;
-}
+/* How often its middle is read: what no reader waits for (it holds) at
+ * the longest gap; at the end's gap when its end cannot be looked for. */
+static double middle_gap(const mz_stream *s, double gap) { return s->sealed ? gap : longest_gap(s); }
 
 void mz_due_unpark(mz_client *c, mz_stream *s) {
   if (!s->parked) return;

@@ -92,9 +92,9 @@ int mz_watch_park(mz_watch *w, curl_socket_t fd, int park) {
 
 /* Report the ready entries of s from `first` on, round the set from
  * where the last report stopped (as epoll's ready list does). */
-static size_t report(set *s, size_t first, int n, mz_fired *out) { /* first: 1 (the wake pipe first) */
+static size_t report(set *s, size_t first, int n, mz_fired *out, size_t max) {
   size_t k = 0, m = s->n - first, start = s->next >= first && s->next < s->n ? s->next : first;
-  for (size_t j = 0; n > 0 && j < m && k < MZ_FIRED_MAX; j++) {
+  for (size_t j = 0; n > 0 && j < m && k < max; j++) {
     size_t i = first + (start - first + j) % m;
     short r = s->p[i].revents;
     if (!r) continue;
@@ -110,7 +110,7 @@ size_t mz_watch_wait(mz_watch *w, int ms, mz_fired *out, int *woken, int *eintr)
   int n = poll(w->on.p, (nfds_t)w->on.n, ms);
   if (n < 0 && errno == EINTR) *eintr = 1;
   if (n > 0 && w->on.p[0].revents) *woken = 1, n--;
-  return n > 0 ? report(&w->on, 1, n, out) : 0;
+  return n > 0 ? report(&w->on, 1, n, out, MZ_FIRED_MAX) : 0; /* [0]: the wake pipe */
 }
 
 /* poll() has no edges: every parked socket with bytes (or closed) counts
@@ -120,13 +120,8 @@ size_t mz_watch_fresh(mz_watch *w, curl_socket_t *out, size_t max) {
   set *s = &w->parked;
   if (!s->n) return 0;
   int n = poll(s->p, (nfds_t)s->n, 0);
-  size_t k = 0, start = s->next < s->n ? s->next : 0;
-  for (size_t j = 0; n > 0 && j < s->n && k < max; j++) {
-    size_t i = (start + j) % s->n;
-    if (!s->p[i].revents) continue;
-    n--;
-    s->next = i + 1;
-    out[k++] = s->p[i].fd;
-  }
+  mz_fired f[MZ_FIRED_MAX];
+  size_t k = n > 0 ? report(s, 0, n, f, max < MZ_FIRED_MAX ? max : MZ_FIRED_MAX) : 0;
+  for (size_t i = 0; i < k; i++) out[i] = f[i].fd;
   return k;
 }
