@@ -45,7 +45,7 @@ apt_install() {
 # brew_name DEBIAN-PACKAGE: what stands for it on macOS: a formula, "rock:NAME"
 # (installed with LuaRocks for Lua 5.4), or nothing (macOS or the Command
 # Line Tools have it: compiler, curl and libcurl, openssl, perl, python3,
-# ps, script, man; or there is none: valgrind, libFuzzer's runtime).
+# ps, lsof, script, man; or there is none: valgrind, libFuzzer's runtime).
 brew_name() {
   case $1 in
   liblua5.4-dev | lua5.4) echo "lua@5.4" ;; # keg-only: Homebrew's `lua` is 5.5
@@ -56,8 +56,8 @@ brew_name() {
   nodejs | npm) echo node ;;
   lua-busted) echo rock:busted ;;
   lua-check) echo rock:luacheck ;;
-  build-essential | clang | libclang-rt-* | curl | libcurl4-openssl-dev | openssl | procps | python3 | valgrind | \
-    man-db | groff-base | bsdutils) ;;
+  build-essential | clang | libclang-rt-* | curl | libcurl4-openssl-dev | openssl | procps | lsof | python3 | \
+    valgrind | man-db | groff-base | bsdutils) ;;
   *) echo "$1" ;; # the same name (cmake, jq, luarocks, cppcheck, clang-format)
   esac
 }
