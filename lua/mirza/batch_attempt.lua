@@ -107,14 +107,30 @@ local function read_stream(s, opts, first, check, others)
 end
 
 ---What to say of an HTTP 401 or 403: the server wants a key it did not
----get (or refuses the one it got).
+---get, or refuses the one it got (`keyed`: a key was sent).
 ---@param url string
 ---@param status integer
+---@param keyed? boolean
 ---@return string
-function A.auth_message(url, status)
+function A.auth_message(url, status, keyed)
+  if keyed then
+    return ("%s answered HTTP %d (%s): check --api-key KEY / MIRZA_API_KEY / OPENAI_API_KEY"):format(
+      mirza.redact_url(url), status, status == 401 and "the key given was refused" or "the key given may not do that")
+  end
   return ("%s answered HTTP %d (%s): give the server's key: --api-key KEY or MIRZA_API_KEY (OPENAI_API_KEY is"
     .. " read too); nothing is sent without it"):format(mirza.redact_url(url), status,
     status == 401 and "no key, or a wrong one" or "this key may not do that")
+end
+
+-- Whether the run's requests carry a key: api_key, or an Authorization
+-- header of its own (headers as a map or as "Name: value" lines).
+local function keyed(opts)
+  if opts.api_key then return true end
+  for k, v in pairs(opts.headers or {}) do
+    local name = math.type(k) and tostring(v):match("^([^:]*):") or k
+    if type(name) == "string" and name:lower():match("^%s*authorization%s*$") then return true end
+  end
+  return false
 end
 
 -- The model endpoint e serves: the first id its /v1/models lists, asked
@@ -139,7 +155,7 @@ local function served_model(e, opts)
     e.model = first.id
     return e.model
   end
-  if status == 401 or status == 403 then return nil, A.auth_message(url, status), "auth", status end
+  if status == 401 or status == 403 then return nil, A.auth_message(url, status, keyed(opts)), "auth", status end
   if not body and retry.blame(code, status) then return nil, msg, code, status end
   return nil, ("cannot learn the model from %s (%s): pass --model ID, or give each line a \"model\""):format(
     mirza.redact_url(url), body and "no model listed" or msg), "model"
@@ -153,9 +169,9 @@ local function request_opts(r, opts, body)
 end
 
 -- A failed attempt's fields from a result's failure (mirza.result.failure).
-local function failed(r, f)
+local function failed(r, f, opts)
   r.code, r.message, r.status, r.error, r.retry_after = f.code, f.message, f.status, f.error, f.retry_after
-  if f.status == 401 or f.status == 403 then r.message = A.auth_message(r.url, f.status) end
+  if f.status == 401 or f.status == 403 then r.message = A.auth_message(r.url, f.status, keyed(opts)) end
   return r
 end
 
@@ -168,7 +184,7 @@ local function plain_attempt(item, opts, body, r, first)
   local ev = s:next() or { type = "error", code = "closed", message = "no answer" }
   if first and ev.type == "response" then first() end
   r.final, r.duration_s = ev, mirza.now() - r.t0
-  if ev.type ~= "response" then return failed(r, result.failure { final = ev }) end
+  if ev.type ~= "response" then return failed(r, result.failure { final = ev }, opts) end
   local v = json.decode(ev.body or "")
   if type(v) ~= "table" then
     r.code, r.status = "protocol", ev.status
@@ -230,7 +246,7 @@ function A.attempt(item, e, opts, first)
     check_answer(item, r)
     return r
   end
-  return failed(r, result.failure(acc))
+  return failed(r, result.failure(acc), opts)
 end
 
 return A

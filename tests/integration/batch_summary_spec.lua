@@ -1,9 +1,10 @@
 -- What a batch run tells its user when items fail (issue 36 item 8): the
 -- summary names the cause, the first message of each kind of failure
--- ("http 401 ... give the server's key"), and advises running the same
--- command again only for the kinds a rerun may get (not a key the server
--- wants, not a bad input line); the progress line says which endpoint is
--- down while another serves; the lines written to a log carry their time.
+-- ("http 401 ... give the server's key", or "the key given was refused"
+-- when one was sent), and advises running the same command again only
+-- for the kinds a rerun may get (not a key the server wants, not a bad
+-- input line); the progress line says which endpoint is down while
+-- another serves; the lines written to a log carry their time.
 local mirza = require "mirza"
 local json = mirza.json
 local batch = require "mirza.batch"
@@ -48,7 +49,7 @@ local function chat(id, sim_ctl)
 end
 
 describe("the summary of a failed batch", function()
-  it("names a wrong key's 401 and does not advise the same command again", function()
+  it("names a wrong key's 401 (and a missing one's) and does not advise the same command again", function()
     local sim = H.start_sim { "--api-key", "RIGHT", "--tok-rate", "0", "--ttft-ms", "0" }
     finally(sim.stop)
     local lines = {}
@@ -62,10 +63,18 @@ describe("the summary of a failed batch", function()
     assert.equal(1, rc, err)
     assert.truthy(err:find("batch: 15 failed, recorded in " .. batch_output.errors_path(out), 1, true), err)
     assert.truthy(err:find("15 http 401 (first: line-1): " .. sim.base .. "/v1/chat/completions answered HTTP 401 "
-      .. "(no key, or a wrong one): give the server's key: --api-key KEY", 1, true), err)
+      .. "(the key given was refused): check --api-key KEY / MIRZA_API_KEY / OPENAI_API_KEY", 1, true), err)
+    assert.is_nil(err:find("give the server's key", 1, true), err) -- one was given
     assert.truthy(err:find("running the same command again fails them the same way: fix the cause above first",
       1, true), err)
     assert.is_nil(err:find("run the same command again to redo", 1, true), err)
+    -- no key given: the message says how to give one
+    rc, err = cli(input_of(lines), output_path(), "--endpoint", sim.base, "--model", "m")
+    assert.equal(1, rc, err)
+    assert.truthy(err:find("15 http 401 (first: line-1): " .. sim.base .. "/v1/chat/completions answered HTTP 401 "
+      .. "(no key, or a wrong one): give the server's key: --api-key KEY or MIRZA_API_KEY (OPENAI_API_KEY is read "
+      .. "too); nothing is sent without it", 1, true), err)
+    assert.is_nil(err:find("the key given was refused", 1, true), err)
   end)
 
   it("gives the first message of each kind, and advises a rerun for those a rerun may get", function()
