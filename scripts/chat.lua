@@ -159,6 +159,7 @@ local opts = use_sim and { preset = "mirza-sim", port = port or 18767, daemon = 
 opts.verbose = verbose
 opts.history = resume
 local made, e, new_err = pcall(engine.new, opts) -- a broken config file: its message, no traceback
+if not made and require("mirza.pipeline").passes(e) then error(e, 0) end -- Ctrl-C: on up to the host (status 130)
 if not made or not e then
   say_err("chat: ", tostring(made and new_err or e))
   leave(1)

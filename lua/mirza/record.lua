@@ -211,7 +211,8 @@ function M.turn_line(e, out, messages)
 end
 
 ---Append a finished turn's line to `<record dir>/runs.jsonl`. A failure
----to write is logged, never raised (the turn is over).
+---to write is logged, never raised (the turn is over); an interrupt
+---(Ctrl-C) is no failure to write: it goes on up (`pipeline.passes`).
 ---@param e mirza.Engine
 ---@param out table the turn's outcome (see `turn_line`)
 ---@param messages table[] the messages it sent
@@ -224,6 +225,7 @@ function M.log_turn(e, out, messages)
     f:write(text .. "\n")
     f:close()
   end)
+  if not ok and require("mirza.pipeline").passes(err) then error(err, 0) end -- Ctrl-C, a task's cancel
   if not ok then e:log("warning", "run log: " .. tostring(err)) end
 end
 

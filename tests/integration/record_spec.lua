@@ -181,6 +181,48 @@ describe("an engine recording", function()
   end)
 end)
 
+-- Issue 36 item 2: Ctrl-C while a turn's line is written to runs.jsonl
+-- goes on up (it is no failure to write); a failure to write is a warning.
+describe("runs.jsonl's guard", function()
+  local record = require "mirza.record"
+  local dir
+  before_each(function()
+    dir = H.tmpname(".rec")
+    os.execute("mkdir -p " .. H.q(dir))
+  end)
+  after_each(function()
+    os.execute("rm -rf " .. H.q(dir))
+    collectgarbage("collect")
+  end)
+
+  -- An engine as log_turn reads it, whose model() raises `raise` (a
+  -- callback of the line's), and whose log keeps what it is told.
+  local function fake_engine(raise, logged)
+    return { cfg = { record = dir }, chat_url = "http://127.0.0.1:1/v1/chat/completions",
+      model = function() if raise then error(raise, 0) end return "m" end,
+      log = function(_, level, msg) logged[#logged + 1] = level .. ": " .. msg end }
+  end
+
+  local OUT = { acc = { deltas = 0 }, answer = "a" }
+
+  it("lets an interrupt through, and logs nothing", function()
+    local logged = {}
+    local ok, err = pcall(record.log_turn, fake_engine("interrupted", logged), OUT, {})
+    assert.is_false(ok)
+    assert.equal("interrupted", err)
+    assert.same({}, logged)
+  end)
+
+  it("logs a failure to write as a warning, and the turn goes on", function()
+    local logged = {}
+    record.log_turn(fake_engine("disk full", logged), OUT, {})
+    assert.same({ "warning: run log: disk full" }, logged)
+    record.log_turn(fake_engine(nil, logged), OUT, {})
+    assert.equal(1, #logged)
+    assert.equal("m", json.decode(H.read_file(dir .. "/runs.jsonl")).model)
+  end)
+end)
+
 -- Issue 17: nothing a URL or a header carries as a credential is written in
 -- clear: the userinfo of the URL (http://user:pass@host), each header that
 -- can hold a secret, credential-like query parameters; in the request
