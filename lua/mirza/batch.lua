@@ -110,37 +110,6 @@ local function resolve(opts)
   return o
 end
 
--- The index in `win` (the next pending items, in order) of the item to run
--- next. With prefix affinity, the first whose prefix's endpoint has room
--- (or that has no endpoint yet): the free slot takes an item whose prefix
--- its daemon holds, where taking the next one in order would send that
--- one to a daemon without its prefix. An item whose prefix is still being
--- prefilled where it went (the first of its prefix, sent, no first token
--- yet) is passed over: it follows once the prefix is cached there, never
--- as a second cold copy beside the first. An item passed over `lookahead`
--- times is taken next (none waits forever); when none fits, the next one
--- in order (spread). Without keys or affinity: the first.
-local function pick_pending(ctx, win)
-  local o = ctx.opts
-  if o.affinity == false or (o.lookahead or 0) < 2 then return 1 end
-  local pool, fit, fresh, slot, keyed = ctx.pool, nil, nil, nil, false
-  for i = 1, #win do
-    local it = win[i]
-    if (it.passed or 0) >= o.lookahead then return i end
-    if it.key then
-      keyed = true
-      local room = pool:room_for(it.key) -- "wait": its prefix is being prefilled, it follows once done
-      if room == "affine" then fit = i break end
-      if room == "new" and not fresh then fresh = i end
-      if room == "slot" and not slot then slot = i end
-    end
-  end
-  if not keyed then return 1 end
-  local pick = fit or fresh or slot or 1
-  for i = 1, pick - 1 do win[i].passed = (win[i].passed or 0) + 1 end
-  return pick
-end
-
 -- The next job: a retry whose time has come, else the next pending item
 -- (read from the source as slots free up: the window holds the next
 -- `lookahead` at most), else (after waiting for it) the earliest retry;
@@ -162,7 +131,10 @@ local function next_job(ctx, queue)
       end
       win[#win + 1] = it
     end
-    if #win > 0 then return { item = table.remove(win, pick_pending(ctx, win)), n = 0, tried = {} } end
+    if #win > 0 then -- which of them goes first: the pool's placement decides (mirza.pool next_item)
+      local i = ctx.pool:next_item(win, ctx.opts.affinity ~= false and ctx.opts.lookahead or 1)
+      return { item = table.remove(win, i), n = 0, tried = {} }
+    end
     if not first then return nil end
     mirza.sleep(waiting[first].at - now)
   end

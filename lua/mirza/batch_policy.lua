@@ -116,7 +116,7 @@ local function try(job, ctx)
     for e in pairs(skip) do avoid[e] = true end
   end
   local key = ctx.opts.affinity ~= false and job.item.key or nil
-  local e = pool:acquire(nil, { avoid = avoid, key = key, follow = key ~= nil })
+  local e = pool:acquire(nil, { avoid = avoid, key = key })
   -- the daemon's prompt slots as the pool believes them: a prefix new to
   -- e is a cold copy until its first token (its prefill done); the items
   -- sharing it follow then, never as a second cold copy beside it

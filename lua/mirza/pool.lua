@@ -105,6 +105,10 @@ P.defaults = {
   affinity = true,       -- a request with a prefix key goes where that key went last, while it has room
   affinity_keys = 4096,  -- prefix keys remembered (least recently used forgotten first)
   prefix_bytes = 512,    -- a prefix key covers at least this many bytes of the request's start
+  idle_evict = 1,        -- seconds an idle prompt copy keeps its slot from a prefix whose own copies are busy:
+                         -- one still in use is taken again sooner (its next item is due within an answer's
+                         -- time); one idle longer is likely done with (a sorted input moved on), and the busy
+                         -- prefix takes its slot instead of waiting for its own copy
 }
 
 -- An endpoint as its user wrote it (`url`: its routes made from it by
@@ -131,8 +135,8 @@ end
 ---(mirza.limit, its options in `opts.auto`).
 ---@param endpoints (string|{url: string, limit?: integer})[]
 ---@param opts? {limit?: integer, rest?: number, rest_max?: number, suspect_items?: integer, suspect_keys?: integer,
----  unreachable_after?: number, affinity?: boolean, affinity_keys?: integer, loop?: mirza.Loop, clock?: fun(): number,
----  auto?: table}
+---  unreachable_after?: number, affinity?: boolean, affinity_keys?: integer, idle_evict?: number, loop?: mirza.Loop,
+---  clock?: fun(): number, auto?: table}
 ---@return mirza.Pool
 function P.new(endpoints, opts)
   opts = opts or {}
@@ -140,7 +144,8 @@ function P.new(endpoints, opts)
   if type(endpoints) ~= "table" or #endpoints == 0 then error("mirza.pool: at least one endpoint", 2) end
   local self = setmetatable({ endpoints = {}, cond = loop.condition(opts.loop), clock = opts.clock or mirza.now },
     Pool)
-  for _, k in ipairs { "rest", "rest_max", "suspect_items", "suspect_keys", "unreachable_after", "affinity_keys" } do
+  for _, k in ipairs { "rest", "rest_max", "suspect_items", "suspect_keys", "unreachable_after", "affinity_keys",
+    "idle_evict" } do
     self[k] = opts[k] or P.defaults[k]
   end
   if opts.affinity == nil then self.affinity = P.defaults.affinity else self.affinity = opts.affinity and true end
@@ -263,23 +268,6 @@ local function elsewhere(self, avoid)
   return false
 end
 
--- The best endpoint now, or nil and the time the next rest ends. With
--- `avoid` (a retry) and a healthy endpoint elsewhere, only healthy ones
--- not in `avoid` are candidates: a retry never spends itself on a probe.
-function Pool:_pick(now, avoid)
-  local best, wake = nil, nil
-  local healthy_only = elsewhere(self, avoid)
-  for _, e in ipairs(self.endpoints) do
-    if e.rest_until > now then
-      wake = math.min(wake or math.huge, e.rest_until)
-    elseif free(e, now) and not (healthy_only and (avoid[e] or e.fails > 0)) and (not best
-        or e.inflight < best.inflight or (e.inflight == best.inflight and e.served < best.served)) then
-      best = e
-    end
-  end
-  return best, wake
-end
-
 -- ------------------------------------------------------------ prefix keys
 
 -- A 64-bit hash of s (FNV-1a over 8-byte words, then mixed), as 16 hex digits.
@@ -394,41 +382,26 @@ function Pool:affine_endpoint(key)
   return node and node.e
 end
 
----Whether a request with prefix key `key` would be sent where that key
----went last if it asked now: "affine" (that endpoint is healthy and has
----room), "new" (no key, the key is not remembered, or affinity is off:
----any endpoint will do), "slot" (an endpoint has a slot no prefix claims:
----a new copy of this one there), "wait" (its copies are busy or being
----prefilled and no slot is free: `sent`; follow them) or false (its
----endpoint is busy or failing: it would be spread). A batch picks, among
----its next items, one whose prefix an idle copy holds, else a new prefix,
----else a new copy of a known one.
----@param key? string
----@return "affine"|"new"|"slot"|"wait"|false
-function Pool:room_for(key)
-  local node = self.affinity and key and self.keys[key]
-  if not node then return "new" end
-  local now = self.clock()
-  if node.busy or node.copies or node.cold then -- its requests reported (`sent`): the slots are known
-    local e, how = self:_follow(node, now)
-    if e then return how end
-    return how and "wait" or false -- nil: none holds it, none is free
-  end
-  local e = node.e
-  return e and e.fails == 0 and free(e, now) and "affine" or false
-end
-
--- ------------------------------------------------------------ prompt slots
--- What the pool believes each daemon's prompt cache holds, as llama-server
--- keeps it (a prompt per slot, cached once its prefill is done: two
--- requests that start together with a new prefix both evaluate it; a busy
--- slot is never shared): per key and endpoint, `copies` (slots holding
--- the prefix), `busy` (its requests in flight there), `cold` (those sent
--- without a copy idle, not yet past their first token); per endpoint,
--- `claimed` (slots holding or about to hold some prefix, at most its
--- limit), `idle_copies` (copies no request uses: evictable) and `idle` (a
--- queue of keys in the order their copies became idle). Only a batch that
--- reports its requests (`sent`, `prefilled`, `finished`) feeds it.
+-- ------------------------------------------------------------ placement
+-- Where a request goes is decided by one model: what the pool believes
+-- each daemon's prompt slots hold, as llama-server keeps them (a prompt
+-- per slot, cached once its prefill is done: two requests that start
+-- together with a new prefix both evaluate it; a busy slot is never
+-- shared). Per key and endpoint: `copies` (slots holding the prefix),
+-- `busy` (its requests in flight there), `cold` (those sent without a
+-- copy idle, not yet past their first token). Per endpoint: `claimed`
+-- (slots holding or about to hold a prompt: a copy of a prefix, or a
+-- request without a key while it runs), `idle_copies` (copies no request
+-- uses: evictable) and `idle` (a queue of keys in the order their copies
+-- became idle).
+--
+-- A caller that reports its requests (`sent`, `prefilled`, `finished`:
+-- mirza.batch) feeds the model, and its keys are placed by it. For a
+-- caller that reports nothing (an engine, mirza.embed) the slots are
+-- unknown: all the model has of a key is the endpoint it went to last,
+-- which is then taken as holding its copy (that is the whole of prefix
+-- affinity there). `_place` decides for both; `room_for` and `next_item`
+-- ask it without taking anything.
 
 local function count(node, field, e)
   local t = node[field]
@@ -459,19 +432,29 @@ local function change(node, e, fn)
   e.idle_copies = (e.idle_copies or 0) + idle_of(node, e) - before
 end
 
--- A key's state on endpoint e for a new request: "affine" (a copy idle
--- there), "slot" (no copy idle, but a slot no prefix claims, or one a
--- copy of another key idle for a second gives up: a new copy there, not a
--- second cold one), "wait" (its copies busy or being prefilled: follow them; they
--- wake the waiters when they end), or false (full, resting, paused,
--- failing: `acquire` then waits for the endpoint's time, not forever).
-function Pool._slot_state(node, e, now)
-  if e.fails > 0 or e.rest_until > now then return false end
-  local copies, busy, cold = count(node, "copies", e), count(node, "busy", e), count(node, "cold", e)
+-- The state of endpoint e (not resting) for a new request of key `node`
+-- (nil: no key, or affinity off): "affine" (a copy of its prefix idle
+-- there; slots unknown: the endpoint it went to last), "slot" (a slot
+-- for it: a new copy there, evicting the least recently used idle copy
+-- when every slot is claimed; a probed endpoint is a slot for anyone),
+-- "wait" (its copies there are busy or being prefilled: follow them,
+-- never a second cold copy beside the first; they wake the waiters when
+-- they end), or false (full; a copy of another prefix idle for less than
+-- `idle_evict` holds the only free slot while this prefix's own copies
+-- are busy somewhere).
+function Pool:_state(node, e, now)
   local room = e.inflight < current_limit(e)
+  if not node or e.fails > 0 then return room and "slot" end
+  if not node.reported then -- slots unknown: where it went last holds its copy
+    return room and (node.e == e and "affine" or "slot")
+  end
+  local copies, busy, cold = count(node, "copies", e), count(node, "busy", e), count(node, "cold", e)
   if copies > busy then return room and "affine" or "wait" end
   if cold > 0 then return "wait" end
-  if room and ((e.claimed or 0) < e.limit or Pool._stale_copy(e, now)) then return "slot" end
+  if room and ((e.claimed or 0) < e.limit or not (next(node.busy or {}) or next(node.cold or {}))
+      or self:_stale_copy(e, now)) then
+    return "slot"
+  end
   if busy > 0 then return "wait" end
   return false
 end
@@ -507,16 +490,15 @@ local function push_idle(e, node)
   end
 end
 
--- Whether e holds a copy idle for IDLE_EVICT seconds or more (its key
+-- Whether e holds a copy idle for `idle_evict` seconds or more (its key
 -- likely done with: a busy key may take its slot rather than wait for
 -- its own copy), looking at the idle queue's oldest live entry.
-local IDLE_EVICT = 1
-function Pool._stale_copy(e, now)
+function Pool:_stale_copy(e, now)
   if (e.idle_copies or 0) == 0 then return false end
   local q = e.idle
   while q and q.head <= q.tail do
     local i = q.head
-    if live(q, i, e) then return now - q.stamp[i] >= IDLE_EVICT end
+    if live(q, i, e) then return now - q.stamp[i] >= self.idle_evict end
     q.node[i], q.stamp[i], q.head = nil, nil, i + 1
   end
   return false
@@ -542,26 +524,38 @@ function Pool._evict(e)
   if q and q.head > q.tail then q.head, q.tail = 1, 0 end -- drained: from 1 again (array part)
 end
 
+-- A slot of e for a new prompt: the least recently used idle copy of
+-- another key gives its own when every slot is claimed.
+local function claim(e)
+  if (e.claimed or 0) >= e.limit then Pool._evict(e) end
+  e.claimed = (e.claimed or 0) + 1
+end
+
 ---A request with prefix key `key` (or none) was sent to e (acquired): the
 ---ticket to pass to `prefilled`, `report` and `finished` (it carries the
 ---request's record for e's limiter). It reuses an idle copy of the
----prefix, or claims a slot for a new one (cold until its first token;
+---prefix, or claims a slot for a new one (cold until its first token),
 ---evicting the least recently used idle copy of another key when every
----slot is claimed).
+---slot is claimed. A request without a key (too short to have one, or
+---affinity off) claims a slot too, while it runs: the daemon's slot it
+---takes holds no prompt another can use.
 ---@param key string|nil
 ---@param e mirza.Endpoint
 ---@return table ticket
 function Pool:sent(key, e)
   local node, ticket = self.affinity and key ~= nil and self.keys[key], { q = e.last }
   e.last = nil
-  if not node then return ticket end
-  ticket.node = node
+  if not node then
+    claim(e)
+    ticket.anon = true
+    return ticket
+  end
+  ticket.node, node.reported = node, true
   local reuse = idle_of(node, e) > 0
   change(node, e, function() bump(node, "busy", e, 1) end)
   node.used = self.clock()
   if reuse then return ticket end
-  if (e.claimed or 0) >= e.limit then Pool._evict(e) end
-  e.claimed = (e.claimed or 0) + 1
+  claim(e)
   bump(node, "cold", e, 1)
   ticket.cold = true
   return ticket
@@ -590,13 +584,20 @@ function Pool:prefilled(e, ticket)
 end
 
 ---The request of a ticket ended (answered, failed, cancelled). A new copy
----that never got its first token gives its slot claim back.
+---that never got its first token gives its slot claim back, as does a
+---request without a key.
 ---@param e mirza.Endpoint
 ---@param ticket table `sent`'s
 function Pool:finished(e, ticket)
   local node = ticket.node
-  if not node or ticket.done then return end
+  if ticket.done then return end
   ticket.done = true
+  if ticket.anon then -- its slot is free again
+    e.claimed = e.claimed - 1
+    self.cond:broadcast()
+    return
+  end
+  if not node then return end
   change(node, e, function() bump(node, "busy", e, -1) end)
   node.used = self.clock()
   if ticket.cold then
@@ -618,51 +619,107 @@ function Pool._forget(node)
   for e, n in pairs(node.cold or {}) do e.claimed = e.claimed - n end
 end
 
--- With `follow`: the endpoint for a request of key `node` as its prompt
--- slots stand (`_slot_state`) and why: one with an idle copy ("affine"),
--- else one with a free slot ("slot": the least loaded; an unknown key
--- too), else nil and true while its copies are busy or being prefilled
--- somewhere (it follows them), else nil. `room_for` says the same.
-function Pool:_follow(node, now, avoid)
-  local slot, wait
+-- Where a request of key `node` (nil: none) goes now (`_state` of each
+-- endpoint): `prefer` while it has room; else the first endpoint that
+-- holds an idle copy of its prefix ("affine"); else the least loaded with
+-- a slot for it ("slot"; the fewest served between equals). Otherwise nil,
+-- and true while it follows copies busy or being prefilled ("wait": their
+-- end wakes it), and the time the next rest ends. With `avoid` (a retry)
+-- and a healthy endpoint elsewhere, only healthy ones not in `avoid` are
+-- candidates: a retry never spends itself on a probe.
+function Pool:_place(node, now, avoid, prefer)
+  if prefer and free(prefer, now) then return prefer, "prefer" end
+  local healthy_only = elsewhere(self, avoid)
+  local slot, waiting, wake
   for _, e in ipairs(self.endpoints) do
-    if not (avoid and avoid[e]) then
-      local st
-      if node then st = Pool._slot_state(node, e, now)
-      elseif e.fails == 0 and free(e, now) and ((e.claimed or 0) < e.limit or (e.idle_copies or 0) > 0) then
-        st = "slot"
-      end
+    if e.rest_until > now then
+      wake = math.min(wake or math.huge, e.rest_until)
+    elseif not (healthy_only and (avoid[e] or e.fails > 0)) then
+      local st = self:_state(node, e, now)
       if st == "affine" then return e, "affine" end
-      if st == "slot" and (not slot or e.inflight < slot.inflight) then slot = e end
-      if st == "wait" then wait = true end
+      if st == "slot" and (not slot or e.inflight < slot.inflight
+          or (e.inflight == slot.inflight and e.served < slot.served)) then
+        slot = e
+      end
+      if st == "wait" then waiting = true end
     end
   end
   if slot then return slot, "slot" end
-  return nil, wait
+  return nil, waiting, wake
+end
+
+---Whether a request with prefix key `key` would be sent now, and how
+---(`acquire`'s decision, nothing taken): "affine" (to an idle copy of its
+---prefix; slots unknown: where the key went last, which has room), "new"
+---(no key, the key is not remembered, or affinity is off: any endpoint
+---will do), "slot" (a new copy of its prefix in a free slot), "wait" (it
+---would follow its copies, busy or being prefilled) or false (no
+---endpoint can take it now).
+---@param key? string
+---@return "affine"|"new"|"slot"|"wait"|false
+function Pool:room_for(key)
+  local node = self.affinity and key and self.keys[key]
+  if not node then return "new" end
+  local e, how = self:_place(node, self.clock())
+  if e then return how end
+  return how and "wait" or false
+end
+
+---The index in `items` (the next pending requests, in the order they came,
+---each a table with its prefix `key` or none) of the one to send next:
+---the first whose prefix an idle copy holds ("affine"), else the first
+---that any endpoint will do (no key, or one new to the pool), else the
+---first that takes a new copy in a free slot, else the first. One that
+---would follow a copy still prefilling waits where it is: it follows once
+---the prefix is cached, never as a second cold copy beside the first. A
+---free slot thus takes an item whose prefix its daemon holds, where the
+---next one in order would go to a daemon without its prefix. An item
+---passed over `lookahead` times is taken next (none waits forever; each
+---item counts its passes in its `passed` field). Without affinity, or
+---`lookahead` below 2: the first.
+---@param items {key?: string, passed?: integer}[]
+---@param lookahead? integer
+---@return integer index
+function Pool:next_item(items, lookahead)
+  lookahead = lookahead or 1
+  if not self.affinity or lookahead < 2 then return 1 end
+  local fit, fresh, slot
+  for i = 1, #items do
+    local it = items[i]
+    if (it.passed or 0) >= lookahead then return i end
+    local room = it.key and self:room_for(it.key) or "new"
+    if room == "affine" then
+      fit = i
+      break
+    end
+    if room == "new" and not fresh then fresh = i end
+    if room == "slot" and not slot then slot = i end
+  end
+  local pick = fit or fresh or slot or 1
+  for i = 1, pick - 1 do items[i].passed = (items[i].passed or 0) + 1 end
+  return pick
 end
 
 ---@class mirza.AcquireOptions
 ---@field prefer? mirza.Endpoint taken whenever it is free (an engine's conversation)
 ---@field avoid? table<mirza.Endpoint, boolean> endpoints the request already failed on
 ---@field key? string the request's prefix key (`mirza.pool.prefix_key`)
----@field follow? boolean with a key: wait for a cold copy's first token (`sent`, `prefilled`), not send another
 
 ---Take a slot on the best endpoint, waiting (suspending the task) while
 ---none is free or every endpoint rests. nil, "timeout" after `timeout`.
 ---`prefer` (an endpoint of this pool) is taken whenever it is free: an
 ---engine keeps its conversation on the daemon that holds its session
----cache while that one is healthy and has room. `key` (a prefix key,
----`P.prefix_key`) comes next: the endpoint that took that key last is
----taken while it is healthy, has room and is not in `avoid`; else the
----least loaded (the key then goes with it). `avoid` (a set of
----endpoints the request already failed on) sends a retry elsewhere while
----another endpoint is healthy, waiting for its slot if need be; when none
----is, any endpoint (a probe) will do. With `follow` (a batch that
----reports its requests: `sent`, `prefilled`, `finished`) the key goes by
----the prompt slots instead: an idle copy of its prefix, else a free slot,
----else it waits for its copies busy or being prefilled. The second
----argument may instead be an options table `{prefer =, avoid =, key =,
----follow =}`.
+---cache while that one is healthy and has room. Then the placement model
+---decides (the module's header): with a `key` (a prefix key,
+---`P.prefix_key`), an endpoint holding an idle copy of its prefix (where
+---it went last, for a caller that reports nothing), else the least loaded
+---with a free slot (the key then goes with it), else it follows its copies
+---busy or being prefilled (a caller that reports them: `sent`,
+---`prefilled`, `finished`). `avoid` (a set of endpoints the request
+---already failed on) sends a retry elsewhere while another endpoint is
+---healthy, waiting for its slot if need be; when none is, any endpoint (a
+---probe) will do. The second argument may instead be an options table
+---`{prefer =, avoid =, key =}`.
 ---@param timeout? number seconds
 ---@param prefer? mirza.Endpoint|mirza.AcquireOptions
 ---@param avoid? table<mirza.Endpoint, boolean>
@@ -671,27 +728,17 @@ end
 ---@return string? message
 ---@return string? code
 function Pool:acquire(timeout, prefer, avoid, key)
-  local follow = false
   if type(prefer) == "table" and prefer.base == nil then -- an options table, not an endpoint
-    prefer, avoid, key, follow = prefer.prefer, prefer.avoid, prefer.key, prefer.follow
+    prefer, avoid, key = prefer.prefer, prefer.avoid, prefer.key
   end
   if not self.affinity then key = nil end
   local t_end = timeout and self.clock() + timeout
   while true do
     local now = self.clock()
-    local e, wake, waiting
     local node = key and self.keys[key]
-    local aff = node and node.e
-    if follow and key and not prefer then e, waiting = self:_follow(node, now, avoid) end
-    if e or waiting then
-      if e == aff then self.affine = self.affine + 1 end
-    elseif prefer and free(prefer, now) then e = prefer
-    elseif aff and aff.fails == 0 and free(aff, now) and not (avoid and avoid[aff]) then
-      e = aff
-      self.affine = self.affine + 1
-    else
-      e, wake = self:_pick(now, avoid)
-      if aff and e then self.spread = self.spread + 1 end
+    local e, how, wake = self:_place(node, now, avoid, prefer)
+    if e and node and node.e and how ~= "prefer" then -- where its key went last, or spread from there
+      if e == node.e then self.affine = self.affine + 1 else self.spread = self.spread + 1 end
     end
     if e then
       e.inflight = e.inflight + 1

@@ -106,18 +106,20 @@ describe("mirza.pool prefix affinity", function()
     assert.same({ 0, 0, 0 }, { p.affine, p.spread, p.nkeys })
   end)
 
-  it("says whether a key's endpoint would take it now (room_for): affine, new, or busy", function()
+  it("says whether a key would be sent now and how (room_for): affine, new, a slot elsewhere, or none", function()
     local p, clock = fake({ URLS[1], URLS[2] }, { limit = 1, rest = 1 })
     assert.same({ "new", "new" }, { p:room_for("A"), p:room_for(nil) })
     assert.equal(1, pick(p, "A"))
-    assert.is_false(p:room_for("A"))           -- its endpoint is full
+    assert.equal("slot", p:room_for("A"))      -- its endpoint is full: a slot on 2
+    assert.equal(2, pick(p, "B"))
+    assert.is_false(p:room_for("A"))           -- both full
     p:release(p.endpoints[1], true)
     assert.equal("affine", p:room_for("A"))
     assert.equal(1, pick(p, "A"))
     p:report(p.endpoints[1], { code = "refused" }, "x") -- rests
-    assert.is_false(p:room_for("A"))
+    assert.is_false(p:room_for("A"))           -- 1 rests, 2 is full
     clock.t = p.endpoints[1].rest_until
-    assert.is_false(p:room_for("A"))           -- probing: not for its key
+    assert.equal("slot", p:room_for("A"))      -- probing: a slot for anyone, not its key's copy
     local off = fake({ URLS[1] }, { affinity = false })
     assert.equal(1, pick(off, "A"))
     assert.equal("new", off:room_for("A"))

@@ -7,16 +7,18 @@
 -- new prefix on a full endpoint evicts the least recently used idle copy.
 local pool = require "mirza.pool"
 
-local function fake(n, limit)
+local function fake(n, limit, opts)
   local clock, urls = { t = 100 }, {}
   for i = 1, n do urls[i] = "http://127.0.0.1:" .. i end
-  return pool.new(urls, { limit = limit, clock = function() return clock.t end }), clock
+  opts = opts or {}
+  opts.limit, opts.clock = limit, function() return clock.t end
+  return pool.new(urls, opts), clock
 end
 
--- Acquire for key with follow (at once: nil when it would wait), and
--- report it sent: endpoint index and ticket.
+-- Acquire for key (at once: nil when it would wait), and report it sent:
+-- endpoint index and ticket.
 local function send(p, key)
-  local e = p:acquire(0, { key = key, follow = true })
+  local e = p:acquire(0, { key = key })
   if not e then return "-" end
   return e.index, p:sent(key, e), e
 end
@@ -141,5 +143,78 @@ describe("mirza.pool prompt slots", function()
     assert.is_true(b2.cold)
     assert.equal(2, e.claimed)
     assert.equal(0, e.idle_copies) -- both of A's copies evicted in turn
+  end)
+
+  it("waits idle_evict seconds (an option) before a busy prefix takes another's idle slot", function()
+    local p, clock = fake(1, 2, { idle_evict = 5 })
+    local _, a, e = send(p, "A")
+    p:prefilled(e, a)
+    p:finished(e, a)
+    p:release(e, true) -- A idle
+    local _, b1 = send(p, "B")
+    p:prefilled(e, b1)
+    clock.t = clock.t + 1
+    assert.equal("wait", p:room_for("B")) -- a second is not enough here
+    clock.t = clock.t + 4
+    assert.equal("slot", p:room_for("B"))
+  end)
+
+  it("counts a request without a key in the slots while it runs: its slot holds no one's prefix", function()
+    local p = fake(1, 2)
+    local _, a, e = send(p, "A")
+    p:prefilled(e, a)
+    p:finished(e, a)
+    p:release(e, true) -- A's copy idle in one slot
+    local _, x = send(p, nil) -- too short to have a key: the other slot
+    assert.is_true(x.anon)
+    assert.equal(2, e.claimed)
+    assert.equal("affine", p:room_for("A"))
+    -- a new prefix now: every slot is claimed, so A's idle copy gives its slot (the daemon evicts it)
+    local _, b = send(p, "B")
+    assert.is_true(b.cold)
+    assert.equal(2, e.claimed)
+    assert.is_not.equal("affine", p:room_for("A"))
+    -- the keyless request ends: its slot is free again, once
+    p:finished(e, x)
+    p:release(e, true)
+    assert.equal(1, e.claimed)
+    p:finished(e, x)
+    assert.equal(1, e.claimed)
+  end)
+end)
+
+describe("mirza.pool next_item (which pending item goes first)", function()
+  local function items(...)
+    local t = {}
+    for i, k in ipairs { ... } do t[i] = { key = k ~= "-" and k or nil } end
+    return t
+  end
+
+  it("takes an item with an idle copy, then a new one, then a new copy; never a second cold copy", function()
+    local p = fake(1, 4)
+    local _, a, e = send(p, "A")  -- A cold
+    local _, b = send(p, "B")
+    p:prefilled(e, b)
+    p:finished(e, b)
+    p:release(e, true)            -- B idle
+    assert.equal(3, p:next_item(items("A", "C", "B", "-"), 64))
+    assert.equal(2, p:next_item(items("A", "C", "-"), 64))    -- a new prefix before one that waits
+    assert.equal(2, p:next_item(items("A", "-"), 64))         -- no key: any slot will do, A waits
+    p:prefilled(e, a)                                         -- A cached, its copy busy: a new copy
+    assert.equal("slot", p:room_for("A"))
+    assert.equal(2, p:next_item(items("A", "-"), 64))         -- still after an item any slot will do
+    assert.equal(1, p:next_item(items("A", "A"), 64))
+    assert.equal(1, p:next_item(items("B", "A"), 1))          -- lookahead 1: in order
+  end)
+
+  it("takes an item passed over lookahead times next, whatever its prefix", function()
+    local p = fake(1, 4)
+    send(p, "A") -- cold: A's items wait
+    local win = items("A", "-", "-", "-")
+    assert.equal(2, p:next_item(win, 2))
+    table.remove(win, 2)
+    assert.equal(2, p:next_item(win, 2))
+    table.remove(win, 2)
+    assert.equal(1, p:next_item(win, 2)) -- passed twice
   end)
 end)
