@@ -14,10 +14,13 @@ set(TEST_ENV
 file(MAKE_DIRECTORY ${CMAKE_BINARY_DIR}/runtime)
 # The portable build (macOS's code paths) also takes the tests' own ways of
 # a system without /proc: ps and lsof in tests/helper.lua and
-# tests/leftovers.sh, as on macOS (docs/testing.md, "On macOS").
+# tests/leftovers.sh, as on macOS (docs/testing.md, "On macOS"); and the
+# stand-ins for GNU tools a Mac lacks: perl's alarm in scripts/timeout
+# (every spec's time limit), perl's clock where `date` has no %N
+# (tests/sim/smoke.sh).
 set(MIRZA_TEST_PROC_ENV "")
 if(MIRZA_PORTABLE)
-  set(MIRZA_TEST_PROC_ENV "MIRZA_TEST_NO_PROC=1")
+  set(MIRZA_TEST_PROC_ENV "MIRZA_TEST_NO_PROC=1" "MIRZA_TIMEOUT_TOOL=perl" "MIRZA_TEST_NO_GNU_DATE=1")
   list(APPEND TEST_ENV ${MIRZA_TEST_PROC_ENV})
 endif()
 
