@@ -237,7 +237,8 @@ void mz_due_run(mz_client *c, double now);
 void mz_due_read(mz_client *c, mz_stream *s, double now);
 void mz_due_unpark(mz_client *c, mz_stream *s); /* watched again now */
 /* 1 when what parked socket fd holds is worth reading now: its transfer's
- * end, or a buffer's worth (due.c; looked at, not taken). */
+ * end, or MZ_PEEK_MAX bytes (due.c; looked at, not taken). */
+#define MZ_PEEK_MAX 16384
 int mz_due_worth_reading(curl_socket_t fd);
 /* Socket fd came ready for ev (CURL_CSELECT_*), or a parked one's read is
  * due (due.c): libcurl runs its transfer (client.c). */

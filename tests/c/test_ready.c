@@ -399,10 +399,14 @@ static void test_worth_reading(void **state) {
   }
   int sv[2];
   assert_int_equal(0, socketpair(AF_UNIX, SOCK_STREAM, 0, sv));
-  char big[1100];
+  static char big[20000];
   memset(big, 'x', sizeof big);
-  assert_int_equal((ssize_t)sizeof big, write(sv[1], big, sizeof big));
-  assert_int_equal(1, mz_due_worth_reading(sv[0])); /* a buffer's worth */
+  /* 15 KB of a middle (what 250 ms bring at 200 tokens/s): its tail is
+   * seen, no end there, no read yet */
+  assert_int_equal(15000, write(sv[1], big, 15000));
+  assert_int_equal(0, mz_due_worth_reading(sv[0]));
+  assert_int_equal((ssize_t)sizeof big, write(sv[1], big, sizeof big)); /* past MZ_PEEK_MAX */
+  assert_int_equal(1, mz_due_worth_reading(sv[0]));                     /* a buffer's worth: the tail is out of sight */
   close(sv[0]);
   close(sv[1]);
 }
