@@ -34,11 +34,13 @@
 --- output (wall, lines/s, peak RSS); `--only collect` runs 1,024
 --- mirza.collect calls at once, 100 tokens each at 50 tokens/s.
 --- Issue 41: `--only fill` (never in the whole table) runs `mirza batch` as
---- a user does, `--endpoint URL` (the default limit) and `URL@N`, against
---- sims whose decode step grows with the batch (mirza-sim --step-growth):
---- 64 slots saturating (vllm), 256 slots peaking near 16 (h100), and a
---- pool of a 16-slot and a 4-slot server; items/s, wall, and when each
---- endpoint finished its share.
+--- a user does, `--endpoint URL` (the default limit) and `URL@N` swept,
+--- against sims: llama-server -np 1, 4 and 64, 64 slots saturating, a
+--- vLLM-like 256 sequences, 256 slots peaking near 16 (h100), an
+--- Ollama-like 4 in parallel, a pool of a 16-slot and a 4-slot server, and
+--- a 64-slot server another client holds 48 slots of; items/s, wall, when
+--- each endpoint finished its share and the limit it settled on, and per
+--- server the default beside the best fixed limit and @4.
 local mirza = require "mirza"
 local json = mirza.json
 
@@ -609,34 +611,43 @@ local function case_list(n, o)
   add("start-up (mirza -e '')", "startup", {})
   add("cancel latency", "cancel", {})
   -- Issue 41: how full `mirza batch` keeps a server by default, next to
-  -- fixed limits (URL@N), each run against sims of its own (fresh, idle):
-  -- a 64-slot server whose rate saturates (vLLM-like: 1,778 tokens/s at
-  -- 64 in flight, 190 at 4), the H100 curve (256 slots announced, best near
-  -- 16: 256 tokens/s at 1, ~1,590 at 16, 1,460 at 64, 1,030 at 256), and a
-  -- pool of a 16-slot and a 4-slot server at 50 tokens/s a slot. Explicit:
+  -- fixed limits (URL@N) swept over 1 … 256 as far as the server serves
+  -- more (from @4 on servers of 16 slots or more: @1 and @2 take 4 and 2
+  -- times @4's wall there), each run against sims of its own (fresh,
+  -- idle): llama-server -np 1, 4 and 64 at 50 tokens/s a slot (100 ms to
+  -- the first token, as issue 41's); a 64-slot server whose rate saturates
+  -- (1,778 tokens/s at 64 in flight, 190 at 4); a vLLM-like one (256
+  -- sequences, no /props, vLLM's /metrics; saturating toward 4,000
+  -- tokens/s); the H100 curve (256 slots announced, best near 16: 256
+  -- tokens/s at 1, ~1,590 at 16, 1,460 at 64, 1,030 at 256); an Ollama-like
+  -- one (4 in parallel, announcing nothing, a goroutine per connection); a
+  -- pool of a 16-slot and a 4-slot server; and a 64-slot server 48 of whose
+  -- slots another client's `mirza batch` holds throughout. @4 (the default
+  -- limit until issue 41) is the floor the default must beat. Explicit:
   -- `--only fill`.
-  local function fill(t)
-    t.group, t.explicit = "fill", true
-    return t
+  local function fill(server, servers, items, tokens, sweep, load)
+    for _, k in ipairs { false, table.unpack(sweep) } do
+      local at = k and (type(k) == "table" and k or { k })
+      add(("fill %s, %s"):format(server, at and "@" .. table.concat(at, " + @") or "default"), "fill",
+        { group = "fill", explicit = true, servers = servers, at = at, items = items, tokens = tokens, load = load })
+    end
   end
   local llama = "--dialect llama --metrics --ttft-ms 0 --reasoning-tokens 0 "
-  local sat = llama .. "--parallel 64 --step-growth vllm --tok-rate 50 --answer-tokens 20"
-  -- (@4: the default limit until issue 41, the floor the default must beat)
-  for _, k in ipairs { false, 4, 64 } do
-    add(("fill 64-slot saturating, %s"):format(k and "@" .. k or "default"), "fill",
-      fill { servers = { sat }, at = k and { k } or nil, items = 64, tokens = 20 })
-  end
-  local peak = llama .. "--parallel 256 --step-growth h100 --tok-rate 256 --answer-tokens 32"
-  for _, k in ipairs { false, 4, 16, 64, 256 } do
-    add(("fill H100-shaped, %s"):format(k and "@" .. k or "default"), "fill",
-      fill { servers = { peak }, at = k and { k } or nil, items = 256, tokens = 32 })
-  end
-  local s16 = llama .. "--parallel 16 --tok-rate 50 --answer-tokens 20"
-  local s4 = llama .. "--parallel 4 --tok-rate 50 --answer-tokens 20"
-  for _, k in ipairs { false, { 4, 4 }, { 16, 4 } } do
-    add(("fill pool 16 + 4 slots, %s"):format(k and ("@%d + @%d"):format(k[1], k[2]) or "default"), "fill",
-      fill { servers = { s16, s4 }, at = k or nil, items = 100, tokens = 20 })
-  end
+  local np = "--dialect llama --ttft-ms 100 --reasoning-tokens 0 --tok-rate 50 --answer-tokens 20 --parallel "
+  local wide = { 4, 8, 16, 32, 64, 128, 256 }
+  fill("llama -np 1", { np .. 1 }, 16, 20, { 1, 2, 4 })
+  fill("llama -np 4", { np .. 4 }, 32, 20, { 1, 2, 4, 8, 16 })
+  fill("llama -np 64", { np .. 64 }, 128, 20, { 4, 8, 16, 32, 64, 128 })
+  fill("64-slot saturating", { llama .. "--parallel 64 --step-growth vllm --tok-rate 50 --answer-tokens 20" }, 64, 20,
+    { 4, 8, 16, 32, 64, 128 })
+  fill("vLLM-like 256 seqs", { "--dialect llama --no-route /props --vllm-metrics --ttft-ms 0 --reasoning-tokens 0"
+    .. " --parallel 256 --step-growth vllm --tok-rate 256 --answer-tokens 20" }, 512, 20, wide)
+  fill("H100-shaped", { llama .. "--parallel 256 --step-growth h100 --tok-rate 256 --answer-tokens 32" }, 256, 32, wide)
+  fill("Ollama-like 4 parallel", { np .. "4 --threads-http 0 --no-route /props --no-route /health"
+    .. [[ --route '/api/version={"version":"0.12.6"}']] }, 32, 20, { 1, 2, 4, 8, 16 })
+  fill("pool 16 + 4 slots", { llama .. "--parallel 16 --tok-rate 50 --answer-tokens 20",
+    llama .. "--parallel 4 --tok-rate 50 --answer-tokens 20" }, 100, 20, { { 4, 4 }, { 8, 4 }, { 16, 4 }, { 32, 4 } })
+  fill("shared 64 (48 held)", { np .. "64 --metrics" }, 64, 20, { 4, 8, 16, 32, 64 }, 48)
   return L
 end
 
@@ -973,28 +984,57 @@ end
 
 -- ---- the fill rows (issue 41)
 
+-- An input of n items of `tokens` tokens at most (extra: more of each).
+local function fill_input(n, tokens, tag, extra)
+  local input = os.tmpname()
+  local f = assert(io.open(input, "w"))
+  for i = 1, n do
+    local item = { custom_id = tag .. i, max_tokens = tokens,
+      messages = { { role = "user", content = ("Question %d?"):format(i) } } }
+    for k, v in pairs(extra or {}) do item[k] = v end
+    f:write(json.encode(item), "\n")
+  end
+  f:close()
+  return input
+end
+
+-- Another client's load on the llama sim at url: a `mirza batch` @n of n
+-- answers of 1,500 tokens (30 s at 50 tokens/s: longer than a run, and
+-- its bound), returned once the sim's /metrics counts n processing.
+local function start_load(url, n)
+  local input, output = fill_input(n, 2000, "load-", { mirza_sim = { answer_tokens = 1500 } }), os.tmpname()
+  os.remove(output)
+  local p = assert(io.popen(("%s batch %s %s --endpoint %s --model bench --quiet >/dev/null 2>&1 & echo $!"):format(
+    sh_quote(MIRZA), sh_quote(input), sh_quote(output), sh_quote(("%s@%d"):format(url, n)))))
+  local pid = p:read("l")
+  p:close()
+  for _ = 1, 1000 do
+    local text = mirza.request { url = url:gsub("/v1$", "") .. "/metrics", method = "GET", timeout = 1 }
+    if tonumber(text and text:match("\nllamacpp:requests_processing (%S+)") or 0) >= n then break end
+    mirza.sleep(0.01)
+  end
+  return { pid = pid, input = input, output = output }
+end
+
 -- One `mirza batch` run of a fill row, as a user runs it, against sims of
--- its own (c.servers: their arguments), each endpoint URL or URL@N (c.at):
--- its wall, and each endpoint's items and when it finished its last one
--- (OUTPUT followed as its records are written: every 5 ms).
+-- its own (c.servers: their arguments; c.load: requests another client
+-- keeps in flight on the first), each endpoint URL or URL@N (c.at): its
+-- wall, and each endpoint's items, when it finished its last one (OUTPUT
+-- followed as its records are written: every 5 ms) and the limit it
+-- settled on (the batch's summary).
 local function fill_run(c, o)
   local urls, pids, eps = {}, {}, {}
   for i, args in ipairs(c.servers) do
     urls[i], pids[i] = start_sim(o.sim, args)
     eps[i] = "--endpoint " .. sh_quote(c.at and ("%s@%d"):format(urls[i], c.at[i]) or urls[i])
   end
-  local input, output, rc = os.tmpname(), os.tmpname(), os.tmpname()
-  local f = assert(io.open(input, "w"))
-  for i = 1, c.items do
-    f:write(json.encode { custom_id = "fill-" .. i, max_tokens = c.tokens,
-      messages = { { role = "user", content = ("Question %d?"):format(i) } } }, "\n")
-  end
-  f:close()
+  local load = c.load and start_load(urls[1], c.load)
+  local input, output, rc, log = fill_input(c.items, c.tokens, "fill-"), os.tmpname(), os.tmpname(), os.tmpname()
   os.remove(output)
   os.remove(rc)
   local t0 = mirza.now()
-  os.execute(("(%s %s batch %s %s %s --model bench --quiet >/dev/null 2>&1; echo $? > %s) &"):format(
-    timeout_prefix(600), sh_quote(MIRZA), sh_quote(input), sh_quote(output), table.concat(eps, " "), sh_quote(rc)))
+  os.execute(("(%s %s batch %s %s %s --model bench >/dev/null 2>%s; echo $? > %s) &"):format(timeout_prefix(600),
+    sh_quote(MIRZA), sh_quote(input), sh_quote(output), table.concat(eps, " "), sh_quote(log), sh_quote(rc)))
   local by_port, pos, status = {}, 0
   repeat
     mirza.sleep(0.005)
@@ -1018,14 +1058,18 @@ local function fill_run(c, o)
     end
   until status
   local wall = mirza.now() - t0
+  if load then os.execute("kill " .. load.pid) end
   for _, pid in ipairs(pids) do os.execute("kill " .. pid) end
-  os.remove(input)
-  os.remove(output)
-  os.remove(rc)
+  local h = io.open(log)
+  local summary = h and h:read("a") or ""
+  if h then h:close() end
+  for _, name in ipairs { input, output, rc, log, load and load.input, load and load.output } do os.remove(name) end
   local r, done = { wall = wall, endpoints = {} }, 0
   for i, url in ipairs(urls) do
-    local e = by_port[url:match(":(%d+)")] or { items = 0 }
-    r.endpoints[i] = { items = e.items, finish_s = e.finish }
+    local port = url:match(":(%d+)")
+    local e = by_port[port] or { items = 0 }
+    r.endpoints[i] = { items = e.items, finish_s = e.finish,
+      settled = tonumber(summary:match(":" .. port .. "/v1: settled on limit (%d+)")) }
     done = done + e.items
   end
   if status ~= 0 or done ~= c.items then
@@ -1064,7 +1108,8 @@ local function print_fill(rows)
       else
         local eps = {}
         for i, e in ipairs(r.endpoints) do
-          eps[i] = ("%d @ %s"):format(e.items, e.finish_s and ("%.2f"):format(e.finish_s) or "—")
+          eps[i] = ("%d @ %s%s"):format(e.items, e.finish_s and ("%.2f"):format(e.finish_s) or "—",
+            e.settled and (", settled on %d"):format(e.settled) or "")
         end
         print(("%-36s %6d %8.1f %8.2f %8.0f  %s"):format(r.name, r.items, r.items_s, r.wall_s, r.tok_s,
           table.concat(eps, ", ")))
