@@ -682,7 +682,7 @@ end
 ---@return integer index
 function Pool:next_item(items, lookahead)
   lookahead = lookahead or 1
-  if not self.affinity or lookahead < 2 then return 1 end
+  if not self.affinity or lookahead < 2 or self.nkeys == 0 then return 1 end -- no key known: all are new
   local fit, fresh, slot
   for i = 1, #items do
     local it = items[i]
