@@ -107,6 +107,23 @@ function H.tmpname(suffix)
   return n .. (suffix or "")
 end
 
+-- A fresh directory for each case of the describe block that calls it:
+-- made before each case, removed after it (the block's busted hooks are
+-- given: they live in the spec's environment, not this module's).
+-- Returns a table whose `path` is the current case's directory.
+function H.dir_per_case(suffix, before_each, after_each)
+  local d = {}
+  before_each(function()
+    d.path = H.tmpname(suffix)
+    os.execute("mkdir -p " .. H.q(d.path))
+  end)
+  after_each(function()
+    os.execute("rm -rf " .. H.q(d.path))
+    collectgarbage("collect")
+  end)
+  return d
+end
+
 local mirza = require "mirza"
 
 -- ---- cleanups and processes: one list per test, one registry per file -----

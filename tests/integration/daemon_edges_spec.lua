@@ -82,15 +82,7 @@ describe("mirza.daemon restart policy", function()
 end)
 
 describe("mirza.daemon log rotation", function()
-  local dir
-  before_each(function()
-    dir = H.tmpname(".logs")
-    os.execute("mkdir -p " .. H.q(dir))
-  end)
-  after_each(function()
-    os.execute("rm -rf " .. H.q(dir))
-    collectgarbage("collect")
-  end)
+  local tmp = H.dir_per_case(".logs", before_each, after_each)
 
   local function read(path)
     local f = io.open(path)
@@ -108,7 +100,7 @@ describe("mirza.daemon log rotation", function()
   end
 
   it("starts each daemon on a fresh log and keeps the previous one as .1", function()
-    local log = dir .. "/daemon.log"
+    local log = tmp.path .. "/daemon.log"
     local d <close> = daemon { log = log }
     for run = 1, 3 do
       assert.is_true(d:start())
@@ -125,7 +117,7 @@ describe("mirza.daemon log rotation", function()
       mark(log, "end of run " .. run)
     end
     -- only one generation is kept
-    local p = assert(io.popen("ls " .. H.q(dir)))
+    local p = assert(io.popen("ls " .. H.q(tmp.path)))
     local files = {}
     for name in p:lines() do files[#files + 1] = name end
     p:close()
@@ -135,7 +127,7 @@ describe("mirza.daemon log rotation", function()
   end)
 
   it("a restart after a crash keeps the crashed daemon's log as .1", function()
-    local log = dir .. "/crash.log"
+    local log = tmp.path .. "/crash.log"
     local d <close> = daemon { log = log, args = concat(FAST, { "--crash-after", "1" }),
       restart = { max = 1, backoff = 0.01 } }
     assert.is_true(d:start())

@@ -185,20 +185,12 @@ end)
 -- goes on up (it is no failure to write); a failure to write is a warning.
 describe("runs.jsonl's guard", function()
   local record = require "mirza.record"
-  local dir
-  before_each(function()
-    dir = H.tmpname(".rec")
-    os.execute("mkdir -p " .. H.q(dir))
-  end)
-  after_each(function()
-    os.execute("rm -rf " .. H.q(dir))
-    collectgarbage("collect")
-  end)
+  local tmp = H.dir_per_case(".rec", before_each, after_each)
 
   -- An engine as log_turn reads it, whose model() raises `raise` (a
   -- callback of the line's), and whose log keeps what it is told.
   local function fake_engine(raise, logged)
-    return { cfg = { record = dir }, chat_url = "http://127.0.0.1:1/v1/chat/completions",
+    return { cfg = { record = tmp.path }, chat_url = "http://127.0.0.1:1/v1/chat/completions",
       model = function() if raise then error(raise, 0) end return "m" end,
       log = function(_, level, msg) logged[#logged + 1] = level .. ": " .. msg end }
   end
@@ -219,7 +211,7 @@ describe("runs.jsonl's guard", function()
     assert.same({ "warning: run log: disk full" }, logged)
     record.log_turn(fake_engine(nil, logged), OUT, {})
     assert.equal(1, #logged)
-    assert.equal("m", json.decode(H.read_file(dir .. "/runs.jsonl")).model)
+    assert.equal("m", json.decode(H.read_file(tmp.path .. "/runs.jsonl")).model)
   end)
 end)
 
