@@ -283,8 +283,8 @@ function B.poll_waiting(pool, o, every)
       tasks[#tasks + 1] = loop.spawn(function()
         while true do
           mirza.sleep(every or 0.5)
-          local n = capacity.waiting(e.url, e.metrics, ro)
-          if n then pool:server_waiting(e, n) end
+          local n, running = capacity.waiting(e.url, e.metrics, ro)
+          if n then pool:server_waiting(e, n, running) end
         end
       end)
     end

@@ -41,8 +41,10 @@ local function get(url, route, opts)
   return type(v) == "table" and v or nil
 end
 
--- The gauge of each server's /metrics that counts the requests it queues.
+-- The gauges of each server's /metrics that count the requests it queues
+-- and those it runs.
 local WAITING = { vllm = "vllm:num_requests_waiting", llama = "llamacpp:requests_deferred" }
+local RUNNING = { vllm = "vllm:num_requests_running", llama = "llamacpp:requests_processing" }
 
 -- The sum of a Prometheus gauge's samples in a /metrics text (every label
 -- set: vLLM has one per model), nil when it has none.
@@ -92,14 +94,20 @@ function C.probe(url, opts)
 end
 
 ---How many requests the server's queue holds now, from its /metrics
----(`kind`: `probe`'s `metrics`); nil when it does not say.
+---(`kind`: `probe`'s `metrics`); nil when it does not say. Second: how
+---many it runs (vLLM's num_requests_running, llama-server's
+---requests_processing), when it says.
 ---@param url string
 ---@param kind "vllm"|"llama"
 ---@param opts? {api_key?: string, headers?: table, timeout?: number}
----@return number|nil
+---@return number|nil waiting
+---@return number|nil running
 function C.waiting(url, kind, opts)
   local text = get_text(url, "/metrics", opts or {})
-  return text and gauge(text, WAITING[kind]) or nil
+  if not text then return nil end
+  local waiting = gauge(text, WAITING[kind])
+  if waiting == nil then return nil end
+  return waiting, gauge(text, RUNNING[kind])
 end
 
 return C

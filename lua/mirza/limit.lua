@@ -267,16 +267,20 @@ function Limit:failed(now, q, why)
 end
 
 ---The server says `n` requests wait in its queue (its /metrics: vLLM's
----num_requests_waiting, llama-server's requests_deferred). Twice in a row
----above 0 (not a request between two of its steps): the limit becomes
----the requests in flight less those, at least `min`, once a window.
+---num_requests_waiting, llama-server's requests_deferred), and `running`
+---(when it says) how many it runs. Twice in a row above 0 (not a request
+---between two of its steps): the limit becomes what it runs, else the
+---requests in flight less those waiting (an overestimate: in flight counts
+---requests on their way, and answers not read yet), at least `min`, once
+---a window.
 ---@param now number
 ---@param n number
-function Limit:waiting(now, n)
+---@param running? number
+function Limit:waiting(now, n, running)
   local before = self.seen_waiting
   self.seen_waiting = n > 0
   if not (n > 0 and before) or self.w.cut then return end
-  local to = self:_clamp(self.inflight - n)
+  local to = self:_clamp(running and running > 0 and running or self.inflight - n)
   if to >= self.limit then return end
   self.w.cut = true
   self.limit, self.mode, self.why, self.windows, self.base, self.skip = to, "hold", "waiting", 0, nil, 1

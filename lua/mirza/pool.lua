@@ -199,13 +199,15 @@ function Pool:announce(e, c)
   end
 end
 
----The server of e says `n` requests wait in its queue (mirza.capacity's
----`waiting`): its limiter backs off (mirza.limit's `waiting`).
+---The server of e says `n` requests wait in its queue, and `running` (when
+---it says) how many it runs (mirza.capacity's `waiting`): its limiter
+---backs off (mirza.limit's `waiting`).
 ---@param e mirza.Endpoint
 ---@param n number
-function Pool:server_waiting(e, n)
+---@param running? number
+function Pool:server_waiting(e, n, running)
   if not e.limiter then return end
-  e.limiter:waiting(self.clock(), n)
+  e.limiter:waiting(self.clock(), n, running)
   e.limit = e.limiter:get()
 end
 

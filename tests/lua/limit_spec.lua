@@ -108,6 +108,19 @@ describe("mirza.limit", function()
     assert.equal(24, l:get())
   end)
 
+  it("backs off to what the server runs when it says (in flight also counts answers not read yet)", function()
+    local l = limit.new { initial = 32 }
+    for _ = 1, 32 do l:sent(0) end
+    l:waiting(0.5, 8, 20)
+    l:waiting(1.0, 8, 20)
+    assert.equal(20, l:get()) -- not 32 - 8
+    local z = limit.new { initial = 32 }
+    for _ = 1, 32 do z:sent(0) end
+    z:waiting(0.5, 8, 0)
+    z:waiting(1.0, 8, 0)
+    assert.equal(24, z:get()) -- a running count of 0 while some wait says nothing: in flight less those
+  end)
+
   it("backs off while a server refuses past its load, and serves the rest", function()
     local l = limit.new { initial = 64 }
     local wall = S.run(S.shapes.slots64, 400, l, { fail = function(_, n) return n >= 20 end })
