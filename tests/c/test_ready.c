@@ -309,6 +309,27 @@ static void test_held_streams_read_less(void **state) {
   assert_true(lazy <= 60);
 }
 
+/* A stream built by hand on a socket pair (sv[0] its socket, watched for
+ * input), for the read rule alone: libcurl has nothing to do. */
+static mz_stream *hand_stream(mz_client *c, int sv[2]) {
+  assert_int_equal(0, socketpair(AF_UNIX, SOCK_STREAM, 0, sv));
+  mz_stream *s = calloc(1, sizeof *s);
+  assert_non_null(s);
+  s->c = c, s->sock = sv[0], s->sock_what = CURL_POLL_IN, s->easy = (CURL *)c, s->due_at = INFINITY;
+  assert_int_equal(0, mz_watch_set(c->watch, sv[0], CURL_POLL_IN));
+  return s;
+}
+
+/* hand_stream's stream gone, its sockets and client closed. */
+static void hand_stream_free(mz_client *c, mz_stream *s, int sv[2]) {
+  mz_due_drop(s);
+  mz_watch_set(c->watch, sv[0], CURL_POLL_REMOVE);
+  free(s);
+  close(sv[0]);
+  close(sv[1]);
+  mz_client_free(c);
+}
+
 /* The gaps of a held stream (due.c): its end is looked for at an eighth
  * of how long it has answered, at most its hold, 250 ms and a quarter of
  * its stall timeout (at a grid point between 3/4 of that and that); none
@@ -322,10 +343,7 @@ static void test_read_gap(void **state) {
   (void)state;
   mz_client *c = mz_client_new(NULL);
   int sv[2];
-  assert_int_equal(0, socketpair(AF_UNIX, SOCK_STREAM, 0, sv));
-  mz_stream *s = calloc(1, sizeof *s);
-  s->c = c, s->sock = sv[0], s->sock_what = CURL_POLL_IN, s->easy = (CURL *)c, s->due_at = INFINITY;
-  assert_int_equal(0, mz_watch_set(c->watch, sv[0], CURL_POLL_IN));
+  mz_stream *s = hand_stream(c, sv);
   struct {
     int answering, multiplexed, sealed;
     double hold, stall, age, gap, middle; /* gap 0: read as its bytes come */
@@ -360,11 +378,7 @@ static void test_read_gap(void **state) {
     assert_int_equal(1, read(sv[0], &b, 1));
     mz_due_drop(s);
   }
-  mz_watch_set(c->watch, sv[0], CURL_POLL_REMOVE);
-  free(s);
-  close(sv[0]);
-  close(sv[1]);
-  mz_client_free(c);
+  hand_stream_free(c, s, sv);
 }
 
 /* A parked stream's end is looked for without reading it (due.c): worth
@@ -419,15 +433,12 @@ static void test_end_read_when_it_comes(void **state) {
   (void)state;
   mz_client *c = mz_client_new(NULL);
   int sv[2];
-  assert_int_equal(0, socketpair(AF_UNIX, SOCK_STREAM, 0, sv));
-  mz_stream *s = calloc(1, sizeof *s);
-  s->c = c, s->sock = sv[0], s->sock_what = CURL_POLL_IN, s->easy = (CURL *)c, s->due_at = INFINITY;
+  mz_stream *s = hand_stream(c, sv);
   s->answering = 1, s->hold_s = 60;
   c->nfd_rx = (size_t)sv[0] + 1;
   c->fd_rx = calloc(c->nfd_rx, sizeof *c->fd_rx);
   c->fd_owner = calloc(c->nfd_rx, sizeof *c->fd_owner);
   c->fd_owner[sv[0]] = s;
-  assert_int_equal(0, mz_watch_set(c->watch, sv[0], CURL_POLL_IN));
   double now = mz_now();
   s->answer_at = now - 0.2; /* its end looked for every 25 ms, its middle read every 0.25 s */
   mz_due_read(c, s, now);
@@ -440,13 +451,8 @@ static void test_end_read_when_it_comes(void **state) {
   assert_int_equal((ssize_t)strlen(end), write(sv[1], end, strlen(end)));
   mz_due_run(c, s->peek_at); /* the end: read now */
   assert_int_equal(1, s->reads);
-  mz_due_drop(s);
-  mz_watch_set(c->watch, sv[0], CURL_POLL_REMOVE);
   c->fd_owner[sv[0]] = NULL;
-  free(s);
-  close(sv[0]);
-  close(sv[1]);
-  mz_client_free(c);
+  hand_stream_free(c, s, sv);
 }
 
 /* The due heap (due.c) gives the earliest look first, however the keys
