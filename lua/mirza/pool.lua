@@ -453,8 +453,8 @@ function Pool:_state(node, e, now)
   local copies, busy, cold = count(node, "copies", e), count(node, "busy", e), count(node, "cold", e)
   if copies > busy then return room and "affine" or "wait" end
   if cold > 0 then return "wait" end
-  if room and ((e.claimed or 0) < e.limit or not (next(node.busy or {}) or next(node.cold or {}))
-      or self:_stale_copy(e, now)) then
+  local following = (node.busy and next(node.busy)) or (node.cold and next(node.cold)) -- its copies busy somewhere
+  if room and ((e.claimed or 0) < e.limit or not following or self:_stale_copy(e, now)) then
     return "slot"
   end
   if busy > 0 then return "wait" end
