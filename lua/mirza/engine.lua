@@ -640,6 +640,9 @@ function Engine:_turn_begin(t, input, opts, schema)
     -- its leading messages (the system prompt) went last (that daemon's prompt cache),
     -- else the least loaded (mirza.pool's prefix affinity)
     self._prefix_key = require("mirza.pool").prefix_key(messages)
+    -- what each endpoint without a fixed limit announces (its ceiling, MTPLX's serial start): read once,
+    -- before the first request through it, as a batch does; a probe that fails changes nothing
+    self.pool:read_capacity { api_key = self.cfg.api_key }
     endpoint, msg, code = self.pool:acquire(self.cfg.connect_timeout,
       { prefer = self._endpoint, key = self._prefix_key })
     if not endpoint then return nil, msg, code end

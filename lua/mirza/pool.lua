@@ -4,7 +4,8 @@
 --- flight, never past that endpoint's own limit. A limit given (`@N`,
 --- `limit =`) is fixed; else each endpoint's is found as the requests go
 --- (mirza.limit: the load where its token rate is best, at most the
---- ceiling its server announces: `set_ceiling`, mirza.capacity). A
+--- ceiling its server announces: `set_ceiling`, mirza.capacity, read by
+--- `probe` for a batch and `read_capacity` for an engine over the pool). A
 --- request that failed once is retried on another endpoint while one is
 --- healthy.
 ---
@@ -81,6 +82,9 @@ local P = {}
 ---@field last_error string|nil the message of its last failure
 ---@field model string|nil the model it serves, once a user asked (mirza.batch)
 ---@field model_asked mirza.Condition|nil set while a user asks it for its model (mirza.batch)
+---@field capacity mirza.Capacity|false|nil what its server announced (`probe`; false: nothing), nil before it was asked
+---@field metrics "vllm"|"llama"|nil its /metrics counts the requests its server queues (`probe`)
+---@field _probe mirza.Task|nil the probe of `read_capacity`, under way or over
 
 ---@class mirza.Pool
 ---@field endpoints mirza.Endpoint[]
@@ -197,6 +201,42 @@ function Pool:announce(e, c)
     e.limiter:set_start(c.start, c.source)
     e.limit = e.limiter:get()
   end
+end
+
+---Ask e's server what it announces (mirza.capacity's `probe`) and give
+---it to e's limiter (`announce`); `e.capacity` keeps the answer (false:
+---none) and `e.metrics` whether its /metrics counts its queue (for
+---`server_waiting`). An endpoint with a fixed limit is not asked. A probe
+---that fails (no /props, refused, an HTTP error, no answer within its
+---timeout) changes nothing. Inside a mirza.loop task it yields.
+---@param e mirza.Endpoint
+---@param opts? {api_key?: string, headers?: table, timeout?: number}
+---@return mirza.Capacity|nil
+function Pool:probe(e, opts)
+  if not e.limiter then return nil end
+  local c = require("mirza.capacity").probe(e.url, opts)
+  e.capacity, e.metrics = c or false, c and c.metrics
+  self:announce(e, c)
+  return c
+end
+
+---Read once what each endpoint without a fixed limit announces
+---(`probe`), the endpoints not asked yet each in a task of its own, all
+---at once, then wait for every probe under way, this call's or another
+---user's of the pool (engines sharing it): a probe's timeout at most
+---(mirza.capacity's, 1 s a request). An engine over a pool calls it
+---before each turn; once every endpoint was asked, it returns at once.
+---A probe that fails or raises is over all the same: nothing is returned.
+---@param opts? {api_key?: string, headers?: table, timeout?: number}
+function Pool:read_capacity(opts)
+  local under_way, current = {}, loop.current()
+  for _, e in ipairs(self.endpoints) do
+    if e.limiter and e.capacity == nil and not e._probe then -- on the caller's loop: it waits there
+      e._probe = (current and current.loop or self.cond.loop):spawn(self.probe, self, e, opts)
+    end
+    if e._probe and not e._probe:done() then under_way[#under_way + 1] = e._probe end
+  end
+  for t in loop.as_completed(under_way) do t:join() end
 end
 
 ---The server of e says `n` requests wait in its queue, and `running` (when
