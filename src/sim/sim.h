@@ -418,7 +418,7 @@ typedef struct job {
   bool slot, gone, cancelled, role_sent, oversized_done;
   long batched; /* --step-growth: the sequences it adds to the batch; 0: none */
   bool clocked; /* paced by the batch's step clock (its rate is --tok-rate's) */
-  double step0; /* the clock's steps when it joined: token k is due at step0 + k */
+  double step0; /* the clock's steps a step after it joined: token k is due at step0 + k */
   bool fired_error, fired_cut, fired_stall, fired_malformed, fired_crash;
   bool fired_bad_utf8, fired_nul;
   struct sim_tools *tools; /* tool calls or the echo of results; NULL: none */

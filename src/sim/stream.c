@@ -542,12 +542,16 @@ static int acquire_and_prefill(job *j) {
 
 /* --step-growth: a generation joins the batch with each of its choices;
  * it is paced by the batch's clock unless its body chose its own rate
- * (mirza_sim.tok_rate), and --tok-rate 0 stays as fast as possible. */
+ * (mirza_sim.tok_rate), and --tok-rate 0 stays as fast as possible. Its
+ * first token comes with the end of the step it joined, not at once: a
+ * GPU server samples it from the step that carries the prompt beside the
+ * running sequences' tokens (llama-server's update_slots builds one batch
+ * of both), so a first token takes longer the fuller the batch. */
 static void batch_join(job *j) {
   const sim_config *cfg = &j->srv->cfg;
   if (!cfg->step_growth || cfg->tok_rate <= 0) return;
   j->batched = j->n > 1 ? j->n : 1;
-  j->step0 = decode_join(j->srv, j->batched);
+  j->step0 = decode_join(j->srv, j->batched) + 1.0;
   j->clocked = j->rate == cfg->tok_rate;
 }
 

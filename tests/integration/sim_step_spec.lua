@@ -107,20 +107,47 @@ describe("mirza-sim --step-growth", function()
 
   it("a token already awaited comes later when the batch grows, sooner when it shrinks", function()
     -- base 1 s + 50 ms a sequence: 1.05 s a step alone, 4.2 s with 64
-    local s = sim { "--parallel", "64", "--tok-rate", "1", "--step-growth", "50" }
+    local s = sim { "--parallel", "64", "--tok-rate", "1", "--step-growth", "50", "--metrics" }
     local one = batch(s, 1)
     finally(one.close)
     assert.is_true(one.started())
     local t0 = mirza.now() -- its first token; the second is due at t0 + 1.05 s alone
     local more = batch(s, 63)
     finally(more.close)
-    assert.is_true(more.started(), "the 63 did not start")
+    -- the 63 are in the batch once the server runs them (their first tokens come a 4.2 s step later)
+    local capacity = require "mirza.capacity"
+    assert.is_true(H.wait_for(function()
+      local _, running = capacity.waiting(s.url, "llama")
+      return running == 64
+    end, 10, 0.01), "the 63 did not start")
     assert.is_true(mirza.now() - t0 < 0.5, "the 63 took too long to start: this case cannot tell")
     one.pump(t0 + 1.5 - mirza.now())
     assert.equal(1, one.counts[1]) -- 4.2 s a step from the joins on: not before t0 + 3 s
     more.close() -- about 0.45 of a step made: the rest at 1.05 s a step, near t0 + 2.1 s
     one.pump(t0 + 2.6 - mirza.now())
     assert.equal(2, one.counts[1])
+  end)
+
+  it("a first token comes with the end of the step its prompt joined: later the fuller the batch", function()
+    -- base 100 ms + 20 ms a sequence: 120 ms a step alone, 740 ms with 32
+    local s = sim { "--parallel", "64", "--tok-rate", "10", "--step-growth", "20" }
+    local function ttft()
+      local st <close> = mirza.open { url = s.url, body = H.chat_body("first") }
+      local t0, ev = mirza.now()
+      repeat
+        mirza.wait(0.005)
+        ev = st:next(0)
+        if ev then assert(ev.type ~= "error", ev.message) end
+      until (ev and ev.type == "text") or mirza.now() - t0 > 10
+      return mirza.now() - t0
+    end
+    local alone = ttft()
+    local crowd = batch(s, 31)
+    finally(crowd.close)
+    assert.is_true(crowd.started(), "the 31 did not start")
+    local crowded = ttft()
+    assert.is_true(alone > 0.1 and alone < 0.35, tostring(alone))
+    assert.is_true(crowded > 0.6, ("alone %.3f s, beside 31 %.3f s"):format(alone, crowded))
   end)
 
   it("without it a stream keeps --tok-rate whatever the others do; with --tok-rate 0 it is flat out", function()
