@@ -254,15 +254,11 @@ end
 ---@param o table the run's options (api_key, headers)
 ---@return mirza.Task[]
 function B.probe_capacity(pool, o)
-  local tasks, capacity = {}, require "mirza.capacity"
+  local tasks = {}
   local ro = { api_key = o.api_key, headers = o.headers }
   for _, e in ipairs(pool.endpoints) do
     if e.limiter then
-      tasks[#tasks + 1] = loop.spawn(function()
-        local c = capacity.probe(e.url, ro)
-        pool:announce(e, c)
-        e.metrics = c and c.metrics
-      end)
+      tasks[#tasks + 1] = loop.spawn(pool.probe, pool, e, ro) -- mirza.capacity's answer to e's limiter
     end
   end
   return tasks
