@@ -16,11 +16,24 @@
 --- of limit pairs each rate with the load that produced it.
 ---
 --- How it moves (BBR's phases over TCP's slow start, with a hill climb):
----   start   the limit doubles after each window while the rate grew by
----           a real share of the load's growth (an elasticity of at least
----           `min_gain`: doubling the load gives 7 % more or better); it
----           stops where the curve flattens or falls, and steps back to
----           the load of the best rate seen.
+---   start   the limit doubles at first tokens, a round at a time: the
+---           requests a doubling lets out are a round, and once all got
+---           their first token their median time to it says how much
+---           room the server had (it samples a first token at the end of
+---           a step of its whole batch: that time grows with the load as
+---           the step does, and the rate, load / step, grew at least
+---           load^g where it grew at most load^(1 - g)). A round with
+---           g >= `fast_gain` doubles again; one below goes back to the
+---           round before (and holds there when its requests waited for
+---           a slot: the server queues). Past the rounds (and for a
+---           caller that tells no first tokens, or first tokens that take
+---           longer than an answer) the windows decide: the limit doubles
+---           after each window while the rate grew by a real share of the
+---           load's growth (an elasticity of at least `min_gain`:
+---           doubling the load gives 7 % more or better); it stops where
+---           the curve flattens or falls, and steps back to the load of
+---           the best rate seen. A server that scales is filled within a
+---           few first tokens, not a window per doubling.
 ---   hold    the limit stays; every `probe_every` windows (8 times
 ---           that at the ceiling or the maximum the start reached) it
 ---           tries 25 % more, then 20 % less, measured on the requests
@@ -55,8 +68,7 @@ M.defaults = {
   max_window = 30,
   min_items = 2,     -- completions a window needs
   min_gain = 0.1,    -- start: doubling continues while rate grows at least load^min_gain
-  fast_gain = 0.5,   -- start: doubling at first tokens continues while rate grows at least load^fast_gain
-  fast_ttft = 1.5,   -- start: ... and every new request's first token comes within this times the floor
+  fast_gain = 0.5,   -- start: a doubling at first tokens while the rate grows at least load^fast_gain
   probe_every = 3,   -- hold: windows between two probes
   probe_up = 1.25,
   probe_down = 0.8,
@@ -73,11 +85,11 @@ M.defaults = {
 ---@field ceiling integer|nil what the server announced
 ---@field source string|nil where the ceiling came from ("/props")
 ---@field mode "start"|"hold"|"probe"
----@field why string what moved it last ("start", "rate", "queue", "429"...)
+---@field why string what moved it last ("start", "first tokens", "rate", "ceiling", "queue", "429"...)
 ---@field inflight integer
 ---@field best_rate number the best window rate seen (tokens/s)
 ---@field trace fun(now: number, r: table, before: integer, self: mirza.Limit)|nil called after each decision
----  (r: the window's rate, load, n, queued, full), for tuning and tests
+---  (r: the window's rate, load, n, queued, full; a round's load, n, queued, ttft and gain), for tuning and tests
 local Limit = {}
 Limit.__index = Limit
 
@@ -94,7 +106,6 @@ function M.new(opts)
   self.mode, self.why, self.windows, self.best_rate, self.skip = "start", "start", 0, 0, 0
   self.every, self.epoch = self.probe_every, 0
   self.ttfts, self.nttft, self.dur = {}, 0, nil
-  self.firsts, self.nfirst = {}, 0
   self.levels = {} -- window results in start: {load, rate}
   self:_new_window(nil)
   self.limit = math.max(self.min, math.min(self.initial, self.max))
@@ -114,17 +125,14 @@ function Limit:_clamp(n)
 end
 
 ---The server announced its capacity: the limit never goes past it.
----Before the first window, the start moves to `initial_ceiling` (at most
----the ceiling), and may double at first tokens from its first window on
----(not only once a window saw the rate grow): a server that says how many
----it serves at once has the slots; a queue or a slower step still shows
----in the first tokens.
+---Before the first request, the start moves to `initial_ceiling` (at most
+---the ceiling).
 ---@param n integer
 ---@param source? string where it was read ("/props total_slots")
 function Limit:set_ceiling(n, source)
   if math.type(n) ~= "integer" or n < 1 then error("mirza.limit: a ceiling is an integer >= 1", 2) end
   self.ceiling, self.source, self.max = n, source, math.min(n, self.hard or n)
-  if self.mode == "start" and self.windows == 0 then self.limit, self.fast_on = self.initial_ceiling, true end
+  if self.mode == "start" and not self.rounds then self.limit = self.initial_ceiling end
   self.limit = math.min(self.limit, n)
 end
 
@@ -142,7 +150,7 @@ end
 ---@param n integer
 ---@param source? string
 function Limit:set_start(n, source)
-  if self.mode ~= "start" or self.windows > 0 then return end
+  if self.mode ~= "start" or self.rounds then return end
   self.limit, self.start_source = self:_clamp(n), source
   self.first_limit = self.limit
 end
@@ -158,56 +166,100 @@ function Limit:_new_window(now)
 end
 
 ---A request was sent: its record, to pass to `done`, `failed` or
----`dropped`.
+---`dropped`. `extra`: sent past the limit on purpose, to wait in the
+---server's queue for the next free slot (mirza.pool at the ceiling): its
+---wait for a first token says nothing of the server's room.
 ---@param now number
+---@param extra? boolean
 ---@return table request
-function Limit:sent(now)
+function Limit:sent(now, extra)
   self:_advance(now)
   self.inflight = self.inflight + 1
   local w = self.w
   w.t0 = w.t0 or now
   if self.inflight > w.peak then w.peak = self.inflight end
+  if not self.rounds and self.mode == "start" then -- the first requests: the first round
+    self.rounds = {}
+    self.round = { t = now, need = self.limit, sent = 0, ttfts = {} }
+  end
   local round = self.round
-  if round and round.sent < round.need then round.sent = round.sent + 1 else round = nil end
-  return { t0 = now, a0 = self.area, epoch = self.epoch, round = round }
+  if round and not extra and not round.frozen and round.sent < round.need then round.sent = round.sent + 1
+  else round = nil end
+  return { t0 = now, a0 = self.area, epoch = self.epoch, round = round, extra = extra or nil }
 end
 
 ---A request's first token came (the server gave it a slot and its
----prefill is done). Optional: a queue is then cut to the requests that
----got theirs, not guessed from the window.
+---prefill is done). Optional: the start then doubles at first tokens
+---(rounds), and a queue is cut to the requests that got theirs, not
+---guessed from the window.
 ---@param now number
 ---@param q table `sent`'s
 function Limit:first(now, q)
   if q.first then return end
   q.first = now
   self.started = (self.started or 0) + 1
-  local ttft = now - q.t0
-  self.nfirst = self.nfirst % 64 + 1
-  self.firsts[self.nfirst] = ttft
   local round = q.round
   if not round or round ~= self.round then return end
-  round.got = round.got + 1
-  if ttft > self.fast_ttft * self:_first_floor() + 0.01 then round.slow = true end
-  if round.got >= round.need and not round.slow and self.mode == "start" and self.fast_on and not self.fast_off then
-    self:_double(now) -- every new request got its first token as fast as ever: the server has room
+  if not round.frozen then -- the round: those sent until its first token, at the load then
+    round.need, round.frozen, round.load = round.sent, true, self.inflight
   end
+  round.ttfts[#round.ttfts + 1] = now - q.t0
+  if #round.ttfts >= round.need then self:_round_end(now, round) end
 end
 
--- The least time to a first token among the last 64 told to `first`.
-function Limit:_first_floor()
-  local f = math.huge
-  for i = 1, #self.firsts do f = math.min(f, self.firsts[i]) end
-  return f
+-- The median of a list of numbers (sorted in place).
+local function median(t)
+  table.sort(t)
+  local n = #t
+  return n % 2 == 1 and t[(n + 1) // 2] or (t[n // 2] + t[n // 2 + 1]) / 2
 end
 
--- Double in the start, and watch the requests the new room lets out
--- (a round: `first` doubles again once they all got their first token
--- as fast as the floor).
+-- A round's requests all got their first token. A server with room
+-- samples a first token at the end of a step of its whole batch, so the
+-- time to it grows with the load as the step does, and the endpoint's
+-- rate (load / step) grew at least load^g where the round's median time
+-- to a first token grew at most load^(1 - g). The limit doubles again
+-- while g >= fast_gain (the server clearly has room); else it goes back
+-- to the round before, and the windows, which measure the rate itself,
+-- go on from there (a prefill that does not grow with the load hides
+-- part of the step from the first tokens: g says "room" too readily
+-- near the knee, never "none" where there is), or it holds there when
+-- the round's requests waited for a slot (the last first token past
+-- twice the first and 50 ms: the server queues).
+function Limit:_round_end(now, round)
+  self.round = nil
+  if self.mode ~= "start" or self.fast_off then return end
+  round.ttft = median(round.ttfts)
+  local queued = round.ttfts[#round.ttfts] > 2 * round.ttfts[1] + 0.05
+  local prev = self.rounds[#self.rounds]
+  self.rounds[#self.rounds + 1] = round
+  local g = 1 -- the rate's elasticity the first tokens say (the first round: sent together, none waited)
+  if prev and round.load > prev.load then
+    g = 1 - math.log(round.ttft / prev.ttft) / math.log(round.load / prev.load)
+  end
+  if self.trace then
+    self.trace(now, { n = #round.ttfts, queued = queued and 1 or 0, load = round.load, rate = 0, ttft = round.ttft,
+      gain = g }, self.limit, self)
+  end
+  if not queued and g >= self.fast_gain then
+    if self.limit < self.max then return self:_double(now) end
+    self.fast_off = true -- the rate grew all the way to the ceiling (or the maximum)
+    self.mode, self.why, self.windows, self.base = "hold", self.ceiling and "ceiling" or "max", 0, nil
+    self.every = 8 * self.probe_every
+    return
+  end
+  self.fast_off, self.why = true, "first tokens"
+  if prev then self.limit, self.skip = self:_clamp(math.min(self.limit, prev.load)), 1 end
+  if queued then self.mode, self.why, self.windows, self.base = "hold", "queue", 0, nil end
+end
+
+-- Double in the start, and let the requests the new room lets out be a
+-- round (`first` decides once they all got their first token).
 function Limit:_double(now)
   local before = self.limit
   self.limit = self:_clamp(self.limit * 2)
   local need = self.limit - math.max(before, self.inflight)
-  self.round = need > 0 and { t = now, need = need, sent = 0, got = 0 } or nil
+  self.round = need > 0 and not self.fast_off and { t = now, need = need, sent = 0, ttfts = {} } or nil
 end
 
 -- The request ends: its mean load over its life.
@@ -242,7 +294,7 @@ function Limit:done(now, q, tokens, ttft)
     w.load = (w.load or 0) + load * tokens
     self.dur = self.dur and (0.8 * self.dur + 0.2 * dt) or dt
   end
-  if ttft then
+  if ttft and not q.extra then
     self.nttft = self.nttft % 64 + 1
     self.ttfts[self.nttft] = ttft
     if ttft > 2 * self:_floor() + 0.05 then w.queued = w.queued + 1 end
@@ -332,7 +384,9 @@ function Limit:_decide(r)
   end
   if r.queued >= self.queue_share * r.n then -- the server queues: what did not wait is its size
     -- those under way now (and the one that just ended), when first tokens are told
-    local served = self.started and self.started + 1 or r.load * (1 - r.queued / r.n)
+    -- (a moment when few have theirs yet, just after a turnover, is not the server's size: at least
+    -- the window's load that did not wait)
+    local served = math.max(self.started and self.started + 1 or 0, r.load * (1 - r.queued / r.n))
     self.limit = self:_clamp(math.max(self.min, math.min(self.limit, served)))
     self.mode, self.why, self.windows, self.base, self.skip = "hold", "queue", 0, nil, 1
     return
@@ -354,9 +408,8 @@ function Limit:_start(r)
   self.levels[#self.levels + 1] = r
   if prev then
     local gain = math.log(r.rate / prev.rate) / math.log(r.load / prev.load)
-    -- a window that saw the rate grow with the load lets the next doublings come at first tokens;
     -- once the curve bends, a window per doubling
-    if gain < self.fast_gain then self.fast_off = true else self.fast_on = true end
+    if gain < self.fast_gain then self.fast_off = true end
     self.linear = gain >= self.fast_gain
     if gain < self.min_gain then
       local best = self:_best_level()
@@ -366,6 +419,10 @@ function Limit:_start(r)
     end
   end
   if not r.full then return end
+  if self.round and not self.fast_off then -- a round at first tokens decides the next doubling
+    if r.t - self.round.t < self:_window_len() then return end
+    self.fast_off, self.round = true, nil -- its first tokens take longer than an answer: the windows decide
+  end
   if self.limit >= self.max then -- the rate grew all the way: a probe below is seldom worth its windows
     self.mode, self.why, self.windows, self.base = "hold", self.ceiling and "ceiling" or "max", 0, r.rate
     self.every = 8 * self.probe_every
@@ -398,9 +455,8 @@ function Limit:_probe(r)
   else keep = r.rate >= self.down_keep * self.base end
   if keep and self.limit > self.from and r.rate >= self.base * (self.limit / self.from) ^ self.fast_gain then
     -- more load, and the rate grew at least half as fast: room came back (another client left): start again
-    self.mode, self.why, self.every, self.linear, self.fast_on, self.fast_off = "start", "rate", self.probe_every,
-      true, true, nil
-    self.levels = { { load = self.from, rate = self.base }, r }
+    self.mode, self.why, self.every, self.linear, self.fast_off = "start", "rate", self.probe_every, true, nil
+    self.levels, self.rounds = { { load = self.from, rate = self.base }, r }, {}
     self:_double(r.t)
     return
   elseif keep then -- the curve moved or was not known there: look again soon

@@ -1,8 +1,9 @@
 -- A server on a fake clock, for mirza.limit's specs and its curves in
 -- docs/batch.md: `slots` requests decode at once (more wait in its queue,
 -- their first token late), the n decoding make `rate(n)` tokens a second
--- between them, each one's first token comes `ttft` seconds after it got
--- a slot and a step (a token at their pace) later. A client keeps
+-- between them (n counts those in their prefill too: a step carries
+-- their prompts), each one's first token comes `ttft` seconds after it
+-- got a slot and a step (a token at their pace) later. A client keeps
 -- `limit` requests in flight (a mirza.limit, or a fixed number) until
 -- `items` are done. Fixed steps of `dt` seconds.
 local S = {}
@@ -55,7 +56,9 @@ end
 ---client decoding at time t (sharing the server's rate); `opts.slots(t)`:
 ---the slots free for this client at time t (another one holds the rest);
 ---`opts.fail(t, n)` true: a request sent at t with n in flight is refused
----(429); `opts.vary`: answers of different lengths.
+---(429); `opts.vary`: answers of different lengths; `opts.extra`: that
+---many more than the limit in flight, told as such (`sent`'s `extra`: one
+---queued at the server, as mirza.pool sends at a ceiling).
 function S.run(sh, items, limit, opts)
   opts = opts or {}
   local dt = opts.dt or 0.005
@@ -65,9 +68,10 @@ function S.run(sh, items, limit, opts)
   local function cap() return lim and lim:get() or limit end
   local last
   while finished < items do
-    while #running + #queue < cap() and sent < items do
+    while #running + #queue < cap() + (opts.extra or 0) and sent < items do
       sent = sent + 1
-      local r = { k = lens[sent], t0 = t, got = 0, q = lim and lim:sent(t) }
+      local extra = #running + #queue >= cap() -- past the limit: queued at the server on purpose (mirza.pool)
+      local r = { k = lens[sent], t0 = t, got = 0, q = lim and lim:sent(t, extra and not opts.no_extra) }
       if opts.fail and opts.fail(t, #running + #queue) then
         if lim then lim:failed(t, r.q, "429") end
         finished, sent = finished, sent - 1
@@ -82,11 +86,10 @@ function S.run(sh, items, limit, opts)
       running[#running + 1] = r
     end
     local other = opts.other and opts.other(t) or 0
-    local decoding = 0
-    for _, r in ipairs(running) do
-      if t >= r.slot + sh.ttft then decoding = decoding + 1 end
-    end
-    local per = decoding > 0 and sh.rate(decoding + other) / (decoding + other) or 0
+    -- a step carries every running sequence, those still in their prefill too (llama-server batches
+    -- prompts with the others' tokens): the pace of all of them
+    local batch = #running + other
+    local per = batch > 0 and sh.rate(batch) / batch or 0
     t = t + dt
     for i = #running, 1, -1 do
       local r = running[i]
