@@ -65,6 +65,7 @@ local P = {}
 ---@field limit integer   most requests in flight now (a fixed one, or its limiter's)
 ---@field fixed boolean   the limit was given (`@N`, `limit =`): it never moves
 ---@field limiter mirza.Limit|nil what finds the limit when none was given (mirza.limit)
+---@field alone boolean the pool's only endpoint: at its limiter's ceiling one more request waits queued there
 ---@field inflight integer
 ---@field peak integer     most requests ever in flight at once
 ---@field fails integer   consecutive failures blamed on it (0: healthy)
@@ -94,9 +95,26 @@ local P = {}
 local Pool = {}
 Pool.__index = Pool
 
+-- One request more than the limit while its limiter sits at the slots
+-- the server announced: it waits in the server's queue and starts the
+-- moment a slot frees, where one sent then would first wait for the
+-- client to see the end and send (llama -np 1: the default at 1 was 3-4 %
+-- slower than @2). Never more: each connection holds one of the server's
+-- HTTP threads (llama-server has its slots + 4). Not in the start: sent
+-- with a round, it could take the slot of one of the round's requests,
+-- whose wait would read as a queue. Not in a pool of several: there a
+-- slot free elsewhere serves the next item at once, and one queued at
+-- a server may wait while another frees first (16 + 4 slots: the 4-slot
+-- server took 21 of 100 items and finished 0.3 s after the other).
+local function queued_one(e)
+  local lim = e.limiter
+  return e.alone and lim and lim.ceiling and lim.mode ~= "start" and e.limit >= lim.ceiling
+    and e.limit < (lim.hard or math.huge) and 1 or 0
+end
+
 -- The endpoint's limit right now: 1 while probing after a rest.
 local function current_limit(e)
-  return e.fails > 0 and 1 or e.limit
+  return e.fails > 0 and 1 or e.limit + queued_one(e)
 end
 
 P.defaults = {
@@ -163,17 +181,22 @@ function P.new(endpoints, opts)
       error(("mirza.pool: endpoint %d's limit must be an integer >= 1, got %s"):format(i, tostring(limit)), 2)
     end
     self.endpoints[i] = new_endpoint(url, limit or opts.limit or P.defaults.limit, i, opts.auto)
+    self.endpoints[i].alone = #endpoints == 1 -- the one queued at a ceiling (queued_one)
   end
   return self
 end
 
 ---The most requests the pool may ever have in flight: the fixed limits
----and the most each limiter may reach (its ceiling, else its maximum).
----How many workers a batch needs.
+---and the most each limiter may reach (its ceiling, and one queued at
+---the server of a pool of one; else its maximum). How many workers a
+---batch needs.
 ---@return integer
 function Pool:capacity()
   local n = 0
-  for _, e in ipairs(self.endpoints) do n = n + (e.limiter and e.limiter.max or e.limit) end
+  for _, e in ipairs(self.endpoints) do
+    local lim = e.limiter
+    n = n + (lim and lim.max + (e.alone and lim.ceiling and lim.max < (lim.hard or math.huge) and 1 or 0) or e.limit)
+  end
   return n
 end
 
@@ -271,12 +294,13 @@ function Pool:fit(n)
 end
 
 ---An endpoint's limit for a person: "limit 16 (auto, ceiling 64 from
----/props)", "limit 8 (auto)" or "@8 fixed".
+---/props)", "limit 4 and 1 queued (auto, ceiling 4 from /props)",
+---"limit 8 (auto)" or "@8 fixed".
 ---@param e mirza.Endpoint
 ---@return string
 function P.limit_text(e)
   if not e.limiter then return ("@%d fixed"):format(e.limit) end
-  return ("limit %d (%s)"):format(e.limit, e.limiter:describe())
+  return ("limit %d%s (%s)"):format(e.limit, queued_one(e) > 0 and " and 1 queued" or "", e.limiter:describe())
 end
 
 ---Wait (suspending the task) until the pool has room for one more
@@ -786,7 +810,7 @@ function Pool:acquire(timeout, prefer, avoid, key)
       e.inflight = e.inflight + 1
       e.peak = math.max(e.peak, e.inflight)
       if e.limiter then -- the request's record: the ticket of `sent` takes it, else the first report does
-        local q = e.limiter:sent(now)
+        local q = e.limiter:sent(now, e.inflight > e.limit) -- past it: the one queued at the server
         e.open[q], e.last = true, q
       end
       if key then self:_remember(key, e) end

@@ -58,11 +58,12 @@ describe("batch limits", function()
     assert.equal(160, st.done_now)
     assert.equal(0, st.errors)
     assert.equal(16, e.limiter.ceiling)
-    assert.is_true(e.peak > 4 and e.peak <= 16, "peak " .. e.peak)
+    assert.is_true(e.peak > 4 and e.peak <= 17, "peak " .. e.peak) -- at the ceiling, one more waits at the server
     assert.is_true(e.limit > 4, "limit " .. e.limit)
-    assert.truthy(lines[#lines]:find("; limit %d+ %(auto, ceiling 16 from /props total_slots%)"), lines[#lines])
+    assert.truthy(lines[#lines]:find("; limit %d+[a-z1 ]* %(auto, ceiling 16 from /props total_slots%)"), lines[#lines])
     local summary = batch.summary(st, "o.jsonl")
-    assert.truthy(summary:find("\nbatch: " .. sim.base .. "/v1: settled on limit %d+ %(auto, ceiling 16 from /props"
+    assert.truthy(summary:find("\nbatch: " .. sim.base .. "/v1: settled on limit %d+[a-z1 ]* %(auto, ceiling 16"
+      .. " from /props"
       .. " total_slots%); at most %d+ in flight, 160 served"), summary)
   end)
 
@@ -129,7 +130,7 @@ describe("batch limits", function()
     assert.is_true(math.abs(ta - tb) <= 0.1 * math.max(ta, tb), msg)
     assert.is_true(a.served > 2 * b.served, msg)
     assert.is_true(b.peak <= 8, msg) -- the 4-slot one: never far past its slots
-    assert.truthy(lines[#lines]:find(sims[2].base .. "/v1 limit %d+ %(auto, ceiling 4 from /props total_slots%)"),
-      lines[#lines])
+    local ceiling4 = sims[2].base .. "/v1 limit %d+[a-z1 ]* %(auto, ceiling 4 from /props total_slots%)"
+    assert.truthy(lines[#lines]:find(ceiling4), lines[#lines])
   end)
 end)

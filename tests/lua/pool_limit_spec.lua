@@ -45,6 +45,36 @@ describe("mirza.pool limits", function()
     assert.equal(30, q:capacity())
   end)
 
+  it("send one more than the slots announced, alone, once the start is at them: it waits queued at the server",
+    function()
+    local p = fake { "http://127.0.0.1:1" }
+    local a = p.endpoints[1]
+    p:announce(a, { ceiling = 2, source = "/props total_slots" })
+    assert.equal(2 + 1, p:capacity())
+    local tickets = {}
+    for i = 1, 2 do
+      assert.equal(a, p:acquire(0))
+      tickets[i] = p:sent(nil, a)
+    end
+    assert.is_nil(p:acquire(0)) -- the start's first round: none past the slots, it could take one of theirs
+    assert.equal("limit 2 (auto, ceiling 2 from /props total_slots)", pool.limit_text(a))
+    for i = 1, 2 do p:prefilled(a, tickets[i]) end -- their first tokens together: at the ceiling
+    assert.equal("limit 2 and 1 queued (auto, ceiling 2 from /props total_slots)", pool.limit_text(a))
+    assert.equal(a, p:acquire(0)) -- the third waits in the server's queue
+    assert.is_true(a.last.extra) -- and its limiter is told so: its wait is no queue of the server's
+    assert.is_nil(p:acquire(0))
+    local two = fake { "http://127.0.0.1:1", "http://127.0.0.1:2" } -- a pool: a slot elsewhere does it
+    local e = two.endpoints[1]
+    two:announce(e, { ceiling = 1, source = "/props total_slots" })
+    assert.equal(e, two:acquire(0, e))
+    two:prefilled(e, two:sent(nil, e))
+    assert.equal("limit 1 (auto, ceiling 1 from /props total_slots)", pool.limit_text(e))
+    assert.equal(two.endpoints[2], two:acquire(0, e))
+    local fixed = fake { { url = "http://127.0.0.1:1", limit = 2 } } -- @2 is 2
+    for _ = 1, 2 do assert.truthy(fixed:acquire(0)) end
+    assert.is_nil(fixed:acquire(0))
+  end)
+
   it("hear each request's outcome: a 429, a 503, a refused or cut connection halve the limit", function()
     for _, r in ipairs { { code = "http", status = 429 }, { code = "http", status = 503 }, { code = "refused" },
       { code = "closed" } } do
