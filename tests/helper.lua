@@ -405,6 +405,17 @@ if ok_busted and type(busted) == "table" and type(busted.subscribe) == "function
   busted.subscribe({ "file", "end" }, on_file_end, { priority = 1 })
 end
 
+--- The arguments of a mirza-sim that answers at once (no pacing, no prefill wait).
+H.FAST = { "--tok-rate", "0", "--ttft-ms", "0" }
+
+--- Start a mirza-sim that answers at once (H.FAST), with extra arguments.
+---@param extra? string[]
+function H.fast_sim(extra)
+  local args = { table.unpack(H.FAST) }
+  for _, a in ipairs(extra or {}) do args[#args + 1] = a end
+  return H.start_sim(args)
+end
+
 --- Start mirza-sim with extra arguments; returns {url, base, port, pid, log, stop}.
 ---@param args? string[]
 function H.start_sim(args)

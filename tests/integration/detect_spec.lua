@@ -10,13 +10,7 @@ local engine = require "mirza.engine"
 local detect = require "mirza.detect"
 local H = require "tests.helper"
 
-local FAST = { "--tok-rate", "0", "--ttft-ms", "0" }
-
-local function sim(extra)
-  local args = { table.unpack(FAST) }
-  for _, a in ipairs(extra or {}) do args[#args + 1] = a end
-  return H.start_sim(args)
-end
+local sim = H.fast_sim
 
 local function new_engine(base, extra)
   local logged = {}

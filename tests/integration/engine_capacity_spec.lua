@@ -13,12 +13,10 @@ local loop = require "mirza.loop"
 local pool = require "mirza.pool"
 local H = require "tests.helper"
 
-local FAST = { "--tok-rate", "0", "--ttft-ms", "0", "--quiet" }
-
 local function sim(extra)
-  local args = { table.unpack(FAST) }
+  local args = { "--quiet" }
   for _, a in ipairs(extra or {}) do args[#args + 1] = a end
-  return H.start_sim(args)
+  return H.fast_sim(args)
 end
 
 -- An engine over the pool of `urls`, loaded.

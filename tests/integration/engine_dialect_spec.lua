@@ -12,13 +12,7 @@ local mirza = require "mirza"
 local engine = require "mirza.engine"
 local H = require "tests.helper"
 
-local FAST = { "--tok-rate", "0", "--ttft-ms", "0" }
-
-local function sim(extra)
-  local args = { table.unpack(FAST) }
-  for _, a in ipairs(extra or {}) do args[#args + 1] = a end
-  return H.start_sim(args)
-end
+local sim = H.fast_sim
 
 -- An endpoint used as is, its model named (docs/engine.md's pattern).
 local function as_is(base, extra)
