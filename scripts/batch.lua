@@ -18,8 +18,9 @@
 ---                        OUTPUT, out.jsonl -> out.errors.jsonl)
 ---   --limit N            requests in flight per endpoint, fixed (default: found
 ---                        as the run goes, per endpoint: at most the slots its
----                        server announces, where its token rate is best; the
----                        progress line and the summary say where it is)
+---                        server announces, and one queued there, where its
+---                        token rate is best; the progress line and the
+---                        summary say where it is)
 ---   --model ID           model for lines without one (default $MIRZA_MODEL, else the
 ---                        first model each endpoint lists in /v1/models)
 ---   --max-tokens N       max_tokens for lines without one
