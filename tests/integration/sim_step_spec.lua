@@ -133,12 +133,13 @@ describe("mirza-sim --step-growth", function()
     local s = sim { "--parallel", "64", "--tok-rate", "10", "--step-growth", "20" }
     local function ttft()
       local st <close> = mirza.open { url = s.url, body = H.chat_body("first") }
-      local t0, ev = mirza.now()
-      repeat
+      local t0 = mirza.now()
+      while mirza.now() - t0 < 10 do
         mirza.wait(0.005)
-        ev = st:next(0)
+        local ev = st:next(0)
         if ev then assert(ev.type ~= "error", ev.message) end
-      until (ev and ev.type == "text") or mirza.now() - t0 > 10
+        if ev and ev.type == "text" then break end
+      end
       return mirza.now() - t0
     end
     local alone = ttft()
