@@ -93,6 +93,12 @@ typedef struct mz_request {
                                   The end, an error, a timeout come at
                                   once (as read: see client.c's rule of
                                   when a stream is read). 0: as they come */
+  int step;                   /* 1: read as its bytes come until the
+                                  first delta read after the first one's
+                                  read, and that delta handed over at once
+                                  (no hold): mz_stream_step() is then the
+                                  time between the two, the server's decode
+                                  step at its load (mirza.limit's rounds) */
 } mz_request;
 
 /* MZ_NEXT_SIGNAL: a signal handler ran during the wait (EINTR) and the
@@ -125,6 +131,10 @@ int mz_stream_finished(const mz_stream *s);
 /* When the first think or text delta was queued (mz_now() seconds), as
  * read, whatever hold_ms delays its handing over; 0 before any. */
 double mz_stream_first_at(const mz_stream *s);
+/* mz_request.step: the time from the first think, text or tool call delta
+ * to the first one read after it (seconds, both as read); 0 before, or
+ * without step. */
+double mz_stream_step(const mz_stream *s);
 /* Cancel (closes the connection if the transfer is still running: the
  * daemon stops generating) and free. NULL is fine. */
 void mz_stream_close(mz_stream *s);

@@ -114,6 +114,8 @@ struct mz_stream {
   double first_at;          /* the first think/text delta queued; 0: none */
   int answering;            /* a think, text or tool call delta was queued */
   double answer_at;         /* when the first of them was */
+  int step;                 /* mz_request.step */
+  double next_at;           /* step: when the first delta read after answer_at's read was; 0: none yet */
   unsigned origin;          /* its server: a hash of scheme://host:port (conn.c) */
   mz_stream *oprev, *onext; /* its server's streams in the order opened (conn.c) */
 };

@@ -6,9 +6,10 @@
  * it is *eager*: no answer yet (the connection, the head, the first token
  * are read to the byte, and ttft with them), or a reader that takes each
  * event (no hold: a script that prints tokens), or a connection that may
- * carry other streams (HTTP/2). Once it answers to a reader that holds
- * what comes (mz_request.hold_ms: a batch item, a collect, a merging
- * turn), it is *lazy*: its socket is parked (watch.h: kept, not waited
+ * carry other streams (HTTP/2), or one that measures the server's step
+ * until the read after its first token's (mz_request.step). Once it
+ * answers to a reader that holds what comes (mz_request.hold_ms: a batch
+ * item, a collect, a merging turn), it is *lazy*: its socket is parked (watch.h: kept, not waited
  * on) and looked at on two clocks. Its *end* is looked for every
  *
  *     gap = min(age / MZ_READ_AGE_DIV, hold, MZ_READ_GAP_MAX, stall / 4)
@@ -155,7 +156,7 @@ static double longest_gap(const mz_stream *s) {
 /* The rule's gap for s at `now` (how late its end may be read); 0: read
  * it as its bytes come. */
 static double gap_of(const mz_stream *s, double now) {
-  if (!s->answering || s->hold_s <= 0 || s->term || !s->easy || s->multiplexed) return 0;
+  if (!s->answering || s->hold_s <= 0 || s->term || !s->easy || s->multiplexed || (s->step && !s->next_at)) return 0;
   double gap = (now - s->answer_at) / MZ_READ_AGE_DIV, most = longest_gap(s);
   if (gap > most) gap = most;
   return gap < MZ_READ_GAP_MIN ? 0 : gap;

@@ -407,6 +407,16 @@ static int s_first_at(lua_State *L) {
   return 1;
 }
 
+/* s:step() -> with `step`, the time from the first delta to the next
+ * read (seconds), or nil before it. */
+static int s_step(lua_State *L) {
+  lstream *u = check_stream(L, 1);
+  double t = mz_stream_step(u->s);
+  if (t > 0) lua_pushnumber(L, t);
+  else lua_pushnil(L);
+  return 1;
+}
+
 static int s_closed(lua_State *L) {
   lua_pushboolean(L, to_stream(L, 1)->s == NULL);
   return 1;
@@ -423,7 +433,8 @@ static int s_tostring(lua_State *L) {
 
 static const char *const request_keys[] = {
     "url",    "body",  "headers",        "api_key",      "timeout",     "stall_timeout", "deadline", "max_event_bytes",
-    "method", "plain", "header_timeout", "on_bad_frame", "record_file", "merge",         "hold",     NULL};
+    "method", "plain", "header_timeout", "on_bad_frame", "record_file", "merge",         "hold",     "step",
+    NULL};
 
 /* The default clocks of mirza.open (and so of collect, request, the engine
  * and batch), in seconds: nothing waits forever unless told to with
@@ -588,7 +599,9 @@ static int l_open(lua_State *L) {
   r.plain = lua_toboolean(L, -1);
   lua_getfield(L, 1, "merge");
   r.merge = lua_toboolean(L, -1);
-  lua_pop(L, 2);
+  lua_getfield(L, 1, "step");
+  r.step = lua_toboolean(L, -1);
+  lua_pop(L, 3);
   r.max_event_bytes = (size_t)mz_l_opt_field(L, 1, &max_event_bytes, 0);
   r.body = get_body(L, 1, &r.body_len); /* stays on the stack */
   r.headers = build_headers(L, 1);      /* stays on the stack */
@@ -608,10 +621,10 @@ static int l_open(lua_State *L) {
 }
 
 int luaopen_mirza_stream(lua_State *L) {
-  static const luaL_Reg methods[] = {{"next", s_next},     {"events", s_events},         {"chunks", s_chunks},
-                                     {"close", s_close},   {"pending", s_pending},       {"finished", s_finished},
-                                     {"closed", s_closed}, {"next_batch", s_next_batch}, {"first_at", s_first_at},
-                                     {NULL, NULL}};
+  static const luaL_Reg methods[] = {
+      {"next", s_next},         {"events", s_events},     {"chunks", s_chunks}, {"close", s_close},
+      {"pending", s_pending},   {"finished", s_finished}, {"closed", s_closed}, {"next_batch", s_next_batch},
+      {"first_at", s_first_at}, {"step", s_step},         {NULL, NULL}};
   static const luaL_Reg meta[] = {{"__gc", s_gc}, {"__close", s_close}, {"__tostring", s_tostring}, {NULL, NULL}};
   mz_l_newclass(L, MZ_STREAM_MT, meta, methods);
   lua_createtable(L, 0, 4); /* mirza.defaults */

@@ -152,18 +152,24 @@ static item *q_push(mz_stream *s, mz_evtype t, int index) {
    * with the first event and is never due: no deadline (held_until is
    * INFINITY, which mz_due_at and mz_release_held leave alone); the
    * end hands it over (mz_set_terminal). */
-  double now = s->hold_s > 0 ? mz_io_now(s->c) : 0, gap = now - s->pushed_at;
+  int delta = t == MZ_EV_THINK || t == MZ_EV_TEXT || t == MZ_EV_TOOL_CALL, stepped = 0;
+  double now = s->hold_s > 0 || s->step ? mz_io_now(s->c) : 0, gap = now - s->pushed_at;
   s->pushed_at = now;
-  if (s->hold_s > 0 && !s->term && !s->holding && s->qhead == s->qlen && (gap < s->hold_s || holds_to_end(s))) {
+  if (s->step && delta && s->answering && s->next_at == 0 && now > s->answer_at) {
+    s->next_at = now, stepped = 1; /* a read after the first delta's: the step, handed over at once */
+    s->holding = 0;                /* with what a hold kept */
+  }
+  if (s->hold_s > 0 && !stepped && !s->term && !s->holding && s->qhead == s->qlen &&
+      (gap < s->hold_s || holds_to_end(s))) {
     s->holding = 1; /* the first of a new hold */
     s->held_until = holds_to_end(s) ? INFINITY : now + s->hold_s;
     mz_due_at(s, s->held_until); /* the driver hands it over then (mz_release_held) */
   } else if (!s->holding) {
     mark_ready(s); /* no hold, a slow stream, or handed over and not yet taken: it goes with the rest */
   }
-  if ((t == MZ_EV_THINK || t == MZ_EV_TEXT || t == MZ_EV_TOOL_CALL) && !s->answering) {
+  if (delta && !s->answering) {
     s->answering = 1;
-    s->answer_at = mz_io_now(s->c); /* the read rule's age (due.c) */
+    s->answer_at = now > 0 ? now : mz_io_now(s->c); /* the read rule's age (due.c) */
   }
   item *it = &s->q[s->qlen++];
   it->type = t;
@@ -341,6 +347,8 @@ size_t mz_stream_pending(const mz_stream *s) {
 }
 
 double mz_stream_first_at(const mz_stream *s) { return s->first_at; }
+
+double mz_stream_step(const mz_stream *s) { return s->next_at > 0 ? s->next_at - s->answer_at : 0; }
 
 /* A held queue whose time came is handed over (the stream made ready);
  * else its time is noted as a deadline of the driver. 1: handed over. */

@@ -126,6 +126,7 @@ mz_stream *mz_stream_open(mz_client *c, const mz_request *r, char *err, size_t e
   s->sealed = strncasecmp(r->url, "https:", 6) == 0; /* due.c cannot look into its socket */
   s->skip_bad = r->skip_bad_frames;
   s->merge = r->merge;
+  s->step = r->step;
   s->hold_s = r->plain ? 0 : (double)r->hold_ms / 1000.0; /* a plain answer is one event anyway */
   s->stall_s = (double)r->stall_timeout_ms / 1000.0;
   s->header_s = (double)r->header_timeout_ms / 1000.0;

@@ -21,6 +21,7 @@
 ---@field record_file? string        write the response as received into this file (created or truncated): the head (status line, headers) then the body as libcurl delivers it (de-chunked, decoded); closed when the transfer ends. Use `record = DIR` (mirza.record) for whole recordings
 ---@field hold? number|false        seconds: an event that comes less than this after the previous one is handed over at most this long after the first one still waiting came, all at once (with `merge`, one event per channel run), instead of as each read queues one: fewer wake-ups for a reader that wants the whole answer, not each token (mirza.batch holds 1 s, an engine's say 5 ms). An event that comes later than that after the previous one (a slow stream) is handed over at once. A held stream is also read less often as its answer runs: at most an eighth of its answer's age late, at most the hold, at most 250 ms (docs/performance.md, "When a stream is read"); the end, an error, a timeout come as read; `first_at()` keeps when the first token was read. `math.huge`: nothing before the end, the first event included (what `mirza.collect` does in a task without `on_json`). Default false: as they come
 ---@field merge? boolean            join what arrived together: a think or text delta comes with the deltas of the same channel already queued right behind it, as one event with `deltas` = how many (never waits for more; what a sink that only needs text wants: one event per read instead of per token). Default false: one event per delta
+---@field step? boolean             measure the server's decode step: the stream is read as its bytes come until the first delta read after the first one's read, and that delta is handed over at once whatever the `hold`; `step()` is then the time between the two reads (a token of each sequence the server runs: its step at its load). mirza.batch asks it of the requests of its limiter's start rounds (mirza.limit). Default false
 ---@field record? string|false       (Lua `mirza.open`) record the request and its response into directory DIR (mirza.record); false: not even with MIRZA_RECORD
 --- A wrong value raises a message naming the option, what it must be and
 --- what was given ("mirza.open: 'max_event_bytes' must be a positive
@@ -119,6 +120,11 @@ function Stream:pending() end
 ---after the stream closed: a time to first token that `hold` does not delay.
 ---@return number|nil at nil before any delta
 function Stream:first_at() end
+
+---With `step`: the time from the first delta's read to the next read that
+---brought one (seconds), the server's decode step. Raises on a closed stream.
+---@return number|nil dt nil before it, or without `step`
+function Stream:step() end
 
 ---@return boolean finished the final event has been received
 function Stream:finished() end

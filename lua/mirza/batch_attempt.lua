@@ -64,14 +64,20 @@ end
 -- The choices past the first (n > 1): their deltas (an event with an
 -- `index`) go each into a result of its own, `others[index]`, the rest
 -- is the stream of choice 0 the stages and the reducer read.
+-- `first()` is called at the first delta, `step(dt)` (when given: the
+-- stream measures it, mirza.open's `step`) once its step is known.
 local DELTA = { text = true, think = true, tool_call = true }
-local function apart(s, first, others)
+local function apart(s, first, others, step)
   return function()
     while not s:closed() do
       local ev = s:next()
       if first and ev and DELTA[ev.type] then
         first() -- the daemon's prefill is done
         first = nil
+      end
+      if step and not first and not s:closed() and s:step() then
+        step(s:step()) -- the daemon's decode step at its load
+        step = nil
       end
       local i = ev and ev.index
       if not (i and DELTA[ev.type]) then return ev end
@@ -89,7 +95,7 @@ end
 -- result (mirza.result), tool-call fragments merged. (Only an item with a
 -- schema pays for the splitter: its answer is the one checked.) The other
 -- choices' deltas go to `others` (apart), choice 0's through the stages.
-local function read_stream(s, opts, first, check, others)
+local function read_stream(s, opts, first, check, others, step)
   local stages = {}
   if check and opts.think_tags ~= false then
     stages[1] = { name = "think_tags", fn = require("mirza.thinktags").stage,
@@ -101,7 +107,7 @@ local function read_stream(s, opts, first, check, others)
     ropts.on_cut = function() s:close() end -- the daemon stops generating at once
     stages[#stages + 1] = { name = "repetition", fn = require("mirza.repetition").stage, opts = ropts }
   end
-  local iter, _, _, closer = pipeline.compose(apart(s, first, others), stages)
+  local iter, _, _, closer = pipeline.compose(apart(s, first, others, step), stages)
   local _ <close> = closer
   return result.drain(result.new { calls = true }, iter)
 end
@@ -208,13 +214,16 @@ end
 
 ---One HTTP attempt of `item` on endpoint e: the result table (`ok`, or
 ---`code`, `message`, `status`...; `url` the URL requested). `first()`, when
----given, is called at the answer's first token (the daemon's prefill done).
+---given, is called at the answer's first token (the daemon's prefill done);
+---`step(dt)`, when given, once its decode step is measured (mirza.open's
+---`step`: the first token to the next one read).
 ---@param item table
 ---@param e table a pool endpoint
 ---@param opts table the run's options
 ---@param first? fun()
+---@param step? fun(dt: number)
 ---@return table r
-function A.attempt(item, e, opts, first)
+function A.attempt(item, e, opts, first, step)
   local r = { t0 = mirza.now(), endpoint = e.base, url = (resolve(e.url, item.kind)) }
   local body = request_body(item, opts)
   if body.model == nil then
@@ -224,10 +233,10 @@ function A.attempt(item, e, opts, first)
   r.model = body.model
   if item.kind ~= "chat" then return plain_attempt(item, opts, body, r, first) end
   local ro = request_opts(r, opts, body)
-  ro.merge, ro.hold = true, opts.hold or false -- only the text is kept: what arrived together is one event
+  ro.merge, ro.hold, ro.step = true, opts.hold or false, step ~= nil -- only the text is kept: one event a read
   local s <close> = mirza.open(ro)
   local others = {}
-  local acc = read_stream(s, opts, first, item.check, others)
+  local acc = read_stream(s, opts, first, item.check, others, step)
   local t1, fin = mirza.now(), acc.final or {}
   local first_at = s:first_at() or acc.first -- as read, not as handed over (hold)
   local got = result.partial(acc)

@@ -123,12 +123,14 @@ local function try(job, ctx)
   -- (and the request's record for e's limiter: its first token, its answer)
   local ticket = pool:sent(key, e)
   local function first() pool:prefilled(e, ticket) end
+  -- a request of the limiter's start round measures the server's step too
+  local step = pool:wants_step(e, ticket) and function(dt) pool:stepped(e, ticket, dt) end or nil
   -- the slot goes back even when the task is cancelled mid-attempt
   local slot <close> = setmetatable({}, { __close = function(self)
     pool:finished(e, ticket)
     if not self.released then pool:abandon(e, ticket) end
   end })
-  local ok, r = pcall(attempt.attempt, job.item, e, ctx.opts, first)
+  local ok, r = pcall(attempt.attempt, job.item, e, ctx.opts, first, step)
   if not ok then r = { code = "error", message = tostring(r), t0 = mirza.now() } end
   slot.released = true
   pool:report(e, r, job.item.custom_id, ticket)

@@ -16,16 +16,21 @@
 --- of limit pairs each rate with the load that produced it.
 ---
 --- How it moves (BBR's phases over TCP's slow start, with a hill climb):
----   start   the limit doubles at first tokens, a round at a time: the
----           requests a doubling lets out are a round, and once all got
----           their first token their median time to it says how much
----           room the server had (it samples a first token at the end of
----           a step of its whole batch: that time grows with the load as
----           the step does, and the rate, load / step, grew at least
----           load^g where it grew at most load^(1 - g)). A round with
----           g >= `fast_gain` doubles again; one below goes back to the
----           round before (and holds there when its requests waited for
----           a slot: the server queues). Past the rounds (and for a
+---   start   the limit doubles a round at a time: the requests a
+---           doubling lets out are a round, and each measures the
+---           server's decode step (its first token to the next: `step`,
+---           a token of every sequence the server runs); once all told
+---           theirs, the round's rate is its load / its median step. A
+---           round whose rate grew at least load^`min_gain` over the
+---           round before's doubles again; else the limit holds at the
+---           load of the best round's rate. A round whose requests
+---           waited for a slot holds at the round before (the server
+---           queues). A caller that tells no steps has its rounds
+---           decided by their first tokens' median time (the server
+---           samples a first token at the end of a step of its whole
+---           batch, so that time grows with the load as the step does;
+---           blurred by the prefill: g >= `fast_gain` doubles, below
+---           goes back to the round before). Past the rounds (and for a
 ---           caller that tells no first tokens, or first tokens that take
 ---           longer than an answer) the windows decide: the limit doubles
 ---           after each window while the rate grew by a real share of the
@@ -165,6 +170,12 @@ function Limit:_new_window(now)
   self.w = { t0 = now, n = 0, lk = 0, k = 0, wsum = 0, queued = 0, peak = self.inflight or 0, fails = 0 }
 end
 
+-- A round of `need` requests let out at `now`: what they tell (their
+-- first tokens, their steps) as it comes.
+local function new_round(now, need)
+  return { t = now, need = need, sent = 0, ttfts = {}, steps = {}, firsts = 0, told = 0 }
+end
+
 ---A request was sent: its record, to pass to `done`, `failed` or
 ---`dropped`. `extra`: sent past the limit on purpose, to wait in the
 ---server's queue for the next free slot (mirza.pool at the ceiling): its
@@ -180,7 +191,7 @@ function Limit:sent(now, extra)
   if self.inflight > w.peak then w.peak = self.inflight end
   if not self.rounds and self.mode == "start" then -- the first requests: the first round
     self.rounds = {}
-    self.round = { t = now, need = self.limit, sent = 0, ttfts = {} }
+    self.round = new_round(now, self.limit)
   end
   local round = self.round
   if round and not extra and not round.frozen and round.sent < round.need then round.sent = round.sent + 1
@@ -204,7 +215,44 @@ function Limit:first(now, q)
     round.need, round.frozen, round.load = round.sent, true, self.inflight
   end
   round.ttfts[#round.ttfts + 1] = now - q.t0
-  if #round.ttfts >= round.need then self:_round_end(now, round) end
+  self:_told(now, round, true, not q.stepping)
+end
+
+---Whether the caller should measure the request's decode step (its
+---first delta to the next one read, read as they come: mirza.open's
+---`step`) and tell it (`step`): a request of a round of the start. Once
+---asked, a round that its first tokens do not decide waits for its step
+---or its end.
+---@param q table `sent`'s
+---@return boolean
+function Limit:wants_step(q)
+  if not q.round or q.round ~= self.round then return false end
+  q.stepping = true
+  return true
+end
+
+---The request's decode step came: the time from its first delta to the
+---next one read (the server's step at its load: a token of each sequence
+---it runs), after `first`.
+---@param now number
+---@param q table `sent`'s
+---@param dt number seconds
+function Limit:step(now, q, dt)
+  local round = q.round
+  if q.step or not q.first or not round then return end
+  q.step = dt
+  if dt > 0 then round.steps[#round.steps + 1] = dt end -- a round decided already: its rate, for the next
+  if round == self.round then self:_told(now, round, false, true) end
+end
+
+-- A request of the round told its first token (`first`), or all it will
+-- (`all`: its step, or its first token when it measures none, or its
+-- end). Once all have their first token, those may decide the round;
+-- else it ends once all told all.
+function Limit:_told(now, round, first, all)
+  if first then round.firsts = round.firsts + 1 end
+  if all then round.told = round.told + 1 end
+  if round.frozen and round.firsts >= round.need then self:_round_end(now, round) end
 end
 
 -- The median of a list of numbers (sorted in place).
@@ -214,34 +262,55 @@ local function median(t)
   return n % 2 == 1 and t[(n + 1) // 2] or (t[n // 2] + t[n // 2 + 1]) / 2
 end
 
--- A round's requests all got their first token. A server with room
--- samples a first token at the end of a step of its whole batch, so the
--- time to it grows with the load as the step does, and the endpoint's
--- rate (load / step) grew at least load^g where the round's median time
--- to a first token grew at most load^(1 - g). The limit doubles again
--- while g >= fast_gain (the server clearly has room); else it goes back
--- to the round before, and the windows, which measure the rate itself,
--- go on from there (a prefill that does not grow with the load hides
--- part of the step from the first tokens: g says "room" too readily
--- near the knee, never "none" where there is), or it holds there when
--- the round's requests waited for a slot (the last first token past
--- twice the first and 50 ms: the server queues).
+-- The rate a round's steps say (load / their median step), when at
+-- least half of its requests told one.
+local function rate_of(round)
+  if #round.steps == 0 or #round.steps * 2 < #round.ttfts then return nil end
+  return round.load / median(round.steps)
+end
+
+-- A round's requests all got their first token (or ended), or all told
+-- their step too. The first tokens: a server with room samples a first
+-- token at the end of a step of its whole batch, so the time to it grows
+-- with the load as the step does, and the endpoint's rate (load / step)
+-- grew at least load^g where the round's median time to a first token
+-- grew at most load^(1 - g). They decide at once when the round's
+-- requests waited for a slot (the last first token past twice the first
+-- and 50 ms: the server queues; hold at the round before). Else the
+-- steps decide, once all told theirs (a prefill that does not grow with
+-- the load blurs the first tokens' g near a bend: a vLLM-like curve's
+-- 0.4 read as 0.15-0.3, like the H100 knee's 0): the rate is the round's
+-- load / its median step, and the limit doubles while it grew at least
+-- load^min_gain, else holds at the load of the best round's rate. (The
+-- next round cannot go out at the first tokens, before the steps: its
+-- prompts would join the batch the steps are measured on.) A caller
+-- that tells no steps: the first tokens decide, with g >= fast_gain to
+-- double; below, back to the round before, and the windows, which
+-- measure the rate itself, go on.
 function Limit:_round_end(now, round)
+  local prev = self.rounds[#self.rounds]
+  if not round.ttft then
+    round.ttft = median(round.ttfts)
+    round.queued = round.ttfts[#round.ttfts] > 2 * round.ttfts[1] + 0.05
+    round.g = 1 -- the first round: sent together, none waited
+    if prev and round.load > prev.load then
+      round.g = 1 - math.log(round.ttft / prev.ttft) / math.log(round.load / prev.load)
+    end
+  end
+  local all = round.told >= round.need
+  local rate, before = all and rate_of(round), prev and rate_of(prev)
+  local stepped = rate and before and round.load > prev.load
+  local g = stepped and math.log(rate / before) / math.log(round.load / prev.load) or round.g
+  if not (all or round.queued) then return end -- the steps will say
   self.round = nil
   if self.mode ~= "start" or self.fast_off then return end
-  round.ttft = median(round.ttfts)
-  local queued = round.ttfts[#round.ttfts] > 2 * round.ttfts[1] + 0.05
-  local prev = self.rounds[#self.rounds]
+  round.rate = rate
   self.rounds[#self.rounds + 1] = round
-  local g = 1 -- the rate's elasticity the first tokens say (the first round: sent together, none waited)
-  if prev and round.load > prev.load then
-    g = 1 - math.log(round.ttft / prev.ttft) / math.log(round.load / prev.load)
-  end
   if self.trace then
-    self.trace(now, { n = #round.ttfts, queued = queued and 1 or 0, load = round.load, rate = 0, ttft = round.ttft,
-      gain = g }, self.limit, self)
+    self.trace(now, { n = #round.ttfts, queued = round.queued and 1 or 0, load = round.load, rate = rate or 0,
+      ttft = round.ttft, gain = g }, self.limit, self)
   end
-  if not queued and g >= self.fast_gain then
+  if not round.queued and g >= (stepped and self.min_gain or self.fast_gain) then
     if self.limit < self.max then return self:_double(now) end
     self.fast_off = true -- the rate grew all the way to the ceiling (or the maximum)
     self.mode, self.why, self.windows, self.base = "hold", self.ceiling and "ceiling" or "max", 0, nil
@@ -249,8 +318,20 @@ function Limit:_round_end(now, round)
     return
   end
   self.fast_off, self.why = true, "first tokens"
-  if prev then self.limit, self.skip = self:_clamp(math.min(self.limit, prev.load)), 1 end
-  if queued then self.mode, self.why, self.windows, self.base = "hold", "queue", 0, nil end
+  if round.queued then
+    if prev then self.limit, self.skip = self:_clamp(math.min(self.limit, prev.load)), 1 end
+    self.mode, self.why, self.windows, self.base = "hold", "queue", 0, nil
+  elseif stepped then -- the rate itself flattened or fell: the load of the best round's rate, and hold
+    local best, top = prev, before
+    for _, r in ipairs(self.rounds) do
+      local x = rate_of(r)
+      if x and x > top then best, top = r, x end
+    end
+    self.limit, self.skip = self:_clamp(math.min(self.limit, best.load)), 1
+    self.mode, self.why, self.windows, self.base = "hold", "steps", 0, nil
+  elseif prev then
+    self.limit, self.skip = self:_clamp(math.min(self.limit, prev.load)), 1
+  end
 end
 
 -- Double in the start, and let the requests the new room lets out be a
@@ -259,14 +340,18 @@ function Limit:_double(now)
   local before = self.limit
   self.limit = self:_clamp(self.limit * 2)
   local need = self.limit - math.max(before, self.inflight)
-  self.round = need > 0 and not self.fast_off and { t = now, need = need, sent = 0, ttfts = {} } or nil
+  self.round = need > 0 and not self.fast_off and new_round(now, need) or nil
 end
 
--- The request ends: its mean load over its life.
+-- The request ends: its mean load over its life. A round's request that
+-- ends before it told all it would has told all it can.
 function Limit:_end(now, q)
   self:_advance(now)
   self.inflight = self.inflight - 1
   if q.first then self.started = self.started - 1 end
+  if q.round and q.round == self.round and not (q.first and (q.step or not q.stepping)) then
+    self:_told(now, q.round, not q.first, true) -- it told all it can
+  end
   local dt = now - q.t0
   if dt <= 0 then return self.inflight + 1, 0 end
   return (self.area - q.a0) / dt, dt

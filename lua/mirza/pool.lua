@@ -634,10 +634,7 @@ end
 function Pool:prefilled(e, ticket)
   if e.limiter and ticket.q and e.open[ticket.q] then -- the start may double at first tokens: room for more
     e.limiter:first(self.clock(), ticket.q)
-    if e.limiter:get() ~= e.limit then
-      e.limit = e.limiter:get()
-      self.cond:broadcast()
-    end
+    self:_follow(e)
   end
   if not ticket.cold then return end
   ticket.cold = false
@@ -647,6 +644,34 @@ function Pool:prefilled(e, ticket)
     bump(node, "copies", e, 1)
   end)
   self.cond:broadcast()
+end
+
+-- e's limiter moved: e's limit follows, and the tasks waiting for room look.
+function Pool:_follow(e)
+  if e.limiter:get() ~= e.limit then
+    e.limit = e.limiter:get()
+    self.cond:broadcast()
+  end
+end
+
+---Whether the request of a ticket should measure its decode step (a
+---request of its limiter's start round: mirza.limit's `wants_step`):
+---open it with `step = true` and tell `stepped`.
+---@param e mirza.Endpoint
+---@param ticket table `sent`'s
+---@return boolean
+function Pool.wants_step(_, e, ticket)
+  return e.limiter ~= nil and ticket.q ~= nil and e.limiter:wants_step(ticket.q)
+end
+
+---The request of a ticket told its decode step (`mirza.Stream:step`).
+---@param e mirza.Endpoint
+---@param ticket table `sent`'s
+---@param dt number seconds
+function Pool:stepped(e, ticket, dt)
+  if not (e.limiter and ticket.q and e.open[ticket.q]) then return end
+  e.limiter:step(self.clock(), ticket.q, dt)
+  self:_follow(e)
 end
 
 ---The request of a ticket ended (answered, failed, cancelled). A new copy

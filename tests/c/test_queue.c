@@ -526,6 +526,46 @@ static void test_hold_skips_slow_streams(void **state) {
   free_stream(s);
 }
 
+/* mz_request.step: the first delta read after the first one's read is
+ * handed over at once, whatever the hold, and the time between the two
+ * reads is the step; deltas of the first one's read are not it. */
+static void test_step_hands_next_at_once(void **state) {
+  (void)state;
+  mz_client c = {0};
+  mz_stream *s = new_stream(&c, 1);
+  s->hold_s = 30, s->step = 1;
+  c.io_now = 100.0;
+  text(s, MZ_EV_TEXT, 0, "a"); /* the first: at once */
+  text(s, MZ_EV_TEXT, 0, "b"); /* the same read */
+  assert_true(mz_stream_step(s) == 0);
+  expect(s, MZ_EV_TEXT, 0, "ab"); /* merged: what came together */
+  mz_unmark_ready(s);
+  c.io_now = 100.25;
+  text(s, MZ_EV_TEXT, 0, "c"); /* a later read: the step, handed over at once */
+  assert_false(s->holding);
+  assert_ptr_equal(c.rhead, s);
+  assert_true(fabs(mz_stream_step(s) - 0.25) < 1e-9);
+  expect(s, MZ_EV_TEXT, 0, "c");
+  mz_unmark_ready(s);
+  c.io_now = 100.5;
+  text(s, MZ_EV_TEXT, 0, "d"); /* past it: held as ever */
+  assert_true(s->holding);
+  assert_null(c.rhead);
+  assert_true(fabs(mz_stream_step(s) - 0.25) < 1e-9);
+  free_stream(s);
+  s = new_stream(&c, 1); /* without step: the next read is held, no step */
+  s->hold_s = 30;
+  c.io_now = 200.0;
+  text(s, MZ_EV_TEXT, 0, "a");
+  expect(s, MZ_EV_TEXT, 0, "a");
+  mz_unmark_ready(s);
+  c.io_now = 200.25;
+  text(s, MZ_EV_TEXT, 0, "b");
+  assert_true(s->holding);
+  assert_true(mz_stream_step(s) == 0);
+  free_stream(s);
+}
+
 /* hold = math.huge (hold_ms LONG_MAX, l_stream.c): everything waits for
  * the end, the first event too whatever the clock reads, and no deadline
  * is noted (held_until is INFINITY: never due, the driver's scan is not
@@ -598,6 +638,7 @@ int main(void) {
       cmocka_unit_test(test_merge_joins_a_run),
       cmocka_unit_test(test_hold_until_released),
       cmocka_unit_test(test_hold_skips_slow_streams),
+      cmocka_unit_test(test_step_hands_next_at_once),
       cmocka_unit_test(test_hold_to_the_end),
       cmocka_unit_test(test_merge_stops_at_anything_else),
       cmocka_unit_test(test_no_merge_unless_asked),

@@ -67,6 +67,23 @@ describe("batch limits", function()
       .. " total_slots%); at most %d+ in flight, 160 served"), summary)
   end)
 
+  it("measures the start's rounds by the server's step: a 64-slot server whose step grows with its batch", function()
+    local sim = H.start_sim { "--dialect", "llama", "--parallel", "64", "--step-growth", "vllm", "--tok-rate", "50",
+      "--ttft-ms", "0", "--reasoning-tokens", "0", "--quiet" }
+    sims[1] = sim
+    local p = pool.new { sim.base }
+    local st = run(p, items(64))
+    local l = p.endpoints[1].limiter
+    assert.equal(64, st.done_now)
+    assert.is_true(#l.rounds >= 2, "rounds " .. #l.rounds)
+    for i, r in ipairs(l.rounds) do -- every round's requests told their steps: its rate is load / step
+      assert.is_number(r.rate, "round " .. i .. " has no rate")
+      -- the step at 16-64 sequences: 24-36 ms (20 ms + 0.25 ms a sequence), read as it came
+      local step = r.load / r.rate
+      assert.is_true(step > 0.015 and step < 0.2, ("round %d: step %.3f s at %d"):format(i, step, r.load))
+    end
+  end)
+
   it("refuses a limit below 1 before anything is sent (exit status 2)", function()
     local script = H.source .. "/scripts/batch.lua"
     for _, case in ipairs {

@@ -63,6 +63,20 @@ describe("mirza.open hold", function()
     assert.is_number(s:first_at())
   end)
 
+  it("with step, hands the token after the first over as it comes, and step() is the daemon's pace", function()
+    local s <close> = open { hold = 600, step = true }
+    assert.is_nil(s:step())
+    local a = s:next()
+    assert.equal("text", a.type)
+    local b = s:next() -- not held 600 s: at once
+    assert.equal("text", b.type)
+    local dt = s:step()
+    assert.is_number(dt)
+    assert.is_true(dt > 0.01 and dt < 0.2, ("step %.3f s at 40 tokens/s"):format(dt)) -- 25 ms
+    local r = H.drain(s)
+    assert.equal(TEXT, a.text .. b.text .. r.text)
+  end)
+
   it("holds nothing with hold = false or 0, and refuses a negative hold, naming it", function()
     for _, h in ipairs { false, 0 } do
       local s <close> = open { hold = h }

@@ -3,7 +3,9 @@
 -- their first token late), the n decoding make `rate(n)` tokens a second
 -- between them (n counts those in their prefill too: a step carries
 -- their prompts), each one's first token comes `ttft` seconds after it
--- got a slot and a step (a token at their pace) later. A client keeps
+-- got a slot and a step (a token at their pace) later, its second a
+-- step after that (told as `step` for the requests the limiter asks it
+-- of, `no_steps`: none). A client keeps
 -- `limit` requests in flight (a mirza.limit, or a fixed number) until
 -- `items` are done. Fixed steps of `dt` seconds.
 local S = {}
@@ -72,6 +74,7 @@ function S.run(sh, items, limit, opts)
       sent = sent + 1
       local extra = #running + #queue >= cap() -- past the limit: queued at the server on purpose (mirza.pool)
       local r = { k = lens[sent], t0 = t, got = 0, q = lim and lim:sent(t, extra and not opts.no_extra) }
+      r.stepping = lim and not opts.no_steps and lim:wants_step(r.q) -- mirza.pool asks it as it sends
       if opts.fail and opts.fail(t, #running + #queue) then
         if lim then lim:failed(t, r.q, "429") end
         finished, sent = finished, sent - 1
@@ -96,8 +99,12 @@ function S.run(sh, items, limit, opts)
       if t >= r.slot + sh.ttft then
         r.got = r.got + per * dt
         if not r.first and r.got >= 1 then -- its first token: after the prefill, at the pace of the others
-          r.first = t
+          r.first, r.first_exact = t, t - (r.got - 1) / per
           if lim and not opts.no_first then lim:first(t, r.q) end
+        end
+        if r.stepping and r.got >= 2 and r.got < r.k then -- its second token: its step, as read when it came
+          r.stepping = false
+          lim:step(t, r.q, t - (r.got - 2) / per - r.first_exact)
         end
         if r.got >= r.k then
           table.remove(running, i)
