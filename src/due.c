@@ -9,8 +9,9 @@
  * carry other streams (HTTP/2), or one that measures the server's step
  * until the read after its first token's (mz_request.step). Once it
  * answers to a reader that holds what comes (mz_request.hold_ms: a batch
- * item, a collect, a merging turn), it is *lazy*: its socket is parked (watch.h: kept, not waited
- * on) and looked at on two clocks. Its *end* is looked for every
+ * item, a collect, a merging turn), it is *lazy*: its socket is parked
+ * (watch.h: kept, not waited on) and looked at on two clocks. Its *end*
+ * is looked for every
  *
  *     gap = min(age / MZ_READ_AGE_DIV, hold, MZ_READ_GAP_MAX, stall / 4)
  *
