@@ -75,6 +75,16 @@ describe("mirza.open hold", function()
     assert.is_true(dt > 0.01 and dt < 0.2, ("step %.3f s at 40 tokens/s"):format(dt)) -- 25 ms
     local r = H.drain(s)
     assert.equal(TEXT, a.text .. b.text .. r.text)
+    -- heartbeats between the tokens (a 100 ms step, one every 20 ms) are reads too: the stream stays
+    -- read as it comes until its step, not parked at the first of them (its next token read 250 ms on)
+    local hb = H.start_sim { "--parallel", "4", "--quiet", "--heartbeat-ms", "20" }
+    local slow <close> = mirza.open { url = hb.url, merge = true, hold = 600, step = true,
+      body = H.chat_body("q", { mirza_sim = { text = TEXT, tok_rate = 10, ttft_ms = 0 } }) }
+    local ev
+    repeat ev = slow:next() until slow:step() or ev.type == "done" or ev.type == "error"
+    local sdt = slow:step()
+    hb.stop()
+    assert.is_true(sdt and sdt > 0.05 and sdt < 0.18, ("step %s s at 10 tokens/s"):format(tostring(sdt)))
   end)
 
   it("holds nothing with hold = false or 0, and refuses a negative hold, naming it", function()
