@@ -107,24 +107,26 @@ describe("mirza.limit", function()
     assert.same({ 16, "first tokens" }, { f:get(), f.why })
   end)
 
-  it("waits for a round's steps before the next round, and holds at the best round's load", function()
-    local l = limit.new { ceiling = 256 }
+  -- n requests sent at t, each asked for its step (as mirza.pool does).
+  local function send_stepping(l, t, n)
     local qs = {}
-    for i = 1, 16 do
-      qs[i] = l:sent(0)
+    for i = 1, n do
+      qs[i] = l:sent(t)
       l:wants_step(qs[i])
     end
+    return qs
+  end
+
+  it("waits for a round's steps before the next round, and holds at the best round's load", function()
+    local l = limit.new { ceiling = 256 }
+    local qs = send_stepping(l, 0, 16)
     for i = 1, 16 do l:first(0.05, qs[i]) end
     assert.equal(16, l:get()) -- the first tokens are in: not yet
     for i = 1, 15 do l:step(0.06, qs[i], 0.01) end
     assert.equal(16, l:get())
     l:done(0.07, qs[16], 1, 0.05) -- an answer of one token tells no step: it told what it could
     assert.equal(32, l:get())
-    local q2 = {}
-    for i = 1, 16 do
-      q2[i] = l:sent(0.07)
-      l:wants_step(q2[i])
-    end
+    local q2 = send_stepping(l, 0.07, 16)
     for i = 1, 16 do l:first(0.12, q2[i]) end
     for i = 1, 16 do l:step(0.14, q2[i], 0.02) end -- twice the step for twice the load: no more rate
     assert.same({ 16, "steps", "hold" }, { l:get(), l.why, l.mode })
