@@ -72,9 +72,21 @@ describe("batch limits", function()
       "--ttft-ms", "0", "--reasoning-tokens", "0", "--quiet" }
     sims[1] = sim
     local p = pool.new { sim.base }
+    local at64, first_done -- when the endpoint's limit came to 64, and when the first answer ended
+    local follow, report = p._follow, p.report
+    p._follow = function(self, e)
+      follow(self, e)
+      if e.limit >= 64 then at64 = at64 or mirza.now() end
+    end
+    p.report = function(self, ...)
+      first_done = first_done or mirza.now()
+      return report(self, ...)
+    end
     local st = run(p, items(64))
     local l = p.endpoints[1].limiter
     assert.equal(64, st.done_now)
+    -- 16 -> 32 -> 64 at the steps (~0.15 s), before any answer of 20 tokens (~0.5 s) ended
+    assert.is_true(at64 and at64 < first_done, ("64 at %s, first answer at %s"):format(at64, first_done))
     assert.is_true(#l.rounds >= 2, "rounds " .. #l.rounds)
     for i, r in ipairs(l.rounds) do -- every round's requests told their steps: its rate is load / step
       assert.is_number(r.rate, "round " .. i .. " has no rate")
