@@ -173,12 +173,15 @@ describe("hot reload during a running loop", function()
     for _, ev in ipairs(evs) do if ev.type == "text" then t[#t + 1] = ev.tag end end
     return t
   end
+  local writes = 0
   local function write(v)
     local f = assert(io.open(path, "w"))
     f:write(v)
     f:close()
-    -- make sure the change is visible even within the same mtime tick
-    assert(H.set_mtime(path, os.time() + math.random(2, 50)))
+    -- make sure the change is visible even within the same mtime tick: each write a later mtime than
+    -- the last (V1 and V2 have one size; a random offset gave two writes the same mtime one run in 49)
+    writes = writes + 1
+    assert(H.set_mtime(path, os.time() + 100 + writes))
   end
   setup(function()
     dir = H.tmpname(".d")

@@ -17,10 +17,13 @@ local TEXT = "One two three. Four five six. Seven eight nine."
 local SENTENCES = { "One two three.", "Four five six.", "Seven eight nine." }
 local SRC = H.source .. "/lua/mirza/"
 
+local writes = 0
 local function write(path, text)
   H.write_file(path, text)
-  -- a change seen even within one mtime tick
-  assert(H.set_mtime(path, os.time() + math.random(2, 50)))
+  -- a change seen even within one mtime tick: each write a later mtime than the last (a random
+  -- offset can repeat, and a version of the same size then goes unseen)
+  writes = writes + 1
+  assert(H.set_mtime(path, os.time() + 100 + writes))
 end
 
 -- The line of `text` holding `needle`.
