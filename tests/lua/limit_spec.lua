@@ -166,6 +166,16 @@ describe("mirza.limit", function()
     assert.is_true(wall <= 1.07 * best, ratio_msg(wall, best, at, l))
   end)
 
+  it("stops at the knee by the windows alone, for a caller that tells no first tokens nor steps", function()
+    local opts = { no_first = true, no_steps = true }
+    local wall, best, at, l, trace = against_best("peaking", 600, { 8, 16, 32, 64, 256 }, { ceiling = 256 }, opts)
+    local top = 0
+    for _, p in ipairs(trace) do top = math.max(top, p[2]) end
+    -- 16 -> 32 (the rate falls) -> back to 16; past the knee unchecked, 256 and 120 %
+    assert.is_true(top <= 64 and l:get() <= 32, ("top %d, %s"):format(top, ratio_msg(wall, best, at, l)))
+    assert.is_true(wall <= 1.1 * best, ratio_msg(wall, best, at, l))
+  end)
+
   it("holds a server that queues at its slots (4 slots, none announced), and a serial one at 1", function()
     local wall, best, at, l = against_best("slots4", 200, { 2, 4, 8 })
     assert.is_true(l:get() >= 3 and l:get() <= 5, ratio_msg(wall, best, at, l))
