@@ -78,12 +78,12 @@ describe("mirza.open hold", function()
     -- heartbeats between the tokens (a 100 ms step, one every 20 ms) are reads too: the stream stays
     -- read as it comes until its step, not parked at the first of them (its next token read 250 ms on)
     local hb = H.start_sim { "--parallel", "4", "--quiet", "--heartbeat-ms", "20" }
+    finally(function() hb.stop() end)
     local slow <close> = mirza.open { url = hb.url, merge = true, hold = 600, step = true,
       body = H.chat_body("q", { mirza_sim = { text = TEXT, tok_rate = 10, ttft_ms = 0 } }) }
     local ev
-    repeat ev = slow:next() until slow:step() or ev.type == "done" or ev.type == "error"
+    repeat ev = slow:next() until not ev or slow:step() or ev.type == "done" or ev.type == "error"
     local sdt = slow:step()
-    hb.stop()
     assert.is_true(sdt and sdt > 0.05 and sdt < 0.18, ("step %s s at 10 tokens/s"):format(tostring(sdt)))
   end)
 
