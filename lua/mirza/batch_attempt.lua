@@ -75,8 +75,9 @@ local function apart(s, first, others, step)
         first() -- the daemon's prefill is done
         first = nil
       end
-      if step and not first and not s:closed() and s:step() then
-        step(s:step()) -- the daemon's decode step at its load
+      local dt = step and not first and not s:closed() and s:step()
+      if dt then
+        step(dt) -- the daemon's decode step at its load
         step = nil
       end
       local i = ev and ev.index

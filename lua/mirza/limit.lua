@@ -239,10 +239,10 @@ end
 ---@param dt number seconds
 function Limit:step(now, q, dt)
   local round = q.round
-  if q.step or not q.first or not round then return end
+  if q.step or not q.first or not round or round ~= self.round then return end
   q.step = dt
-  if dt > 0 then round.steps[#round.steps + 1] = dt end -- a round decided already: its rate, for the next
-  if round == self.round then self:_told(now, round, false, true) end
+  if dt > 0 then round.steps[#round.steps + 1] = dt end
+  self:_told(now, round, false, true)
 end
 
 -- A request of the round told its first token (`first`), or all it will
@@ -298,7 +298,7 @@ function Limit:_round_end(now, round)
     end
   end
   local all = round.told >= round.need
-  local rate, before = all and rate_of(round), prev and rate_of(prev)
+  local rate, before = all and rate_of(round), prev and prev.rate -- a round's steps are all in when it ends
   local stepped = rate and before and round.load > prev.load
   local g = stepped and math.log(rate / before) / math.log(round.load / prev.load) or round.g
   if not (all or round.queued) then return end -- the steps will say
@@ -322,10 +322,9 @@ function Limit:_round_end(now, round)
     if prev then self.limit, self.skip = self:_clamp(math.min(self.limit, prev.load)), 1 end
     self.mode, self.why, self.windows, self.base = "hold", "queue", 0, nil
   elseif stepped then -- the rate itself flattened or fell: the load of the best round's rate, and hold
-    local best, top = prev, before
+    local best = prev
     for _, r in ipairs(self.rounds) do
-      local x = rate_of(r)
-      if x and x > top then best, top = r, x end
+      if r.rate and r.rate > best.rate then best = r end
     end
     self.limit, self.skip = self:_clamp(math.min(self.limit, best.load)), 1
     self.mode, self.why, self.windows, self.base = "hold", "steps", 0, nil
