@@ -331,9 +331,10 @@ static void hand_stream_free(mz_client *c, mz_stream *s, int sv[2]) {
 }
 
 /* The gaps of a held stream (due.c): its end is looked for at an eighth
- * of how long it has answered, at most its hold, 250 ms and a quarter of
- * its stall timeout (at a grid point between 3/4 of that and that); none
- * below 2 ms, none while it has no answer, none without a hold, none on
+ * of how long it has answered past its first 16 ms, at most its hold,
+ * 250 ms and a quarter of its stall timeout (at a grid point between 3/4
+ * of that and that); none below 2 ms (an answer of 30 ms, whose 4th token
+ * at 100/s is its last, is read as it comes), none while it has no answer, none without a hold, none on
  * a shared (HTTP/2) connection. Its middle is read every min(hold, 250 ms,
  * stall / 4), or at the end's gap when its socket cannot be looked into
  * (TLS). A lazy stream's socket is parked: no wait reports it; unparked,
@@ -348,10 +349,10 @@ static void test_read_gap(void **state) {
     int answering, multiplexed, sealed;
     double hold, stall, age, gap, middle; /* gap 0: read as its bytes come */
   } cases[] = {
-      {1, 0, 0, 60, 0, 0.8, 0.1, 0.25},    {1, 0, 0, 60, 0, 8, 0.25, 0.25}, {1, 0, 0, 0.05, 0, 0.8, 0.05, 0.05},
-      {1, 0, 0, 60, 0.2, 0.8, 0.05, 0.05}, {1, 0, 1, 60, 0, 0.8, 0.1, 0.1}, {1, 0, 0, 1, 0, 0.04, 0.005, 0.25},
-      {1, 0, 0, 60, 0, 0.008, 0, 0},       {0, 0, 0, 60, 0, 0.8, 0, 0},     {1, 0, 0, 0, 0, 0.8, 0, 0},
-      {1, 1, 0, 60, 0, 0.8, 0, 0},
+      {1, 0, 0, 60, 0, 0.816, 0.1, 0.25},  {1, 0, 0, 60, 0, 8, 0.25, 0.25},   {1, 0, 0, 0.05, 0, 0.8, 0.05, 0.05},
+      {1, 0, 0, 60, 0.2, 0.8, 0.05, 0.05}, {1, 0, 1, 60, 0, 0.816, 0.1, 0.1}, {1, 0, 0, 1, 0, 0.056, 0.005, 0.25},
+      {1, 0, 0, 60, 0, 0.008, 0, 0},       {1, 0, 0, 60, 0, 0.030, 0, 0},     {0, 0, 0, 60, 0, 0.8, 0, 0},
+      {1, 0, 0, 0, 0, 0.8, 0, 0},          {1, 1, 0, 60, 0, 0.8, 0, 0},
   };
   mz_fired f[MZ_FIRED_MAX];
   int woken = 0, eintr = 0;
