@@ -22,15 +22,15 @@
  * whose end comes 30 ms after their first token, were 9-12 % slower held
  * than read as they came with the age alone, and are within 1 % now, for
  * +0-3 % of CPU on 2 s answers at 40 tokens/s): a peek at what its socket
- * holds (one recv(MSG_PEEK), no libcurl, no parsing) reads it at once when the
- * transfer's end is there (the chunked body's last chunk, "[DONE]", the
- * connection closed, an error) or much has come; and its *middle* is read
- * every min(hold, MZ_READ_GAP_MAX, stall / 4), whatever came meanwhile in
- * one go. So an answer's end is read at most an eighth of the answer's age
- * after it came (a 40 ms answer 3 ms late, a 30 ms one at once, none
- * more than 250 ms), and
- * frees its slot as late at most, whatever its length: nothing depends on
- * max_tokens or a guess of the length; while the middle of a long answer,
+ * holds (one recv(MSG_PEEK), no libcurl, no parsing) reads it at once when
+ * the transfer's end is there (the chunked body's last chunk, "[DONE]",
+ * the connection closed, an error) or much has come; and its *middle* is
+ * read every min(hold, MZ_READ_GAP_MAX, stall / 4), whatever came
+ * meanwhile in one go. So an answer's end is read at most an eighth of
+ * the answer's age after it came (a 40 ms answer 3 ms late, a 30 ms one
+ * at once, none more than 250 ms), and frees its slot as late at most,
+ * whatever its length: nothing depends on max_tokens or a guess of the
+ * length; while the middle of a long answer,
  * which no reader waits for (it holds), costs a read per 250 ms (256
  * streams of 80 tokens at 40 tokens/s: ~11 reads each, as many as a
  * 250 ms tick; reading the middle at the end's gap made it ~25, twice the
