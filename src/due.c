@@ -18,10 +18,8 @@
  *
  * (age: how long it has been answering; its first 16 ms count for
  * nothing, so an answer is read as it comes until 32 ms, where the gap
- * passes MZ_READ_GAP_MIN: 5,000 answers of 4 tokens at 100 tokens/s,
- * whose end comes 30 ms after their first token, were 9-12 % slower held
- * than read as they came with the age alone, and are within 1 % now, for
- * +0-3 % of CPU on 2 s answers at 40 tokens/s): a peek at what its socket
+ * passes MZ_READ_GAP_MIN: a 4-token answer's end is not parked; the
+ * measurements are in docs/performance.md): a peek at what its socket
  * holds (one recv(MSG_PEEK), no libcurl, no parsing) reads it at once when
  * the transfer's end is there (the chunked body's last chunk, "[DONE]",
  * the connection closed, an error) or much has come; and its *middle* is
@@ -30,11 +28,10 @@
  * the answer's age after it came (a 40 ms answer 3 ms late, a 30 ms one
  * at once, none more than 250 ms), and frees its slot as late at most,
  * whatever its length: nothing depends on max_tokens or a guess of the
- * length; while the middle of a long answer,
- * which no reader waits for (it holds), costs a read per 250 ms (256
- * streams of 80 tokens at 40 tokens/s: ~11 reads each, as many as a
- * 250 ms tick; reading the middle at the end's gap made it ~25, twice the
- * CPU). A TLS stream's socket cannot be looked into: it is read at the
+ * length; while the middle of a long answer, which no reader waits for
+ * (it holds), costs a read per 250 ms (256 streams of 80 tokens at 40
+ * tokens/s: ~11 reads each, as many as a 250 ms tick; reading the middle
+ * at the end's gap made it ~25, twice the CPU). A TLS stream's socket cannot be looked into: it is read at the
  * end's gap. Looks due together are made in one wake-up (the times are
  * on grids shared by the streams of a like gap). A gap below
  * MZ_READ_GAP_MIN is not taken: the stream is read as its bytes come
