@@ -3,7 +3,8 @@
 ---   mirza bench [options]                  the whole table (docs/performance.md)
 ---   mirza bench TOKENS [SIM-BINARY]        the core loop alone (the classic figure)
 ---
---- Options: --tokens N (default 200000), --runs R (median of R, default 3),
+--- Options: --tokens N (default 200000), --runs R (median of R, default 3;
+--- the runs go in rounds over the rows, so a drift weighs on all alike),
 --- --url BASE (an OpenAI-compatible /v1 base URL instead of starting mirza-sim),
 --- --sim PATH, --json PATH (also write the results there), --only a,b (case
 --- names, or prefixes), --million-lines N (the million row's input, default
@@ -1138,44 +1139,81 @@ local function print_fill(rows)
   end
 end
 
--- The median of o.runs runs (start-up: of 10).
-local function measure(c, o)
-  if c.kind == "affinity" then return measure_affinity(c, o) end
-  if c.kind == "fill" then return measure_fill(c, o) end
-  if c.kind == "million" then return measure_million(c) end
-  local cpu, wall, rss, sim, tokens, records, worst, wpr, pshare = {}, {}, {}, {}, nil, nil, nil, nil, nil
-  for _ = 1, c.kind == "startup" and 10 or o.runs do
-    local s0 = proc_cpu(c.sim_pid or o.sim_pid)
-    local r, err = run_once(c)
-    if not r then return { name = c.name, group = c.group, skipped = err } end
-    local s1 = proc_cpu(c.sim_pid or o.sim_pid)
-    if s0 and s1 then sim[#sim + 1] = s1 - s0 end
-    cpu[#cpu + 1], wall[#wall + 1] = r.cpu, r.wall
-    if r.rss_kb then rss[#rss + 1] = r.rss_kb end
-    tokens, records = r.tokens, r.records
-    if r.writes_per_record then wpr = math.max(wpr or 0, r.writes_per_record) end
-    if r.progress_share then pshare = math.max(pshare or 0, r.progress_share) end
-    if r.streams then -- concurrency: the worst run's progress
-      local ratio = r.fair_mid > 0 and r.min_mid / r.fair_mid or 0
-      local min_end = math.min(r.min_end, worst and worst.min_end or r.min_end)
-      if not worst or ratio < worst.ratio then
-        worst = { streams = r.streams, per_stream = r.per_stream, min_mid = r.min_mid, fair_mid = r.fair_mid,
-          ratio = ratio, spread_ms = r.spread_ms }
-      end
-      worst.min_end = min_end
+-- How many runs a row's median is of: o.runs (start-up: 10).
+local function runs_of(c, o) return c.kind == "startup" and 10 or o.runs end
+
+-- The rows measured run by run (the others are measured whole: affinity,
+-- fill, million).
+local function by_runs(c) return c.kind ~= "affinity" and c.kind ~= "fill" and c.kind ~= "million" end
+
+-- One run of c, added to its runs so far (acc); false, message when it
+-- could not run (the row is skipped).
+local function run_into(c, o, acc)
+  local s0 = proc_cpu(c.sim_pid or o.sim_pid)
+  local r, err = run_once(c)
+  if not r then return false, err end
+  local s1 = proc_cpu(c.sim_pid or o.sim_pid)
+  if s0 and s1 then acc.sim[#acc.sim + 1] = s1 - s0 end
+  acc.cpu[#acc.cpu + 1], acc.wall[#acc.wall + 1] = r.cpu, r.wall
+  if r.rss_kb then acc.rss[#acc.rss + 1] = r.rss_kb end
+  acc.tokens, acc.records = r.tokens, r.records
+  if r.writes_per_record then acc.wpr = math.max(acc.wpr or 0, r.writes_per_record) end
+  if r.progress_share then acc.pshare = math.max(acc.pshare or 0, r.progress_share) end
+  if r.streams then -- concurrency: the worst run's progress
+    local worst = acc.worst
+    local ratio = r.fair_mid > 0 and r.min_mid / r.fair_mid or 0
+    local min_end = math.min(r.min_end, worst and worst.min_end or r.min_end)
+    if not worst or ratio < worst.ratio then
+      worst = { streams = r.streams, per_stream = r.per_stream, min_mid = r.min_mid, fair_mid = r.fair_mid,
+        ratio = ratio, spread_ms = r.spread_ms }
+      acc.worst = worst
     end
+    worst.min_end = min_end
   end
+  return true
+end
+
+-- A row from its runs: the medians.
+local function summarize(c, acc)
+  local tokens = acc.tokens
   local m = { name = c.name, kind = c.kind, source = source_key(c), tokens = tokens,
-    cpu_s = median(cpu), wall_s = median(wall), rss_kb = median(rss), fpc = c.fpc, rate = c.rate }
-  for k, v in pairs(worst or {}) do m[k] = v end
-  m.sim_cpu_s = median(sim)
-  m.writes_per_record, m.progress_share, m.records = wpr, pshare, records
+    cpu_s = median(acc.cpu), wall_s = median(acc.wall), rss_kb = median(acc.rss), fpc = c.fpc, rate = c.rate }
+  for k, v in pairs(acc.worst or {}) do m[k] = v end
+  m.sim_cpu_s = median(acc.sim)
+  m.writes_per_record, m.progress_share, m.records = acc.wpr, acc.pshare, acc.records
   m.group = c.group
   if tokens and tokens > 0 then
     m.us_per_token = m.cpu_s / tokens * 1e6
     m.tok_s = tokens / m.wall_s
   end
   return m
+end
+
+-- The rows of cases, each the median of its runs. The runs go in rounds
+-- (every row's first, then every row's second, ...), so that a machine
+-- that drifts while the bench runs (a busy neighbour, a sim that warms
+-- up) weighs on the rows alike instead of on the last ones.
+local function measure_all(cases, o)
+  local rows, accs, most = {}, {}, 0
+  for i, c in ipairs(cases) do
+    if by_runs(c) then
+      accs[i] = { cpu = {}, wall = {}, rss = {}, sim = {} }
+      most = math.max(most, runs_of(c, o))
+    elseif c.kind == "affinity" then rows[i] = measure_affinity(c, o)
+    elseif c.kind == "fill" then rows[i] = measure_fill(c, o)
+    else rows[i] = measure_million(c) end
+  end
+  for run = 1, most do
+    for i, c in ipairs(cases) do
+      local acc = accs[i]
+      if acc and not rows[i] and run <= runs_of(c, o) then
+        local ok, err = run_into(c, o, acc)
+        if not ok then rows[i] = { name = c.name, group = c.group, skipped = err } end
+      end
+    end
+  end
+  for i, c in ipairs(cases) do rows[i] = rows[i] or summarize(c, accs[i]) end
+  return rows
 end
 
 local function selected(c, only)
@@ -1487,6 +1525,7 @@ local function suite(o)
   o.sim_pid = pid
   local rows, sims = {}, {} -- sims: the sims of their own (c.sim_args), by their arguments
   local ok, err = pcall(function()
+    local cases = {}
     for _, c in ipairs(case_list(o.tokens, o)) do
       if selected(c, o.only) then
         c.url = url
@@ -1499,9 +1538,10 @@ local function suite(o)
           end
           c.url, c.sim_pid = s.url, s.pid
         end
-        rows[#rows + 1] = measure(c, o)
+        cases[#cases + 1] = c
       end
     end
+    rows = measure_all(cases, o)
   end)
   if pid then os.execute("kill " .. pid) end
   for _, s in pairs(sims) do os.execute("kill " .. s.pid) end
