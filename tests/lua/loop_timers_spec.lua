@@ -27,15 +27,22 @@ describe("mirza.loop timers", function()
   end)
 
   it("wakes sleeping tasks in the order of their deadlines", function()
-    local l, woke = loop.new(), {}
+    -- A deadline is when the sleep began plus its length: on a loaded
+    -- machine the tasks begin their sleeps milliseconds apart, so the
+    -- order expected is that of the deadlines each task noted (10, 20, 30
+    -- when they begin together; spawned 30, 10, 20).
+    local l, woke, due = loop.new(), {}, {}
     for _, ms in ipairs { 30, 10, 20 } do
       l:spawn(function()
+        due[ms] = mirza.now() + ms / 1000
         mirza.sleep(ms / 1000)
         woke[#woke + 1] = ms
       end)
     end
     l:run()
-    assert.same({ 10, 20, 30 }, woke)
+    local want = { 30, 10, 20 }
+    table.sort(want, function(a, b) return due[a] < due[b] end)
+    assert.same(want, woke)
   end)
 
   it("times out conditions' waiters in the order of their timeouts; a signal takes the oldest", function()
@@ -118,13 +125,17 @@ describe("mirza.loop timers", function()
   end)
 
   it("cancels tasks past their deadlines in the order of the deadlines", function()
-    local l, ended = loop.new(), {}
+    local l, ended, due = loop.new(), {}, {}
     for _, ms in ipairs { 30, 10, 20 } do
       local t = l:spawn(function() mirza.sleep(30) end)
+      due[ms] = mirza.now() + ms / 1000 -- as above: the order of the deadlines as set
       t:deadline(ms / 1000):on_done(function(d) ended[#ended + 1] = ms .. " " .. d.code end)
     end
     l:run()
-    assert.same({ "10 timeout", "20 timeout", "30 timeout" }, ended)
+    local want = { 30, 10, 20 }
+    table.sort(want, function(a, b) return due[a] < due[b] end)
+    for i, ms in ipairs(want) do want[i] = ms .. " timeout" end
+    assert.same(want, ended)
   end)
 
   it("wakes a task woken early from a timed wait at its next sleep's end, not at the old timeout", function()
