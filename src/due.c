@@ -28,14 +28,14 @@
  * the answer's age after it came (a 40 ms answer 3 ms late, a 30 ms one
  * at once, none more than 250 ms), and frees its slot as late at most,
  * whatever its length: nothing depends on max_tokens or a guess of the
- * length; while the middle of a long answer, which no reader waits for
- * (it holds), costs a read per 250 ms (256 streams of 80 tokens at 40
- * tokens/s: ~11 reads each, as many as a 250 ms tick; reading the middle
- * at the end's gap made it ~25, twice the CPU). A TLS stream's socket cannot be looked into: it is read at the
- * end's gap. Looks due together are made in one wake-up (the times are
- * on grids shared by the streams of a like gap). A gap below
- * MZ_READ_GAP_MIN is not taken: the stream is read as its bytes come
- * until its gap grows past it. Parking is one epoll_ctl in a stream's
+ * length; while the middle of a long answer, which no reader waits for (it
+ * holds), costs a read per 250 ms (256 streams of 80 tokens at 40 tokens/s:
+ * ~11 reads each, as many as a 250 ms tick; reading the middle at the end's
+ * gap made it ~25, twice the CPU). A TLS stream's socket cannot be looked
+ * into: it is read at the end's gap. Looks due together are made in one
+ * wake-up (the times are on grids shared by the streams of a like gap). A
+ * gap below MZ_READ_GAP_MIN is not taken: the stream is read as its bytes
+ * come until its gap grows past it. Parking is one epoll_ctl in a stream's
  * life; libcurl forgets the socket when the transfer ends, and the watch
  * with it.
  *
@@ -198,17 +198,17 @@ void mz_due_read(mz_client *c, mz_stream *s, double now) {
   next_look(s, now, gap);
 }
 
-/* Whether what a parked socket holds should be read now: the transfer's
- * end is there (the last chunk of a chunked body: a "0" line, then the
- * blank line; "[DONE]"; the connection closed; an error), or MZ_PEEK_MAX
- * bytes came (a look copies no more: its tail is out of sight). 16 KB is
- * more than the 250 ms of a middle's gap bring at 200 tokens/s, so a fast
+/* Whether what a parked socket holds should be read now: the transfer's end
+ * is there (the last chunk of a chunked body: a "0" line, then the blank
+ * line; "[DONE]"; the connection closed; an error), or MZ_PEEK_MAX bytes
+ * came (a look copies no more: its tail is out of sight). 16 KB is more
+ * than the 250 ms of a middle's gap bring at 200 tokens/s, so a fast
  * answer's middle is read at its gap, not a kilobyte at a time (256 such
- * streams of 400 tokens: 15 % less CPU than with 1 KB). Looked at
- * without taking it (MSG_PEEK): libcurl reads it later as if it had just
- * come. The end is at the tail: only the last 64 bytes are searched. A false "yes" costs a read; a "no" for an end the text
- * does not show (trailers, another framing) leaves it to the middle's
- * read. */
+ * streams of 400 tokens: 15 % less CPU than with 1 KB). Looked at without
+ * taking it (MSG_PEEK): libcurl reads it later as if it had just come. The
+ * end is at the tail: only the last 64 bytes are searched. A false "yes"
+ * costs a read; a "no" for an end the text does not show (trailers, another
+ * framing) leaves it to the middle's read. */
 int mz_due_worth_reading(curl_socket_t fd) {
   char b[MZ_PEEK_MAX];
   ssize_t n = recv(fd, b, sizeof b, MSG_PEEK | MSG_DONTWAIT);

@@ -330,16 +330,16 @@ static void hand_stream_free(mz_client *c, mz_stream *s, int sv[2]) {
   mz_client_free(c);
 }
 
-/* The gaps of a held stream (due.c): its end is looked for at an eighth
- * of how long it has answered past its first 16 ms, at most its hold,
- * 250 ms and a quarter of its stall timeout (at a grid point between 3/4
- * of that and that); none below 2 ms (an answer of 30 ms, whose 4th token
- * at 100/s is its last, is read as it comes), none while it has no
- * answer, none without a hold, none on a shared (HTTP/2) connection. Its middle is read every min(hold, 250 ms,
- * stall / 4), or at the end's gap when its socket cannot be looked into
- * (TLS). A lazy stream's socket is parked: no wait reports it; unparked,
- * it is watched again. A stream built by hand on a socket pair: the rule
- * alone. */
+/* The gaps of a held stream (due.c): its end is looked for at an eighth of
+ * how long it has answered past its first 16 ms, at most its hold, 250 ms
+ * and a quarter of its stall timeout (at a grid point between 3/4 of that
+ * and that); none below 2 ms (an answer of 30 ms, whose 4th token at 100/s
+ * is its last, is read as it comes), none while it has no answer, none
+ * without a hold, none on a shared (HTTP/2) connection. Its middle is read
+ * every min(hold, 250 ms, stall / 4), or at the end's gap when its socket
+ * cannot be looked into (TLS). A lazy stream's socket is parked: no wait
+ * reports it; unparked, it is watched again. A stream built by hand on a
+ * socket pair: the rule alone. */
 static void test_read_gap(void **state) {
   (void)state;
   mz_client *c = mz_client_new(NULL);
