@@ -1142,9 +1142,9 @@ end
 -- How many runs a row's median is of: o.runs (start-up: 10).
 local function runs_of(c, o) return c.kind == "startup" and 10 or o.runs end
 
--- The rows measured run by run (the others are measured whole: affinity,
--- fill, million).
-local function by_runs(c) return c.kind ~= "affinity" and c.kind ~= "fill" and c.kind ~= "million" end
+-- The kinds measured whole, all their runs together (the others run by
+-- run: measure_all).
+local WHOLE = { affinity = measure_affinity, fill = measure_fill, million = measure_million }
 
 -- One run of c, added to its runs so far (acc); false, message when it
 -- could not run (the row is skipped).
@@ -1196,12 +1196,13 @@ end
 local function measure_all(cases, o)
   local rows, accs, most = {}, {}, 0
   for i, c in ipairs(cases) do
-    if by_runs(c) then
+    local whole = WHOLE[c.kind]
+    if whole then
+      rows[i] = whole(c, o)
+    else
       accs[i] = { cpu = {}, wall = {}, rss = {}, sim = {} }
       most = math.max(most, runs_of(c, o))
-    elseif c.kind == "affinity" then rows[i] = measure_affinity(c, o)
-    elseif c.kind == "fill" then rows[i] = measure_fill(c, o)
-    else rows[i] = measure_million(c) end
+    end
   end
   for run = 1, most do
     for i, c in ipairs(cases) do
